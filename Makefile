@@ -1,0 +1,82 @@
+# CUDA kernels for PyTorch, lesson by lesson.
+#   make lessons      set up, build every lesson's kernels, run every notebook headlessly
+#   make test-all     set up, then every test: pytest, compile check, notebooks under nbval
+# Other targets: setup lab test check bench doctor compile-check clean (see `make help`).
+#
+# By default everything runs in .venv, which `make setup` creates. In an environment that already
+# has the dependencies (Colab, a GPU machine), pass its interpreter: `make test-all PY=python3`;
+# then nothing is installed and the network is not touched.
+
+PY ?=
+BASE_PYTHON ?= python3
+VENV := .venv
+ifeq ($(strip $(PY)),)
+PYTHON := $(VENV)/bin/python
+SETUP := $(VENV)/.installed
+else
+PYTHON := $(PY)
+SETUP :=
+endif
+
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+export PYTHONUNBUFFERED := 1
+LESSON ?=
+PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
+
+.PHONY: help setup lessons lab test test-all check bench doctor compile-check nbval nbval-lessons clean
+
+help:
+	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+
+setup: $(SETUP)
+	@$(PYTHON) -c "import torch, ninja, nbval, matplotlib" || \
+	  (echo "missing dependencies in $(PYTHON): run 'make setup' without PY=, or install torch ninja jupyterlab nbval matplotlib pytest"; exit 1)
+
+# A venv that sees the base interpreter's packages, so a torch that is already there is kept.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(VENV)/bin/python || $(BASE_PYTHON) -m venv --system-site-packages $(VENV)
+	@echo "installing the dependencies into $(VENV) (torch is large: a few minutes the first time) ..."
+	@$(VENV)/bin/python -m pip install -q --upgrade pip
+	@$(VENV)/bin/python -m pip install -q -e .
+	@touch $@
+
+lessons: setup
+	$(PYTHON) -m kernels.run_notebooks lessons solutions
+
+lab: setup
+	$(PYTHON) -m jupyter lab lessons/
+
+test: setup
+	$(PYTEST) tests
+
+compile-check: setup
+	$(PYTHON) -m kernels.compile_check
+
+nbval: setup
+	$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900
+
+nbval-lessons: setup
+	$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900
+
+test-all: setup
+	$(PYTEST) tests
+	$(PYTHON) -m kernels.compile_check
+	$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900
+	$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900
+
+check: setup
+	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)
+	$(PYTHON) -m kernels.exercises $(LESSON)
+
+bench: setup
+	$(PYTHON) -m kernels.benchmarks $(LESSON)
+
+doctor:
+	@$(if $(SETUP),test -x $(PYTHON) || (echo "no $(VENV) yet: run 'make setup' first (or make doctor PY=python3)"; exit 1))
+	$(PYTHON) -m kernels.doctor
+
+# Build caches and generated files only: your edits in lessons/ are never touched.
+clean:
+	rm -rf build .pytest_cache
+	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +
+	find . -name .ipynb_checkpoints -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +

@@ -1,0 +1,13 @@
+"""The toolkit of the CUDA-kernels-for-PyTorch lessons: build, check and benchmark .cu files.
+
+    from kernels import load, check, bench, device
+
+`load` builds a .cu file on the `cuda` backend (a GPU) or the `sim` backend (the CPU simulator
+in kernels/sim), `check` compares a kernel with PyTorch, `bench` times it against PyTorch.
+"""
+from .backend import device, gpu_available, resolve as resolve_backend
+from .build import BuildError, build, load
+
+TOOLKIT = "cuda-kernels-for-pytorch"  # tells this package apart from other packages named `kernels`
+
+__all__ = ["load", "build", "BuildError", "device", "resolve_backend", "gpu_available", "TOOLKIT"]

@@ -1,0 +1,46 @@
+"""Which backend runs the kernels: `cuda` (a GPU) or `sim` (the CPU simulator), and on which device."""
+from __future__ import annotations
+
+import os
+
+BACKENDS = ("cuda", "sim")
+ENV = "KERNELS_BACKEND"
+
+
+def gpu_available() -> bool:
+    """True when PyTorch sees a CUDA GPU."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve(backend: str | None = None) -> str:
+    """The backend to use: the argument, else $KERNELS_BACKEND, else `cuda` with a GPU and `sim` without."""
+    choice = backend or os.environ.get(ENV) or ("cuda" if gpu_available() else "sim")
+    choice = choice.strip().lower()
+    if choice not in BACKENDS:
+        raise ValueError(f"unknown backend {choice!r}: expected one of {', '.join(BACKENDS)}")
+    if choice == "cuda" and not gpu_available():
+        raise RuntimeError(
+            "the cuda backend needs a GPU that PyTorch can see (torch.cuda.is_available() is False); "
+            "use backend='sim' to run the same code on the CPU simulator"
+        )
+    return choice
+
+
+def reason(backend: str | None = None) -> str:
+    """One line saying which backend is chosen and why."""
+    if backend:
+        return f"{backend} (asked for by argument)"
+    if os.environ.get(ENV):
+        return f"{os.environ[ENV]} (from ${ENV})"
+    if gpu_available():
+        return "cuda (PyTorch sees a GPU)"
+    return "sim (PyTorch sees no GPU, so kernels run on the CPU simulator)"
+
+
+def device(backend: str | None = None):
+    """The torch.device that a backend's kernels take tensors on: cuda for `cuda`, cpu for `sim`."""
+    import torch
+
+    return torch.device("cuda" if resolve(backend) == "cuda" else "cpu")

@@ -1,0 +1,215 @@
+"""Benchmarks on the GPU: every variant against eager PyTorch and torch.compile, in one run.
+
+    rows = bench("copy 256 MiB", {"copy1": lambda: ext.copy1(x, y)}, bytes=2 * x.nbytes,
+                 torch_fn=lambda x: x.clone(), args=(x,))
+
+Times are medians of many runs (triton.testing.do_bench when Triton is there, CUDA events
+otherwise) with the L2 cache flushed before each run. The device-to-device copy bandwidth is
+measured in the same run, so every GB/s figure can be read as a fraction of what the memory
+can do; a figure above it is flagged, because it means the byte count or the timing is wrong.
+On the simulator there are no GPU timings, and bench says so.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from . import backend as _backend
+
+NO_GPU = ("No GPU timings: the simulator runs kernels on the CPU, where time says nothing about a GPU. "
+          "On a machine with an NVIDIA GPU this cell prints a table and a chart.")
+
+
+@dataclass
+class Row:
+    """One timed variant."""
+
+    bench: str
+    variant: str
+    ms: float
+    gbps: float | None
+    tflops: float | None
+    of_copy: float | None
+    vs_eager: float | None
+    vs_compile: float | None
+    note: str = ""
+
+
+def _flush_buffer() -> torch.Tensor:
+    return torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+
+def time_ms(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float = 200) -> float:
+    """Median time of fn() in milliseconds, L2 flushed before each run."""
+    try:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    except ImportError:
+        pass
+    cache = _flush_buffer()
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    n = max(5, min(1000, int(rep_ms / max(start.elapsed_time(end), 1e-3))))
+    times = []
+    for _ in range(n):
+        cache.zero_()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+_copy_cache: dict[int, float] = {}
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth in GB/s (bytes read plus bytes written), measured now."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * nbytes / ms / 1e6
+
+
+def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | None = None,
+          flops: int | None = None, torch_fn: Callable | None = None, args: tuple = (),
+          compile: bool = True, copy_gbps: float | None = None, check: Callable[[], bool] | None = None,
+          csv_path: str | os.PathLike | None = None, plot_path: str | os.PathLike | None = None,
+          show: bool = True, backend: str | None = None) -> list[Row]:
+    """Time each variant, eager `torch_fn(*args)` and torch.compile of it; print a table, plot, write CSV.
+
+    bytes: the fewest bytes one call must move (each input read once, each output written once).
+    flops: the floating-point operations of one call (for compute-bound kernels).
+    check: run after timing (a second correctness check); a False result marks the rows.
+    """
+    if _backend.resolve(backend) != "cuda":
+        print(NO_GPU)
+        return []
+    copy = copy_gbps or copy_bandwidth()
+    timed: dict[str, float] = {}
+    if torch_fn is not None:
+        timed["eager"] = time_ms(lambda: torch_fn(*args))
+        if compile:
+            compiled = torch.compile(torch_fn)
+            compiled(*args)
+            timed["torch.compile"] = time_ms(lambda: compiled(*args))
+    for label, fn in variants.items():
+        timed[label] = time_ms(fn)
+    ok = check() if check is not None else True
+    rows = []
+    for label, ms in timed.items():
+        gbps = bytes / ms / 1e6 if bytes else None
+        tflops = flops / ms / 1e9 if flops else None
+        note = ""
+        if gbps and gbps > 1.02 * copy:
+            note = "ABOVE COPY BANDWIDTH: the byte count or the timing is wrong"
+        if not ok:
+            note = (note + "; " if note else "") + "FAILED the check after timing"
+        rows.append(Row(name, label, ms, gbps, tflops, gbps / copy if gbps else None,
+                        timed["eager"] / ms if "eager" in timed else None,
+                        timed["torch.compile"] / ms if "torch.compile" in timed else None, note))
+    if show:
+        print(table(rows, copy))
+    if csv_path:
+        write_csv(rows, csv_path, copy)
+    if plot_path or show:
+        plot(rows, copy, plot_path, show=show)
+    return rows
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def table(rows: list[Row], copy_gbps: float) -> str:
+    """A plain-text table of the rows, with the copy bandwidth they are measured against."""
+    lines = [f"{rows[0].bench if rows else ''}   (device copy: {copy_gbps:.0f} GB/s)",
+             f"{'variant':<22}{'time':>11}{'GB/s':>9}{'TFLOP/s':>9}{'% copy':>8}{'vs eager':>10}{'vs compile':>11}"]
+    for r in rows:
+        lines.append(f"{r.variant:<22}{r.ms * 1000:>9.1f}us{_fmt(r.gbps, '.0f'):>9}{_fmt(r.tflops, '.1f'):>9}"
+                     f"{_fmt(r.of_copy and 100 * r.of_copy, '.0f'):>8}{_fmt(r.vs_eager, '.2f'):>9}x{_fmt(r.vs_compile, '.2f'):>10}x"
+                     + (f"  {r.note}" if r.note else ""))
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[Row], path: str | os.PathLike, copy_gbps: float) -> None:
+    """Append rows to a CSV file (with a header when the file is new)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*asdict(rows[0]).keys(), "copy_gbps", "device"])
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow({**asdict(r), "copy_gbps": round(copy_gbps, 1), "device": torch.cuda.get_device_name()})
+
+
+def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = None, show: bool = True):
+    """A bar chart of GB/s (or TFLOP/s) per variant, with the copy bandwidth as a line."""
+    import matplotlib
+
+    if not show:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    use_bw = any(r.gbps for r in rows)
+    vals = [(r.gbps if use_bw else r.tflops) or 0 for r in rows]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows) + 2), 3.2))
+    colors = ["#999999" if r.variant in ("eager", "torch.compile") else "#3b7dd8" for r in rows]
+    ax.bar([r.variant for r in rows], vals, color=colors)
+    if use_bw:
+        ax.axhline(copy_gbps, color="#d83b3b", linestyle="--", linewidth=1)
+        ax.text(len(rows) - 0.5, copy_gbps, f" copy {copy_gbps:.0f} GB/s", color="#d83b3b", va="bottom", ha="right")
+    ax.set_ylabel("GB/s" if use_bw else "TFLOP/s")
+    ax.set_title(rows[0].bench if rows else "")
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    if show:
+        plt.show()
+    plt.close(fig)
+    return fig
+
+
+def roofline(points: dict[str, tuple[float, float]], peak_tflops: float, bandwidth_gbps: float,
+             path: str | os.PathLike | None = None, show: bool = True):
+    """A roofline: points are name -> (FLOP per byte, achieved TFLOP/s); the roof is min(peak, AI x bandwidth)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ai = [2 ** k for k in range(-6, 10)]
+    ax.loglog(ai, [min(peak_tflops, a * bandwidth_gbps / 1e3) for a in ai], color="#333333")
+    ridge = peak_tflops * 1e3 / bandwidth_gbps
+    ax.axvline(ridge, color="#999999", linestyle=":", linewidth=1)
+    ax.text(ridge, peak_tflops / 8, f" ridge: {ridge:.0f} FLOP/B", color="#666666")
+    for label, (x, y) in points.items():
+        ax.plot([x], [y], "o")
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10))
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title("roofline")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    if show:
+        plt.show()
+    plt.close(fig)
+    return fig

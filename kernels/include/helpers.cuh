@@ -1,0 +1,121 @@
+// helpers.cuh: the one header of helpers every kernel file in this repository includes.
+//
+//   CHECK_CUDA(x), CHECK_CONTIGUOUS(x), CHECK_DTYPE(x, dtype), CHECK_SAME_SHAPE(x, y), CHECK_INPUT(x)
+//       input checks whose errors say what was expected and what came
+//   ceil_div(a, b)            blocks needed to cover a elements, b per block
+//   CHECK_LAUNCH()            the launch error, checked right after a launch
+//   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
+//   TORCH_LIBRARY_EXPAND / TORCH_LIBRARY_IMPL_EXPAND   register ops under this build's own name
+//
+// The same header compiles with nvcc (the cuda backend) and in the CPU simulator (the sim
+// backend, where CUDASIM is defined and "CUDA tensors" are CPU tensors).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cstdint>
+#include <torch/library.h>
+
+// ---------------------------------------------------------------------------------------------
+// Input checks. On a GPU a kernel needs CUDA tensors; the simulator runs the same kernel on CPU
+// tensors, so there "CUDA tensor" means a tensor on the device the simulator uses.
+#ifdef CUDASIM
+#define KERNELS_ON_DEVICE(x) ((x).device().is_cpu())
+#define KERNELS_DEVICE_WORD "a CPU tensor (the simulator runs CUDA kernels on CPU tensors)"
+#else
+#define KERNELS_ON_DEVICE(x) ((x).device().is_cuda())
+#define KERNELS_DEVICE_WORD "a CUDA tensor"
+#endif
+
+#define CHECK_CUDA(x) \
+  TORCH_CHECK(KERNELS_ON_DEVICE(x), #x " must be " KERNELS_DEVICE_WORD ", got a tensor on ", (x).device())
+#define CHECK_CONTIGUOUS(x) \
+  TORCH_CHECK((x).is_contiguous(), #x " must be contiguous, got strides ", (x).strides(), " for sizes ", (x).sizes(), \
+              " (call .contiguous() first)")
+#define CHECK_DTYPE(x, dt) \
+  TORCH_CHECK((x).scalar_type() == (dt), #x " must have dtype ", c10::toString(dt), ", got ", (x).scalar_type())
+#define CHECK_SAME_SHAPE(x, y) \
+  TORCH_CHECK((x).sizes() == (y).sizes(), #x " and " #y " must have the same shape, got ", (x).sizes(), " and ", (y).sizes())
+#define CHECK_SAME_DTYPE(x, y) \
+  TORCH_CHECK((x).scalar_type() == (y).scalar_type(), #x " and " #y " must have the same dtype, got ", \
+              (x).scalar_type(), " and ", (y).scalar_type())
+#define CHECK_DIM(x, d) TORCH_CHECK((x).dim() == (d), #x " must have ", d, " dimensions, got shape ", (x).sizes())
+#define CHECK_INPUT(x) \
+  CHECK_CUDA(x);       \
+  CHECK_CONTIGUOUS(x)
+
+// ---------------------------------------------------------------------------------------------
+// Launch configuration.
+template <typename A, typename B>
+__host__ __device__ constexpr auto ceil_div(A a, B b) {
+  return (a + b - 1) / b;
+}
+
+// A launch is asynchronous: a bad configuration shows up only in the error state, so check it
+// right after the launch. (No cudaDeviceSynchronize here: it would stall the CPU for nothing.)
+#define CHECK_LAUNCH() C10_CUDA_KERNEL_LAUNCH_CHECK()
+
+// A 1-D grid may hold at most 2^31 - 1 blocks.
+#define CHECK_GRID(blocks) \
+  TORCH_CHECK((blocks) <= 2147483647LL, "the input is too large for a 1-D grid: ", (blocks), " blocks needed")
+
+// ---------------------------------------------------------------------------------------------
+// Registering ops. TORCH_LIBRARY turns its namespace argument into a string before macros
+// expand, so TORCH_LIBRARY(TORCH_EXTENSION_NAME, m) would register the literal name
+// "TORCH_EXTENSION_NAME". One more macro layer expands it first, so each build of a file gets
+// its own namespace and an edited exercise can be rebuilt and loaded in the same session.
+#define TORCH_LIBRARY_EXPAND(ns, m) TORCH_LIBRARY(ns, m)
+#define TORCH_LIBRARY_IMPL_EXPAND(ns, k, m) TORCH_LIBRARY_IMPL(ns, k, m)
+
+// ---------------------------------------------------------------------------------------------
+// Warp and block reductions (lesson 06 explains them).
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+// Every lane of a full warp calls this; lane 0 ends with the warp's sum.
+template <typename T>
+__device__ __forceinline__ T warp_reduce_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(FULL_MASK, v, offset);
+  return v;
+}
+
+// Every lane ends with the warp's maximum (a butterfly: xor exchanges keep all lanes equal).
+template <typename T>
+__device__ __forceinline__ T warp_reduce_max(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = max(v, __shfl_xor_sync(FULL_MASK, v, offset));
+  return v;
+}
+
+// Every lane ends with the warp's sum.
+template <typename T>
+__device__ __forceinline__ T warp_allreduce_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(FULL_MASK, v, offset);
+  return v;
+}
+
+// All threads of the block call these (blockDim.x a multiple of 32, at most 1024); every thread
+// gets the block's result. `scratch` is 32 values of shared memory the caller owns.
+template <typename T>
+__device__ __forceinline__ T block_reduce_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_allreduce_sum(v);
+  __syncthreads();  // scratch may still be read by an earlier call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();  // wait until every warp has written its partial sum
+  v = lane < nwarps ? scratch[lane] : T(0);
+  return warp_allreduce_sum(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T block_reduce_max(T v, T* scratch, T lowest) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+  v = warp_reduce_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : lowest;
+  return warp_reduce_max(v);
+}

@@ -1,0 +1,19 @@
+// ATen/cuda/CUDAContext.h for the simulator.
+#pragma once
+#include "cudasim.h"
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+namespace at {
+namespace cuda {
+inline cudaDeviceProp* getCurrentDeviceProperties() {
+  static cudaDeviceProp p;
+  static bool once = (cudaGetDeviceProperties(&p, 0), true);
+  (void)once;
+  return &p;
+}
+inline cudaDeviceProp* getDeviceProperties(c10::DeviceIndex) { return getCurrentDeviceProperties(); }
+inline int warp_size() { return 32; }
+}  // namespace cuda
+}  // namespace at

@@ -1,0 +1,3 @@
+// cuda_runtime.h for the simulator: the whole simulated runtime lives in cudasim.h.
+#pragma once
+#include "cudasim.h"

@@ -1,0 +1,1099 @@
+// cudasim.h: the runtime of the CPU simulator (the `sim` backend).
+//
+// A .cu file is translated (kernels/sim/translate.py rewrites launches and __shared__
+// declarations, nothing else) and compiled as ordinary C++ with this header in front.
+// Every CUDA thread of a block is a fiber with its own stack; one block runs at a time and its
+// fibers switch only at __syncthreads, warp operations, a failed atomicCAS or the end of the
+// thread. That gives CUDA's semantics for everything a correct kernel may rely on, and turns
+// the usual bugs into wrong answers or clear errors instead of lucky passes:
+//   - shared memory is poisoned (all bytes 0xFF, a NaN for floats) at every block start;
+//   - threads can run forward, in reverse or in random order, blocks can be shuffled
+//     (CUDASIM_ORDER=forward|reverse|random, CUDASIM_SHUFFLE_BLOCKS=1, CUDASIM_SEED=n);
+//   - a barrier reached at different places, a warp operation that waits for a lane that never
+//     comes, and a deadlock raise an error naming the kernel, the block and the line.
+// See kernels/sim/README.md for what is supported and what is not.
+#pragma once
+
+#define CUDASIM 1
+#define __CUDASIM__ 1
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <math.h>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+#if !(defined(__x86_64__) && defined(__linux__))
+#define CUDASIM_UCONTEXT 1
+#endif
+#ifdef CUDASIM_UCONTEXT
+#include <ucontext.h>
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Qualifiers: on the CPU every function is host code.
+#define __global__
+#define __device__
+#define __host__
+#define __constant__
+#define __managed__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __align__(n) alignas(n)
+#define __grid_constant__
+
+// ---------------------------------------------------------------------------------------------
+// Vector types, laid out and aligned as CUDA lays them out.
+struct uint3 { unsigned int x, y, z; };
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int x_ = 1, unsigned int y_ = 1, unsigned int z_ = 1) : x(x_), y(y_), z(z_) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+#define CUDASIM_VEC1(T, N, A) struct alignas(A) N##1 { T x; }; \
+  inline N##1 make_##N##1(T x) { return N##1{x}; }
+#define CUDASIM_VEC2(T, N, A) struct alignas(A) N##2 { T x, y; }; \
+  inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define CUDASIM_VEC3(T, N) struct N##3 { T x, y, z; }; \
+  inline N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define CUDASIM_VEC4(T, N, A) struct alignas(A) N##4 { T x, y, z, w; }; \
+  inline N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define CUDASIM_VECS(T, N, S) CUDASIM_VEC1(T, N, S) CUDASIM_VEC2(T, N, 2 * S) \
+  CUDASIM_VEC4(T, N, (4 * S > 16 ? 16 : 4 * S))
+CUDASIM_VECS(signed char, char, 1)
+CUDASIM_VECS(unsigned char, uchar, 1)
+CUDASIM_VECS(short, short, 2)
+CUDASIM_VECS(unsigned short, ushort, 2)
+CUDASIM_VECS(int, int, 4)
+CUDASIM_VECS(unsigned int, uint, 4)
+CUDASIM_VECS(long long, longlong, 8)
+CUDASIM_VECS(unsigned long long, ulonglong, 8)
+CUDASIM_VECS(float, float, 4)
+CUDASIM_VECS(double, double, 8)
+CUDASIM_VEC3(signed char, char) CUDASIM_VEC3(unsigned char, uchar) CUDASIM_VEC3(short, short)
+CUDASIM_VEC3(unsigned short, ushort) CUDASIM_VEC3(int, int) CUDASIM_VEC3(long long, longlong)
+CUDASIM_VEC3(unsigned long long, ulonglong) CUDASIM_VEC3(float, float) CUDASIM_VEC3(double, double)
+inline uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return uint3{x, y, z}; }
+#undef CUDASIM_VEC1
+#undef CUDASIM_VEC2
+#undef CUDASIM_VEC3
+#undef CUDASIM_VEC4
+#undef CUDASIM_VECS
+
+// ---------------------------------------------------------------------------------------------
+// The runtime API subset, with CUDA's error codes and strings.
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDeviceFunction = 98,
+  cudaErrorNoDevice = 100,
+  cudaErrorLaunchOutOfResources = 701,
+  cudaErrorLaunchFailure = 719,
+};
+typedef cudaError_t cudaError;
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+struct CUevent_st;
+typedef CUevent_st* cudaEvent_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                      cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+                         cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
+  int regsPerBlock, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
+  int major, minor, multiProcessorCount, maxThreadsPerMultiProcessor, l2CacheSize;
+};
+
+namespace cudasim {
+
+constexpr size_t kStaticSharedLimit = 48 * 1024;   // without an opt-in, as on every GPU
+constexpr size_t kOptinSharedLimit = 227 * 1024;   // the H100's per-block maximum
+constexpr size_t kCanary = 64;                     // guard bytes after dynamic shared memory
+constexpr unsigned char kPoison = 0xFF;            // a NaN in every float type, -1 in integers
+
+// ---------------------------------------------------------------------------------------------
+// Fibers. On x86-64 Linux a hand-written switch saves the six callee-saved registers (about
+// 17 ns); elsewhere ucontext is used (a system call per switch, about 10x slower).
+#ifndef CUDASIM_UCONTEXT
+__attribute__((naked, noinline)) static void switch_stack(void** save_sp, void* load_sp) {
+  asm volatile(
+      "pushq %rbp\n\t"
+      "pushq %rbx\n\t"
+      "pushq %r12\n\t"
+      "pushq %r13\n\t"
+      "pushq %r14\n\t"
+      "pushq %r15\n\t"
+      "movq %rsp, (%rdi)\n\t"
+      "movq %rsi, %rsp\n\t"
+      "popq %r15\n\t"
+      "popq %r14\n\t"
+      "popq %r13\n\t"
+      "popq %r12\n\t"
+      "popq %rbx\n\t"
+      "popq %rbp\n\t"
+      "ret\n\t");
+}
+#endif
+
+enum class State : unsigned char { Ready, Barrier, Warp, Yield, Done };
+enum class WarpOp : unsigned char { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All,
+                                    ReduceAdd, ReduceMin, ReduceMax, ReduceAnd, ReduceOr, ReduceXor };
+enum class BarKind : unsigned char { Plain, Count, And, Or };
+
+struct Thread {
+  void* sp = nullptr;
+#ifdef CUDASIM_UCONTEXT
+  ucontext_t uc;
+#endif
+  char* stack = nullptr;
+  uint3 idx{0, 0, 0};
+  int linear = 0;
+  State state = State::Ready;
+  // __syncthreads
+  int bar_site = 0;
+  const char* bar_file = nullptr;
+  int bar_line = 0;
+  BarKind bar_kind = BarKind::Plain;
+  int bar_pred = 0;
+  int bar_result = 0;
+  // warp operations
+  WarpOp wop = WarpOp::Sync;
+  unsigned int wmask = 0;
+  int warg = 0, wwidth = 32;
+  unsigned char wval[16];
+  unsigned char wout[16];
+  unsigned long long wres = 0;
+  const char* wfile = nullptr;
+  int wline = 0;
+};
+
+struct SharedSlot {
+  unsigned long long gen;
+  size_t offset;
+};
+
+struct Sim {
+  // the running launch
+  Thread* cur = nullptr;
+  uint3 block_idx{0, 0, 0};
+  dim3 block_dim, grid_dim;
+  const char* kernel = "";
+  const char* launch_file = "";
+  int launch_line = 0;
+  int nthreads = 0;
+  bool running = false;
+  // fibers
+  std::vector<Thread> threads;
+  std::vector<int> runq;
+  size_t runq_head = 0;
+  void* sched_sp = nullptr;
+#ifdef CUDASIM_UCONTEXT
+  ucontext_t sched_uc;
+#endif
+  void (*body)(void*) = nullptr;
+  void* body_ctx = nullptr;
+  std::exception_ptr error;
+  // shared memory
+  std::vector<unsigned char> smem_storage;
+  unsigned char* smem = nullptr;
+  size_t dyn_bytes = 0, static_base = 0, static_used = 0, static_limit = kStaticSharedLimit;
+  unsigned long long block_gen = 0;
+  // knobs
+  int order = 0;  // 0 forward, 1 reverse, 2 random
+  bool shuffle_blocks = false;
+  std::mt19937_64 rng{0};
+  // spinning detection: yields in a row without any thread finishing or passing a barrier
+  unsigned long long idle_yields = 0;
+  // the sticky and the last error, as cudaGetLastError reports them
+  cudaError_t last_error = cudaSuccess;
+  // opt-in dynamic shared memory, recorded by kernel name
+  std::vector<std::pair<std::string, int>> max_dynamic_smem;
+  size_t stack_bytes = 256 * 1024;
+};
+
+inline Sim g;
+
+[[noreturn]] inline void fail(const std::string& what);
+
+inline std::string base_name(const char* path) {
+  if (!path) return "?";
+  const char* slash = std::strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+inline std::string where() {
+  char buf[256];
+  const Thread* t = g.cur;
+  std::snprintf(buf, sizeof buf, " [kernel %s, block (%u,%u,%u)", g.kernel, g.block_idx.x, g.block_idx.y,
+                g.block_idx.z);
+  std::string s = buf;
+  if (t) {
+    std::snprintf(buf, sizeof buf, ", thread (%u,%u,%u)", t->idx.x, t->idx.y, t->idx.z);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, ", launched at %s:%d]", base_name(g.launch_file).c_str(), g.launch_line);
+  return s + buf;
+}
+
+[[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
+
+// Switch from the running fiber back to the scheduler.
+inline void to_scheduler() {
+  Thread* t = g.cur;
+#ifdef CUDASIM_UCONTEXT
+  swapcontext(&t->uc, &g.sched_uc);
+#else
+  switch_stack(&t->sp, g.sched_sp);
+#endif
+}
+
+[[noreturn]] inline void fiber_main() {
+  Thread* t = g.cur;
+  try {
+    g.body(g.body_ctx);
+  } catch (...) {
+    if (!g.error) g.error = std::current_exception();
+  }
+  t->state = State::Done;
+  g.idle_yields = 0;
+  to_scheduler();
+  __builtin_trap();  // a finished fiber is never resumed
+}
+
+#ifdef CUDASIM_UCONTEXT
+inline void fiber_entry_uc() { fiber_main(); }
+#endif
+
+inline void start_fiber(Thread& t) {
+  if (!t.stack) {
+    void* p = mmap(nullptr, g.stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("cudasim: cannot allocate a fiber stack");
+    mprotect(p, 4096, PROT_NONE);  // a guard page: a stack overflow faults instead of corrupting
+    t.stack = static_cast<char*>(p);
+  }
+#ifdef CUDASIM_UCONTEXT
+  getcontext(&t.uc);
+  t.uc.uc_stack.ss_sp = t.stack;
+  t.uc.uc_stack.ss_size = g.stack_bytes;
+  t.uc.uc_link = nullptr;
+  makecontext(&t.uc, fiber_entry_uc, 0);
+#else
+  // Build the frame that switch_stack pops: six registers, then fiber_main as the return
+  // address, then a dummy return address so fiber_main starts with the ABI's alignment.
+  uintptr_t top = (reinterpret_cast<uintptr_t>(t.stack) + g.stack_bytes) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                                          // fiber_main's return address
+  *--sp = reinterpret_cast<void*>(&fiber_main);             // where `ret` goes
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;              // rbp rbx r12 r13 r14 r15
+  t.sp = sp;
+#endif
+}
+
+inline void resume(Thread& t) {
+  g.cur = &t;
+#ifdef CUDASIM_UCONTEXT
+  swapcontext(&g.sched_uc, &t.uc);
+#else
+  switch_stack(&g.sched_sp, t.sp);
+#endif
+  g.cur = nullptr;
+}
+
+inline void make_ready(int id) {
+  g.threads[id].state = State::Ready;
+  g.runq.push_back(id);
+}
+
+// Queue a group of threads in the configured order.
+inline void queue_in_order(std::vector<int>& ids) {
+  if (g.order == 1) std::reverse(ids.begin(), ids.end());
+  if (g.order == 2) std::shuffle(ids.begin(), ids.end(), g.rng);
+  for (int id : ids) make_ready(id);
+}
+
+// ---------------------------------------------------------------------------------------------
+// __syncthreads and its counting variants.
+inline int barrier(BarKind kind, int pred, const char* file, int line, int site) {
+  Thread* t = g.cur;
+  if (!t) fail("__syncthreads() called outside a kernel");
+  t->state = State::Barrier;
+  t->bar_kind = kind;
+  t->bar_pred = pred;
+  t->bar_file = file;
+  t->bar_line = line;
+  t->bar_site = site;
+  to_scheduler();
+  return t->bar_result;
+}
+
+// Called by the scheduler when no thread can run: release a barrier, or explain the deadlock.
+inline void resolve_block() {
+  std::vector<int> at_barrier;
+  const Thread* first = nullptr;
+  int warp_waiting = -1;
+  for (auto& t : g.threads) {
+    if (t.state == State::Barrier) {
+      at_barrier.push_back(t.linear);
+      if (!first) first = &t;
+    } else if (t.state == State::Warp && warp_waiting < 0) {
+      warp_waiting = t.linear;
+    }
+  }
+  if (warp_waiting >= 0) {
+    Thread& w = g.threads[warp_waiting];
+    g.cur = &w;
+    char buf[512];
+    int warp = w.linear / 32;
+    std::string missing;
+    for (int lane = 0; lane < 32; ++lane) {
+      int id = warp * 32 + lane;
+      if (!(w.wmask >> lane & 1u) || id >= g.nthreads) continue;
+      const Thread& o = g.threads[id];
+      if (o.state == State::Warp && o.wmask == w.wmask) continue;
+      char b[96];
+      std::snprintf(b, sizeof b, "%slane %d (%s)", missing.empty() ? "" : ", ", lane,
+                    o.state == State::Barrier ? "waiting at __syncthreads" : o.state == State::Warp ?
+                    "in a warp operation with another mask" : "exited");
+      missing += b;
+    }
+    std::snprintf(buf, sizeof buf,
+                  "deadlock: a warp operation at %s:%d with mask 0x%08x waits for %s; every lane named "
+                  "in the mask must reach a warp operation with the same mask",
+                  base_name(w.wfile).c_str(), w.wline, w.wmask, missing.c_str());
+    fail(buf);
+  }
+  if (at_barrier.empty()) return;
+  for (int id : at_barrier) {
+    const Thread& t = g.threads[id];
+    if (t.bar_site != first->bar_site || t.bar_kind != first->bar_kind) {
+      g.cur = &g.threads[id];
+      char buf[400];
+      std::snprintf(buf, sizeof buf,
+                    "divergent __syncthreads: thread (%u,%u,%u) waits at %s:%d while thread (%u,%u,%u) "
+                    "waits at %s:%d; every thread of a block must reach the same barrier",
+                    first->idx.x, first->idx.y, first->idx.z, base_name(first->bar_file).c_str(),
+                    first->bar_line, t.idx.x, t.idx.y, t.idx.z, base_name(t.bar_file).c_str(), t.bar_line);
+      fail(buf);
+    }
+  }
+  int count = 0;
+  for (int id : at_barrier) count += g.threads[id].bar_pred != 0;
+  int n = static_cast<int>(at_barrier.size());
+  int result = first->bar_kind == BarKind::Count ? count
+             : first->bar_kind == BarKind::And   ? (count == n)
+             : first->bar_kind == BarKind::Or    ? (count > 0) : 0;
+  for (int id : at_barrier) g.threads[id].bar_result = result;
+  g.idle_yields = 0;
+  queue_in_order(at_barrier);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warp operations: the lanes named in the mask meet; the last to arrive computes every lane's
+// result. Lanes that do not exist (a partial last warp) or have exited are not waited for, and
+// a value read from them is poison.
+inline int lane_id() { return g.cur->linear & 31; }
+
+inline void complete_warp(int warp, unsigned mask) {
+  int ids[32];
+  unsigned present = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    int id = warp * 32 + lane;
+    ids[lane] = id;
+    if ((mask >> lane & 1u) && id < g.nthreads && g.threads[id].state == State::Warp &&
+        g.threads[id].wmask == mask)
+      present |= 1u << lane;
+  }
+  const Thread& any = g.threads[ids[__builtin_ctz(present)]];
+  WarpOp op = any.wop;
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(present >> lane & 1u)) continue;
+    const Thread& t = g.threads[ids[lane]];
+    if (t.wop != op) {
+      g.cur = &g.threads[ids[lane]];
+      fail("lanes of one warp met in different warp operations (for example __shfl_sync and __ballot_sync) "
+           "with the same mask");
+    }
+  }
+  unsigned long long ballot = 0;
+  int pcount = 0;
+  long long radd = 0, rmin = LLONG_MAX, rmax = LLONG_MIN;
+  unsigned rand_ = ~0u, ror = 0, rxor = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(present >> lane & 1u)) continue;
+    const Thread& t = g.threads[ids[lane]];
+    int v = t.warg;
+    if (v) ballot |= 1ull << lane;
+    pcount += 1;
+    radd += static_cast<unsigned>(v);
+    rmin = std::min<long long>(rmin, v);
+    rmax = std::max<long long>(rmax, v);
+    rand_ &= static_cast<unsigned>(v);
+    ror |= static_cast<unsigned>(v);
+    rxor ^= static_cast<unsigned>(v);
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(present >> lane & 1u)) continue;
+    Thread& t = g.threads[ids[lane]];
+    switch (op) {
+      case WarpOp::Sync: break;
+      case WarpOp::Ballot: t.wres = ballot; break;
+      case WarpOp::Any: t.wres = ballot != 0; break;
+      case WarpOp::All: t.wres = static_cast<int>(__builtin_popcountll(ballot)) == pcount; break;
+      case WarpOp::ReduceAdd: t.wres = static_cast<unsigned>(radd); break;
+      case WarpOp::ReduceMin: t.wres = static_cast<unsigned long long>(rmin); break;
+      case WarpOp::ReduceMax: t.wres = static_cast<unsigned long long>(rmax); break;
+      case WarpOp::ReduceAnd: t.wres = rand_; break;
+      case WarpOp::ReduceOr: t.wres = ror; break;
+      case WarpOp::ReduceXor: t.wres = rxor; break;
+      default: {
+        int w = t.wwidth;
+        int base = lane & ~(w - 1);
+        int src = lane;
+        if (op == WarpOp::ShflIdx) src = base + (t.warg & (w - 1));
+        if (op == WarpOp::ShflUp) src = (lane - t.warg >= base) ? lane - t.warg : lane;
+        if (op == WarpOp::ShflDown) src = (lane + t.warg < base + w) ? lane + t.warg : lane;
+        if (op == WarpOp::ShflXor) src = ((lane ^ t.warg) < base + w) ? (lane ^ t.warg) : lane;
+        if (src >= 0 && src < 32 && (present >> src & 1u))
+          std::memcpy(t.wout, g.threads[ids[src]].wval, sizeof t.wout);
+        else
+          std::memset(t.wout, kPoison, sizeof t.wout);
+      }
+    }
+  }
+  std::vector<int> wake;
+  for (int lane = 0; lane < 32; ++lane)
+    if ((present >> lane & 1u) && &g.threads[ids[lane]] != g.cur) wake.push_back(ids[lane]);
+  queue_in_order(wake);
+}
+
+inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int arg, int width,
+                    const char* file, int line) {
+  Thread* t = g.cur;
+  if (!t) fail("warp operation called outside a kernel");
+  int lane = t->linear & 31;
+  if (!(mask >> lane & 1u)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "warp operation at %s:%d: the calling lane %d is not in its mask 0x%08x",
+                  base_name(file).c_str(), line, lane, mask);
+    fail(buf);
+  }
+  if (width <= 0 || width > 32 || (width & (width - 1))) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "shuffle at %s:%d: width %d must be a power of two from 1 to 32",
+                  base_name(file).c_str(), line, width);
+    fail(buf);
+  }
+  t->wop = op;
+  t->wmask = mask;
+  t->warg = arg;
+  t->wwidth = width;
+  t->wfile = file;
+  t->wline = line;
+  std::memset(t->wval, 0, sizeof t->wval);
+  if (val) std::memcpy(t->wval, val, size);
+  t->state = State::Warp;
+  // Have all lanes of the mask that are still alive arrived?
+  int warp = t->linear / 32;
+  bool all = true;
+  for (int l = 0; l < 32 && all; ++l) {
+    int id = warp * 32 + l;
+    if (!(mask >> l & 1u) || id >= g.nthreads) continue;
+    const Thread& o = g.threads[id];
+    if (o.state == State::Done) continue;
+    if (!(o.state == State::Warp && o.wmask == mask)) all = false;
+  }
+  if (all) {
+    complete_warp(warp, mask);
+    t->state = State::Ready;
+    g.idle_yields = 0;
+    return;
+  }
+  to_scheduler();
+}
+
+// Called by the scheduler before it gives up: lanes that exited may have been the last ones
+// a warp operation was waiting for.
+inline bool complete_pending_warps() {
+  bool progress = false;
+  for (auto& t : g.threads) {
+    if (t.state != State::Warp) continue;
+    int warp = t.linear / 32;
+    bool all = true;
+    for (int l = 0; l < 32 && all; ++l) {
+      int id = warp * 32 + l;
+      if (!(t.wmask >> l & 1u) || id >= g.nthreads) continue;
+      const Thread& o = g.threads[id];
+      if (o.state == State::Done) continue;
+      if (!(o.state == State::Warp && o.wmask == t.wmask)) all = false;
+    }
+    if (all) {
+      Thread* saved = g.cur;
+      g.cur = &t;
+      complete_warp(warp, t.wmask);
+      g.cur = saved;
+      make_ready(t.linear);
+      progress = true;
+    }
+  }
+  return progress;
+}
+
+// A thread that spins (a failed atomicCAS, __nanosleep) lets the others run.
+inline void yield_thread() {
+  Thread* t = g.cur;
+  if (!t) return;
+  if (++g.idle_yields > 50'000'000ull)
+    fail("the kernel seems to spin forever: no thread has finished or passed a barrier in 50 million "
+         "yields (is it waiting for another block? blocks run one at a time here)");
+  t->state = State::Yield;
+  to_scheduler();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory.
+template <class T, size_t Align>
+inline T& shared_var(SharedSlot& slot, const char* name) {
+  if (!g.running) fail(std::string("__shared__ variable '") + name + "' used outside a kernel");
+  if (slot.gen != g.block_gen) {
+    size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
+    size_t off = (g.static_used + align - 1) / align * align;
+    if (off + sizeof(T) > g.static_limit) {
+      char buf[300];
+      std::snprintf(buf, sizeof buf,
+                    "static __shared__ memory exceeds the limit: '%s' needs %zu bytes at offset %zu, the "
+                    "limit is %zu bytes (48 KB; larger tiles need dynamic shared memory and "
+                    "cudaFuncSetAttribute)", name, sizeof(T), off, g.static_limit);
+      fail(buf);
+    }
+    g.static_used = off + sizeof(T);
+    slot.offset = g.static_base + off;
+    slot.gen = g.block_gen;
+    std::memset(g.smem + slot.offset, kPoison, sizeof(T));
+  }
+  return *reinterpret_cast<T*>(g.smem + slot.offset);
+}
+
+template <class T>
+inline T* dynamic_shared() {
+  if (!g.running) fail("extern __shared__ memory used outside a kernel");
+  return reinterpret_cast<T*>(g.smem);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launch.
+struct Config {
+  dim3 grid, block;
+  size_t smem = 0;
+  bool bad_grid = false;
+};
+
+template <class G>
+inline dim3 to_dim3(const G& v, bool& bad) {
+  if constexpr (std::is_integral_v<G> || std::is_enum_v<G>) {
+    long long x = static_cast<long long>(v);
+    if (x < 0 || x > 0xFFFFFFFFll) { bad = true; return dim3(0); }
+    return dim3(static_cast<unsigned>(x));
+  } else {
+    return dim3(v);
+  }
+}
+
+template <class G, class B>
+inline Config config(const G& grid, const B& block, size_t smem = 0, cudaStream_t = nullptr) {
+  Config c;
+  c.grid = to_dim3(grid, c.bad_grid);
+  c.block = to_dim3(block, c.bad_grid);
+  c.smem = smem;
+  return c;
+}
+template <class G, class B, class S>
+inline Config config(const G& grid, const B& block, S smem, cudaStream_t stream = nullptr) {
+  if constexpr (std::is_integral_v<S>) {
+    return config<G, B>(grid, block, static_cast<size_t>(smem), stream);
+  } else {
+    return config<G, B>(grid, block, size_t(0), stream);
+  }
+}
+
+inline std::string strip_name(const std::string& s) {
+  std::string out;
+  int depth = 0;
+  for (char ch : s) {
+    if (ch == '<') ++depth;
+    else if (ch == '>') --depth;
+    else if (depth == 0 && ch != ' ' && ch != '\n' && ch != '\t') out += ch;
+  }
+  size_t colon = out.rfind("::");
+  return colon == std::string::npos ? out : out.substr(colon + 2);
+}
+
+inline int opt_in_limit(const char* kernel) {
+  std::string k = strip_name(kernel);
+  for (auto& e : g.max_dynamic_smem)
+    if (e.first == k) return e.second;
+  return -1;
+}
+
+inline void read_knobs() {
+  const char* o = std::getenv("CUDASIM_ORDER");
+  g.order = 0;
+  if (o && std::strcmp(o, "reverse") == 0) g.order = 1;
+  if (o && std::strcmp(o, "random") == 0) g.order = 2;
+  const char* sb = std::getenv("CUDASIM_SHUFFLE_BLOCKS");
+  g.shuffle_blocks = sb && *sb && std::strcmp(sb, "0") != 0;
+  const char* seed = std::getenv("CUDASIM_SEED");
+  static unsigned long long launches = 0;
+  g.rng.seed(seed ? std::strtoull(seed, nullptr, 10) + launches : 0x5eed + launches);
+  ++launches;
+}
+
+inline cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) g.last_error = e;
+  return e;
+}
+
+inline void run_block(unsigned bx, unsigned by, unsigned bz) {
+  g.block_idx = uint3{bx, by, bz};
+  g.block_gen += 1;
+  g.static_used = 0;
+  std::memset(g.smem, kPoison, g.dyn_bytes + kCanary);
+  g.runq.clear();
+  g.runq_head = 0;
+  std::vector<int> all(g.nthreads);
+  for (int i = 0; i < g.nthreads; ++i) {
+    Thread& t = g.threads[i];
+    t.linear = i;
+    t.idx = uint3{i % g.block_dim.x, (i / g.block_dim.x) % g.block_dim.y, i / (g.block_dim.x * g.block_dim.y)};
+    start_fiber(t);
+    all[i] = i;
+  }
+  queue_in_order(all);
+  for (;;) {
+    while (g.runq_head < g.runq.size()) {
+      int id = g.runq[g.runq_head++];
+      Thread& t = g.threads[id];
+      if (t.state != State::Ready) continue;
+      resume(t);
+      if (g.error) return;
+      if (t.state == State::Yield) make_ready(id);
+    }
+    g.runq.clear();
+    g.runq_head = 0;
+    if (complete_pending_warps()) continue;
+    bool done = true;
+    for (auto& t : g.threads) done &= t.state == State::Done;
+    if (done) break;
+    resolve_block();
+    if (g.runq.empty()) fail("deadlock: no thread can run");
+  }
+  for (size_t i = 0; i < kCanary; ++i)
+    if (g.smem[g.dyn_bytes + i] != kPoison) {
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "a write past the end of dynamic shared memory (%zu bytes requested at "
+                    "launch) at byte %zu", g.dyn_bytes, g.dyn_bytes + i);
+      fail(buf);
+    }
+}
+
+template <class Body>
+inline void body_trampoline(void* ctx) { (*static_cast<Body*>(ctx))(); }
+
+// Run a whole grid now (launches are synchronous here) and record errors as CUDA does.
+template <class K, class... Args>
+void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
+  g.last_error = cudaSuccess;
+  const dim3 gr = c.grid, bl = c.block;
+  unsigned long long threads = 1ull * bl.x * bl.y * bl.z;
+  if (c.bad_grid || gr.x == 0 || gr.y == 0 || gr.z == 0 || threads == 0 || gr.x > 0x7FFFFFFFu ||
+      gr.y > 65535 || gr.z > 65535 || bl.x > 1024 || bl.y > 1024 || bl.z > 64 || threads > 1024) {
+    record(cudaErrorInvalidConfiguration);
+    return;
+  }
+  int opt = opt_in_limit(kernel);
+  size_t dyn_limit = opt >= 0 ? static_cast<size_t>(opt) : kStaticSharedLimit;
+  if (c.smem > dyn_limit || c.smem > kOptinSharedLimit) {
+    record(cudaErrorInvalidValue);
+    return;
+  }
+  if (g.running) fail("a kernel launched another kernel (dynamic parallelism is not simulated)");
+  read_knobs();
+  auto packed = std::make_tuple(std::decay_t<Args>(args)...);
+  auto body = [&]() {
+    auto mine = packed;  // every thread gets its own copy of the parameters, as on the GPU
+    std::apply(call, mine);
+  };
+  g.kernel = kernel;
+  g.launch_file = file;
+  g.launch_line = line;
+  g.grid_dim = gr;
+  g.block_dim = bl;
+  g.nthreads = static_cast<int>(threads);
+  if (g.threads.size() < threads) g.threads.resize(threads);
+  g.dyn_bytes = (c.smem + 15) / 16 * 16;
+  g.static_base = (g.dyn_bytes + kCanary + 127) / 128 * 128;
+  g.static_limit = opt >= 0 ? std::max<size_t>(kStaticSharedLimit, static_cast<size_t>(opt))
+                            : kStaticSharedLimit;
+  size_t need = g.static_base + kOptinSharedLimit + 128;
+  if (g.smem_storage.size() < need) g.smem_storage.resize(need);
+  g.smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(g.smem_storage.data()) + 127) & ~uintptr_t(127));
+  g.body = &body_trampoline<decltype(body)>;
+  g.body_ctx = &body;
+  g.error = nullptr;
+  g.idle_yields = 0;
+  g.running = true;
+  std::vector<unsigned long long> blocks;
+  unsigned long long nblocks = 1ull * gr.x * gr.y * gr.z;
+  if (g.shuffle_blocks) {
+    blocks.resize(nblocks);
+    for (unsigned long long i = 0; i < nblocks; ++i) blocks[i] = i;
+    std::shuffle(blocks.begin(), blocks.end(), g.rng);
+  }
+  try {
+    for (unsigned long long b = 0; b < nblocks; ++b) {
+      unsigned long long lin = g.shuffle_blocks ? blocks[b] : b;
+      run_block(static_cast<unsigned>(lin % gr.x), static_cast<unsigned>((lin / gr.x) % gr.y),
+                static_cast<unsigned>(lin / (1ull * gr.x * gr.y)));
+      if (g.error) break;
+    }
+  } catch (...) {
+    g.running = false;
+    g.cur = nullptr;
+    throw;
+  }
+  g.running = false;
+  g.cur = nullptr;
+  if (g.error) {
+    std::exception_ptr e = g.error;
+    g.error = nullptr;
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::string msg = ex.what();
+      if (msg.rfind("cudasim:", 0) == 0) throw;  // already says where
+      throw std::runtime_error("cudasim: exception in kernel " + std::string(kernel) + ": " + msg);
+    }
+  }
+}
+
+inline cudaError_t func_set_attribute(const char* name, int attr, int value) {
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    if (value < 0 || static_cast<size_t>(value) > kOptinSharedLimit) return record(cudaErrorInvalidValue);
+    std::string k = strip_name(name);
+    for (auto& e : g.max_dynamic_smem)
+      if (e.first == k) { e.second = value; return cudaSuccess; }
+    g.max_dynamic_smem.emplace_back(k, value);
+  }
+  return cudaSuccess;
+}
+
+// Reinterpret helpers for warp operations on any 1- to 16-byte value.
+template <class T>
+inline T shuffle(WarpOp op, unsigned mask, T var, int arg, int width, const char* file, int line) {
+  static_assert(sizeof(T) <= 16 && std::is_trivially_copyable_v<T>, "shuffles move values of at most 16 bytes");
+  warp_op(op, mask, &var, sizeof(T), arg, width, file, line);
+  T out;
+  std::memcpy(&out, g.cur->wout, sizeof(T));
+  return out;
+}
+
+}  // namespace cudasim
+
+// ---------------------------------------------------------------------------------------------
+// Built-in variables.
+#define threadIdx (::cudasim::g.cur->idx)
+#define blockIdx (::cudasim::g.block_idx)
+#define blockDim (::cudasim::g.block_dim)
+#define gridDim (::cudasim::g.grid_dim)
+constexpr int warpSize = 32;
+
+// Barriers and warp operations carry their source line for error messages.
+#define __syncthreads() ::cudasim::barrier(::cudasim::BarKind::Plain, 0, __FILE__, __LINE__, __COUNTER__)
+#define __syncthreads_count(p) ::cudasim::barrier(::cudasim::BarKind::Count, (p) != 0, __FILE__, __LINE__, __COUNTER__)
+#define __syncthreads_and(p) ::cudasim::barrier(::cudasim::BarKind::And, (p) != 0, __FILE__, __LINE__, __COUNTER__)
+#define __syncthreads_or(p) ::cudasim::barrier(::cudasim::BarKind::Or, (p) != 0, __FILE__, __LINE__, __COUNTER__)
+#define __syncwarp(...) ::cudasim::syncwarp_(__FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_sync(m, v, s, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflIdx, m, v, s, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_up_sync(m, v, d, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflUp, m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_down_sync(m, v, d, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflDown, m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __shfl_xor_sync(m, v, d, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflXor, m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
+#define __ballot_sync(m, p) static_cast<unsigned>(::cudasim::vote_(::cudasim::WarpOp::Ballot, m, p, __FILE__, __LINE__))
+#define __any_sync(m, p) static_cast<int>(::cudasim::vote_(::cudasim::WarpOp::Any, m, p, __FILE__, __LINE__))
+#define __all_sync(m, p) static_cast<int>(::cudasim::vote_(::cudasim::WarpOp::All, m, p, __FILE__, __LINE__))
+#define __reduce_add_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceAdd, m, v, __FILE__, __LINE__)
+#define __reduce_min_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceMin, m, v, __FILE__, __LINE__)
+#define __reduce_max_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceMax, m, v, __FILE__, __LINE__)
+#define __reduce_and_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceAnd, m, v, __FILE__, __LINE__)
+#define __reduce_or_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceOr, m, v, __FILE__, __LINE__)
+#define __reduce_xor_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceXor, m, v, __FILE__, __LINE__)
+#define cudaFuncSetAttribute(f, attr, v) ::cudasim::func_set_attribute(#f, attr, v)
+
+namespace cudasim {
+inline void syncwarp_(const char* file, int line, unsigned mask = 0xffffffffu) {
+  warp_op(WarpOp::Sync, mask, nullptr, 0, 0, 32, file, line);
+}
+template <class T>
+inline T shfl_(WarpOp op, unsigned mask, T var, int arg, const char* file, int line, int width = 32) {
+  return shuffle<T>(op, mask, var, arg, width, file, line);
+}
+inline unsigned long long vote_(WarpOp op, unsigned mask, int pred, const char* file, int line) {
+  warp_op(op, mask, nullptr, 0, pred != 0, 32, file, line);
+  return g.cur->wres;
+}
+template <class T>
+inline T reduce_(WarpOp op, unsigned mask, T v, const char* file, int line) {
+  static_assert(std::is_integral_v<T> && sizeof(T) == 4, "__reduce_*_sync takes int or unsigned");
+  warp_op(op, mask, nullptr, 0, static_cast<int>(v), 32, file, line);
+  return static_cast<T>(g.cur->wres);
+}
+}  // namespace cudasim
+
+// An approximation (documented): the lanes of the caller's warp that exist and have not exited.
+inline unsigned __activemask() {
+  const auto& g = ::cudasim::g;
+  unsigned m = 0;
+  int warp = g.cur->linear / 32;
+  for (int l = 0; l < 32; ++l) {
+    int id = warp * 32 + l;
+    if (id < g.nthreads && g.threads[id].state != ::cudasim::State::Done) m |= 1u << l;
+  }
+  return m;
+}
+inline unsigned __lanemask_lt() { return (1u << (::cudasim::lane_id())) - 1u; }
+
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline void __threadfence_system() {}
+inline void __nanosleep(unsigned) { ::cudasim::yield_thread(); }
+inline long long clock64() {
+  static long long c = 0;
+  return c += 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Atomics: fibers never switch inside one, so a plain read-modify-write is atomic here.
+#define CUDASIM_ATOMIC(name, expr)                                                             \
+  template <class T, class U>                                                                  \
+  inline T name(T* p, U v_) {                                                                  \
+    T v = static_cast<T>(v_);                                                                  \
+    T old = *p;                                                                                \
+    *p = (expr);                                                                               \
+    return old;                                                                                \
+  }                                                                                            \
+  template <class T, class U> inline T name##_block(T* p, U v) { return name(p, v); }          \
+  template <class T, class U> inline T name##_system(T* p, U v) { return name(p, v); }
+CUDASIM_ATOMIC(atomicAdd, old + v)
+CUDASIM_ATOMIC(atomicSub, old - v)
+CUDASIM_ATOMIC(atomicExch, v)
+CUDASIM_ATOMIC(atomicMax, (old < v ? v : old))
+CUDASIM_ATOMIC(atomicMin, (v < old ? v : old))
+CUDASIM_ATOMIC(atomicAnd, old & v)
+CUDASIM_ATOMIC(atomicOr, old | v)
+CUDASIM_ATOMIC(atomicXor, old ^ v)
+#undef CUDASIM_ATOMIC
+inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned o = *p; *p = (o >= v) ? 0 : o + 1; return o; }
+inline unsigned atomicDec(unsigned* p, unsigned v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
+template <class T>
+inline T atomicCAS(T* p, T compare, T val) {
+  T old = *p;
+  if (old == compare) *p = val;
+  else ::cudasim::yield_thread();  // a failed compare-and-swap is usually a spin: let others run
+  return old;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Math: the float library comes from <math.h>; these are CUDA's intrinsics and extras.
+inline float __expf(float x) { return expf(x); }
+inline float __exp10f(float x) { return powf(10.0f, x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float fdividef(float x, float y) { return x / y; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline float exp10f(float x) { return powf(10.0f, x); }
+inline float normcdff(float x) { return 0.5f * erfcf(-x * 0.70710678118654752f); }
+inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline int __float_as_int(float v) { int i; std::memcpy(&i, &v, 4); return i; }
+inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline unsigned __float_as_uint(float v) { unsigned i; std::memcpy(&i, &v, 4); return i; }
+inline double __longlong_as_double(long long v) { double d; std::memcpy(&d, &v, 8); return d; }
+inline long long __double_as_longlong(double v) { long long i; std::memcpy(&i, &v, 8); return i; }
+inline int __float2int_rn(float x) { return static_cast<int>(nearbyintf(x)); }
+inline int __float2int_rz(float x) { return static_cast<int>(x); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+  unsigned r = 0;
+  for (int i = 0; i < 32; ++i) r |= ((x >> i) & 1u) << (31 - i);
+  return r;
+}
+inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((1ull * a * b) >> 32); }
+inline int __mulhi(int a, int b) { return static_cast<int>((1ll * a * b) >> 32); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline T __ldcs(const T* p) { return *p; }
+template <class T> inline T __ldlu(const T* p) { return *p; }
+template <class T> inline void __stcg(T* p, T v) { *p = v; }
+template <class T> inline void __stcs(T* p, T v) { *p = v; }
+template <class T> inline void __stwt(T* p, T v) { *p = v; }
+
+// CUDA's min/max overloads for integers and floats (the device math library has these).
+#define CUDASIM_MINMAX(T)                                           \
+  inline T min(T a, T b) { return b < a ? b : a; }                  \
+  inline T max(T a, T b) { return a < b ? b : a; }
+CUDASIM_MINMAX(int)
+CUDASIM_MINMAX(unsigned int)
+CUDASIM_MINMAX(long)
+CUDASIM_MINMAX(unsigned long)
+CUDASIM_MINMAX(long long)
+CUDASIM_MINMAX(unsigned long long)
+#undef CUDASIM_MINMAX
+inline float min(float a, float b) { return fminf(a, b); }
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+inline double min(float a, double b) { return fmin(a, b); }
+inline double min(double a, float b) { return fmin(a, b); }
+inline double max(float a, double b) { return fmax(a, b); }
+inline double max(double a, float b) { return fmax(a, b); }
+
+// ---------------------------------------------------------------------------------------------
+// The host API subset.
+inline cudaError_t cudaGetLastError() {
+  cudaError_t e = ::cudasim::g.last_error;
+  ::cudasim::g.last_error = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return ::cudasim::g.last_error; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "cudasim (CPU simulator)");
+  p->totalGlobalMem = 1ull << 34;
+  p->sharedMemPerBlock = ::cudasim::kStaticSharedLimit;
+  p->sharedMemPerBlockOptin = ::cudasim::kOptinSharedLimit;
+  p->sharedMemPerMultiprocessor = 228 * 1024;
+  p->regsPerBlock = 65536;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
+  p->major = 9; p->minor = 0;
+  p->multiProcessorCount = 132;
+  p->maxThreadsPerMultiProcessor = 2048;
+  p->l2CacheSize = 50 * 1024 * 1024;
+  return cudaSuccess;
+}
+enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMemoryPerBlock = 8,
+                      cudaDevAttrWarpSize = 10, cudaDevAttrMultiProcessorCount = 16,
+                      cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+  switch (a) {
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = static_cast<int>(::cudasim::kStaticSharedLimit); break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = static_cast<int>(::cudasim::kOptinSharedLimit); break;
+  }
+  return cudaSuccess;
+}
+inline cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return *p ? cudaSuccess : ::cudasim::record(cudaErrorMemoryAllocation);
+}
+template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
+inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
+  return cudaMemcpy(d, s, n, k);
+}
+inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(d, v, n); }
+template <class T>
+inline cudaError_t cudaMemcpyToSymbol(T& sym, const void* src, size_t n, size_t off = 0,
+                                      cudaMemcpyKind = cudaMemcpyHostToDevice) {
+  std::memcpy(reinterpret_cast<char*>(&sym) + off, src, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"
