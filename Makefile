@@ -44,7 +44,7 @@ lessons: setup
 	$(PYTHON) -m kernels.run_notebooks lessons solutions
 
 lab: setup
-	$(PYTHON) -m jupyter lab lessons/
+	$(PYTHON) -m jupyter lab --ServerApp.root_dir=lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 test: setup
 	$(PYTEST) tests

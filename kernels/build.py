@@ -156,7 +156,10 @@ def _compiler_errors(log: str, limit: int = 25) -> str:
             keep.extend(lines[i:i + 3])
         if len(keep) >= limit:
             break
-    return "\n".join(dict.fromkeys(keep)) or "\n".join(lines[-limit:])
+    text = "\n".join(dict.fromkeys(keep)) or "\n".join(lines[-limit:])
+    for base in (Path.cwd(), ROOT):  # the learner's paths, not the machine's
+        text = text.replace(str(base) + os.sep, "")
+    return text
 
 
 def _import_so(name: str, so: Path, pybind: bool, entry: Path, backend: str):

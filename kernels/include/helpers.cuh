@@ -15,6 +15,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cstdint>
+#include <string>
 #include <torch/library.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -28,19 +29,29 @@
 #define KERNELS_DEVICE_WORD "a CUDA tensor"
 #endif
 
+// A tensor's shape as "[2, 3]". Streaming sizes() straight into TORCH_CHECK crashed in nvcc
+// builds against some torch releases, so the messages format shapes themselves.
+inline std::string shape_str(c10::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+
 #define CHECK_CUDA(x) \
   TORCH_CHECK(KERNELS_ON_DEVICE(x), #x " must be " KERNELS_DEVICE_WORD ", got a tensor on ", (x).device())
-#define CHECK_CONTIGUOUS(x) \
-  TORCH_CHECK((x).is_contiguous(), #x " must be contiguous, got strides ", (x).strides(), " for sizes ", (x).sizes(), \
-              " (call .contiguous() first)")
+#define CHECK_CONTIGUOUS(x)                                                                                \
+  TORCH_CHECK((x).is_contiguous(), #x " must be contiguous, got strides ", shape_str((x).strides()),        \
+              " for shape ", shape_str((x).sizes()), " (call .contiguous() first)")
 #define CHECK_DTYPE(x, dt) \
   TORCH_CHECK((x).scalar_type() == (dt), #x " must have dtype ", c10::toString(dt), ", got ", (x).scalar_type())
-#define CHECK_SAME_SHAPE(x, y) \
-  TORCH_CHECK((x).sizes() == (y).sizes(), #x " and " #y " must have the same shape, got ", (x).sizes(), " and ", (y).sizes())
+#define CHECK_SAME_SHAPE(x, y)                                                                     \
+  TORCH_CHECK((x).sizes() == (y).sizes(), #x " and " #y " must have the same shape, got ",           \
+              shape_str((x).sizes()), " and ", shape_str((y).sizes()))
 #define CHECK_SAME_DTYPE(x, y) \
   TORCH_CHECK((x).scalar_type() == (y).scalar_type(), #x " and " #y " must have the same dtype, got ", \
               (x).scalar_type(), " and ", (y).scalar_type())
-#define CHECK_DIM(x, d) TORCH_CHECK((x).dim() == (d), #x " must have ", d, " dimensions, got shape ", (x).sizes())
+#define CHECK_DIM(x, d) \
+  TORCH_CHECK((x).dim() == (d), #x " must have ", d, " dimensions, got shape ", shape_str((x).sizes()))
 #define CHECK_INPUT(x) \
   CHECK_CUDA(x);       \
   CHECK_CONTIGUOUS(x)

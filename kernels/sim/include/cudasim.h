@@ -753,8 +753,13 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
   g.last_error = cudaSuccess;
   const dim3 gr = c.grid, bl = c.block;
   unsigned long long threads = 1ull * bl.x * bl.y * bl.z;
-  if (c.bad_grid || gr.x == 0 || gr.y == 0 || gr.z == 0 || threads == 0 || gr.x > 0x7FFFFFFFu ||
-      gr.y > 65535 || gr.z > 65535 || bl.x > 1024 || bl.y > 1024 || bl.z > 64 || threads > 1024) {
+  // As on the GPU: an empty grid or block is an invalid argument, one too large an invalid configuration.
+  if (gr.x == 0 || gr.y == 0 || gr.z == 0 || threads == 0) {
+    record(cudaErrorInvalidValue);
+    return;
+  }
+  if (c.bad_grid || gr.x > 0x7FFFFFFFu || gr.y > 65535 || gr.z > 65535 || bl.x > 1024 || bl.y > 1024 || bl.z > 64 ||
+      threads > 1024) {
     record(cudaErrorInvalidConfiguration);
     return;
   }

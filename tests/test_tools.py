@@ -1,0 +1,105 @@
+"""make doctor, make lab, make check and the benchmark's behaviour without a GPU."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def test_doctor_reports_what_a_bug_report_needs():
+    out = subprocess.run([sys.executable, "-m", "kernels.doctor"], cwd=ROOT, env=ENV, capture_output=True,
+                         text=True, timeout=120).stdout
+    for field in ("python", "torch", "GPU", "nvcc", "ninja", "C++ compiler", "backend", "build cache", "`kernels` name"):
+        assert f"{field}:" in out
+    assert str(ROOT.parent) not in out  # no machine paths
+
+
+def test_doctor_notices_the_unrelated_kernels_package(monkeypatch):
+    import importlib.metadata
+
+    from kernels import doctor
+
+    class Dist:
+        version = "0.4.0"
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist())
+    assert "unrelated PyPI package 'kernels'" in doctor.kernels_clash()
+
+
+def test_kernels_is_this_repositorys_toolkit():
+    import kernels
+
+    assert kernels.TOOLKIT == "cuda-kernels-for-pytorch"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_make_lab_starts_a_server_that_lists_the_lessons_and_stops():
+    port, token = _free_port(), "lessons-test"
+    args = f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token={token} --ServerApp.port_retries=0"
+    proc = subprocess.Popen(["make", "-s", "lab", f"PY={sys.executable}", f"LAB_ARGS={args}"], cwd=ROOT, env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        listing, deadline = None, time.time() + 90
+        while time.time() < deadline and listing is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=5) as r:
+                    listing = r.read().decode()
+            except OSError:
+                assert proc.poll() is None, "the Jupyter server exited early"
+                time.sleep(1)
+        assert listing is not None, "the Jupyter server did not answer within 90 s"
+        lessons = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
+        assert lessons and all(name in listing for name in lessons)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.poll() is not None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_bench_without_a_gpu_says_there_are_no_timings(capsys):
+    from kernels.bench import bench
+
+    assert bench("nothing", {"noop": lambda: None}) == []
+    assert "No GPU timings" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_make_bench_refuses_politely_without_a_gpu():
+    r = subprocess.run(["make", "-s", "bench", f"PY={sys.executable}"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0
+    assert "needs an NVIDIA GPU" in r.stdout
+
+
+def test_make_check_without_a_lesson_asks_which():
+    r = subprocess.run(["make", "-s", "check", f"PY={sys.executable}"], cwd=ROOT, env=ENV, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode != 0 and "which lesson?" in r.stdout
+
+
+def test_readme_results_table_is_generated_between_markers(tmp_path):
+    from kernels.benchmarks import END, START, update_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{START}\nold\n{END}\noutro\n")
+    csv = tmp_path / "bench" / "lesson04.csv"
+    csv.parent.mkdir()
+    csv.write_text("bench,variant,ms,gbps,tflops,of_copy,vs_eager,vs_compile,note,copy_gbps,device\n"
+                   "copy,copy4,0.2,2900,,0.97,1.01,1.0,,3000,H100\n")
+    update_readme(readme, csv.parent)
+    text = readme.read_text()
+    assert "| 04 | copy | copy4 | 200.0 | 2900 |" in text and "old" not in text and text.endswith("outro\n")
