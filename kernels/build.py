@@ -62,10 +62,8 @@ def find_source(source: str | os.PathLike) -> Path:
 def display_path(p: Path) -> str:
     """A path for messages: relative to the working directory or the repository when possible."""
     for base in (Path.cwd(), ROOT):
-        try:
-            return os.path.relpath(p, base) if p.is_relative_to(base) else str(p)
-        except ValueError:
-            continue
+        if p.is_relative_to(base):
+            return os.path.relpath(p, base)
     return str(p)
 
 
@@ -186,6 +184,8 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
     entry = find_source(source)
     be = _backend.resolve(backend) if backend != "cuda-compile" else "cuda"
     flags = (CUDA_FLAGS if be == "cuda" else SIM_FLAGS) + list(extra_cflags or [])
+    if backend == "cuda-compile":  # only validity matters: unoptimised host code builds much faster
+        flags = ["-O0" if f == "-O3" else f for f in flags]
     key = _key(entry, be, flags)
     name = _ext_name(entry, be, key)
     if name in _loaded:
@@ -198,7 +198,6 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
         return _loaded[name]
 
     _cuda_home()
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # no "No CUDA runtime" noise
     import torch.utils.cpp_extension as cpp
 
     out.mkdir(parents=True, exist_ok=True)
@@ -219,7 +218,7 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
         else:
             _cuda_env()
             cpp.load(sources=[str(entry)], extra_include_paths=[str(INCLUDE)], extra_cuda_cflags=flags,
-                     extra_cflags=["-O2"], **kwargs)
+                     extra_cflags=["-O0" if "-O0" in flags else "-O2"], **kwargs)
     except BuildError:
         if not quiet:
             print(" failed")
@@ -245,6 +244,7 @@ def _cuda_home() -> None:
     """Point cpp_extension at the CUDA toolkit; without this it guesses from nvcc and can miss libcudart."""
     if not os.environ.get("CUDA_HOME") and not os.environ.get("CUDA_PATH") and Path("/usr/local/cuda/bin/nvcc").exists():
         os.environ["CUDA_HOME"] = "/usr/local/cuda"
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # no "No CUDA runtime" noise
 
 
 def _cuda_env() -> None:

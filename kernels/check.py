@@ -156,7 +156,7 @@ def _first_mismatches(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, 
     idx = bad.nonzero()
     lines = []
     for row in idx[:limit].tolist():
-        where = tuple(row) if len(row) > 1 else row[0]
+        where = tuple(row) if len(row) != 1 else row[0]
         lines.append(f"at {where}: got {got[tuple(row)].item():.6g}, expected {want[tuple(row)].item():.6g}")
     if len(idx) > limit:
         lines.append(f"... {len(idx)} mismatching elements of {got.numel()}")

@@ -5,9 +5,12 @@ It needs nvcc and a CUDA build of torch, GPU or not; without them it says so and
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from .build import ROOT, BuildError, _cuda_home, compile_only, display_path
@@ -37,24 +40,31 @@ def why_not() -> str | None:
     return None
 
 
+def _compile(path: Path) -> tuple[Path, float, str]:
+    t0 = time.perf_counter()
+    try:
+        compile_only(path)
+        return path, time.perf_counter() - t0, ""
+    except BuildError as e:
+        return path, time.perf_counter() - t0, str(e)
+
+
 def main() -> int:
     reason = why_not()
     if reason:
         print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
         return 0
     todo = files()
-    print(f"compile check: {len(todo)} .cu files with nvcc")
+    jobs = max(1, min(len(todo), os.cpu_count() or 1))
+    print(f"compile check: {len(todo)} .cu files with nvcc, {jobs} at a time")
     failed = []
-    for i, f in enumerate(todo, 1):
-        print(f"[{i}/{len(todo)}] {display_path(f)} ...", end="", flush=True)
-        t0 = time.perf_counter()
-        try:
-            compile_only(f)
-            print(f" ok ({time.perf_counter() - t0:.0f} s)", flush=True)
-        except BuildError as e:
-            print(" FAILED")
-            print(str(e))
-            failed.append(f)
+    # nvcc compiles one file on one core: run one file per core, each in its own process
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for i, (path, secs, err) in enumerate(pool.map(_compile, todo), 1):
+            print(f"[{i}/{len(todo)}] {display_path(path)} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
+            if err:
+                print(err)
+                failed.append(path)
     print(f"{len(todo) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 

@@ -29,8 +29,8 @@
 #define KERNELS_DEVICE_WORD "a CUDA tensor"
 #endif
 
-// A tensor's shape as "[2, 3]". Streaming sizes() straight into TORCH_CHECK crashed in nvcc
-// builds against some torch releases, so the messages format shapes themselves.
+// A tensor's shape as "[2, 3]". Streaming sizes() or a plain integer straight into TORCH_CHECK
+// crashed nvcc builds against torch 2.11, so messages format numbers with std::to_string.
 inline std::string shape_str(c10::IntArrayRef sizes) {
   std::string s = "[";
   for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
@@ -51,7 +51,7 @@ inline std::string shape_str(c10::IntArrayRef sizes) {
   TORCH_CHECK((x).scalar_type() == (y).scalar_type(), #x " and " #y " must have the same dtype, got ", \
               (x).scalar_type(), " and ", (y).scalar_type())
 #define CHECK_DIM(x, d) \
-  TORCH_CHECK((x).dim() == (d), #x " must have ", d, " dimensions, got shape ", shape_str((x).sizes()))
+  TORCH_CHECK((x).dim() == (d), #x " must have ", std::to_string(d), " dimensions, got shape ", shape_str((x).sizes()))
 #define CHECK_INPUT(x) \
   CHECK_CUDA(x);       \
   CHECK_CONTIGUOUS(x)
@@ -69,7 +69,7 @@ __host__ __device__ constexpr auto ceil_div(A a, B b) {
 
 // A 1-D grid may hold at most 2^31 - 1 blocks.
 #define CHECK_GRID(blocks) \
-  TORCH_CHECK((blocks) <= 2147483647LL, "the input is too large for a 1-D grid: ", (blocks), " blocks needed")
+  TORCH_CHECK((blocks) <= 2147483647LL, "the input is too large for a 1-D grid: ", std::to_string(blocks), " blocks needed")
 
 // ---------------------------------------------------------------------------------------------
 // Registering ops. TORCH_LIBRARY turns its namespace argument into a string before macros

@@ -120,6 +120,10 @@ inline __half2 __hsub2(__half2 a, __half2 b) { return __half2(__hsub(a.x, b.x), 
 inline __half2 __hmul2(__half2 a, __half2 b) { return __half2(__hmul(a.x, b.x), __hmul(a.y, b.y)); }
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return __half2(__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)); }
 
+// atomicAdd on halves (sm_70 and later); non-templates, so they win over cudasim.h's template.
+inline __half atomicAdd(__half* p, __half v) { __half o = *p; *p = __hadd(o, v); return o; }
+inline __half2 atomicAdd(__half2* p, __half2 v) { __half2 o = *p; *p = __hadd2(o, v); return o; }
+
 #if !defined(__CUDA_NO_HALF_OPERATORS__)
 inline __half operator+(__half a, __half b) { return __hadd(a, b); }
 inline __half operator-(__half a, __half b) { return __hsub(a, b); }

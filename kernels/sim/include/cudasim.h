@@ -185,7 +185,7 @@ __attribute__((naked, noinline)) static void switch_stack(void** save_sp, void* 
 #endif
 
 enum class State : unsigned char { Ready, Barrier, Warp, Yield, Done };
-enum class WarpOp : unsigned char { Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All,
+enum class WarpOp : unsigned char { Active, Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All,
                                     ReduceAdd, ReduceMin, ReduceMax, ReduceAnd, ReduceOr, ReduceXor };
 enum class BarKind : unsigned char { Plain, Count, And, Or };
 
@@ -541,6 +541,11 @@ inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int 
   std::memset(t->wval, 0, sizeof t->wval);
   if (val) std::memcpy(t->wval, val, size);
   t->state = State::Warp;
+  if (op == WarpOp::Active) {  // resolved by complete_pending_warps once nothing else can run
+    t->wmask = 0;              // a mask no real warp operation has, so none waits on this lane
+    to_scheduler();
+    return;
+  }
   // Have all lanes of the mask that are still alive arrived?
   int warp = t->linear / 32;
   bool all = true;
@@ -564,6 +569,25 @@ inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int 
 // a warp operation was waiting for.
 inline bool complete_pending_warps() {
   bool progress = false;
+  // __activemask: when nothing else can run, the lanes of a warp that wait at the same
+  // __activemask call are the active ones; the others took another branch or exited.
+  for (auto& t : g.threads) {
+    if (t.state != State::Warp || t.wop != WarpOp::Active) continue;
+    int warp = t.linear / 32;
+    unsigned m = 0;
+    std::vector<int> lanes;
+    for (int l = 0; l < 32 && warp * 32 + l < g.nthreads; ++l) {
+      const Thread& o = g.threads[warp * 32 + l];
+      if (o.state == State::Warp && o.wop == WarpOp::Active && o.wline == t.wline && o.wfile == t.wfile) {
+        m |= 1u << l;
+        lanes.push_back(warp * 32 + l);
+      }
+    }
+    for (int id : lanes) g.threads[id].wres = m;
+    queue_in_order(lanes);
+    progress = true;
+  }
+  if (progress) return true;
   for (auto& t : g.threads) {
     if (t.state != State::Warp) continue;
     int warp = t.linear / 32;
@@ -591,8 +615,8 @@ inline bool complete_pending_warps() {
 inline void yield_thread() {
   Thread* t = g.cur;
   if (!t) return;
-  if (++g.idle_yields > 50'000'000ull)
-    fail("the kernel seems to spin forever: no thread has finished or passed a barrier in 50 million "
+  if (++g.idle_yields > 20'000'000ull)
+    fail("the kernel seems to spin forever: no thread has finished or passed a barrier in 20 million "
          "yields (is it waiting for another block? blocks run one at a time here)");
   t->state = State::Yield;
   to_scheduler();
@@ -750,17 +774,15 @@ inline void body_trampoline(void* ctx) { (*static_cast<Body*>(ctx))(); }
 // Run a whole grid now (launches are synchronous here) and record errors as CUDA does.
 template <class K, class... Args>
 void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
-  g.last_error = cudaSuccess;
+  // An earlier launch's unread error stays until cudaGetLastError reads it, as in CUDA.
   const dim3 gr = c.grid, bl = c.block;
   unsigned long long threads = 1ull * bl.x * bl.y * bl.z;
-  // As on the GPU: an empty grid or block is an invalid argument, one too large an invalid configuration.
-  if (gr.x == 0 || gr.y == 0 || gr.z == 0 || threads == 0) {
+  // An empty or too large grid or block, or too much dynamic shared memory: CUDA 13 reports each
+  // as cudaErrorInvalidValue, "invalid argument" (measured on an H100; older releases said
+  // "invalid configuration argument" for the grid and block shapes).
+  if (c.bad_grid || gr.x == 0 || gr.y == 0 || gr.z == 0 || threads == 0 || gr.x > 0x7FFFFFFFu ||
+      gr.y > 65535 || gr.z > 65535 || bl.x > 1024 || bl.y > 1024 || bl.z > 64 || threads > 1024) {
     record(cudaErrorInvalidValue);
-    return;
-  }
-  if (c.bad_grid || gr.x > 0x7FFFFFFFu || gr.y > 65535 || gr.z > 65535 || bl.x > 1024 || bl.y > 1024 || bl.z > 64 ||
-      threads > 1024) {
-    record(cudaErrorInvalidConfiguration);
     return;
   }
   int opt = opt_in_limit(kernel);
@@ -817,6 +839,7 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
   }
   g.running = false;
   g.cur = nullptr;
+  std::fflush(stdout);  // kernel printf shows up by the time the launch returns, as after a sync
   if (g.error) {
     std::exception_ptr e = g.error;
     g.error = nullptr;
@@ -839,6 +862,22 @@ inline cudaError_t func_set_attribute(const char* name, int attr, int value) {
     g.max_dynamic_smem.emplace_back(k, value);
   }
   return cudaSuccess;
+}
+
+// `text` is the macro's whole argument list as written; the kernel's name is what precedes
+// the last two top-level commas.
+template <class F>
+inline cudaError_t func_set_attribute_(const char* text, F&&, cudaFuncAttribute attr, int value) {
+  std::string all = text;
+  int depth = 0, commas = 0;
+  size_t cut = all.size();
+  for (size_t i = all.size(); i-- > 0;) {
+    char ch = all[i];
+    if (ch == ')' || ch == '>' || ch == ']') ++depth;
+    else if (ch == '(' || ch == '<' || ch == '[') --depth;
+    else if (ch == ',' && depth == 0 && ++commas == 2) { cut = i; break; }
+  }
+  return func_set_attribute(all.substr(0, cut).c_str(), attr, value);
 }
 
 // Reinterpret helpers for warp operations on any 1- to 16-byte value.
@@ -866,7 +905,8 @@ constexpr int warpSize = 32;
 #define __syncthreads_count(p) ::cudasim::barrier(::cudasim::BarKind::Count, (p) != 0, __FILE__, __LINE__, __COUNTER__)
 #define __syncthreads_and(p) ::cudasim::barrier(::cudasim::BarKind::And, (p) != 0, __FILE__, __LINE__, __COUNTER__)
 #define __syncthreads_or(p) ::cudasim::barrier(::cudasim::BarKind::Or, (p) != 0, __FILE__, __LINE__, __COUNTER__)
-#define __syncwarp(...) ::cudasim::syncwarp_(__FILE__, __LINE__, ##__VA_ARGS__)
+// A functor, not `, ##__VA_ARGS__`: in strict -std=c++17 GCC keeps that comma for `__syncwarp()`.
+#define __syncwarp(...) ::cudasim::SyncwarpAt{__FILE__, __LINE__}(__VA_ARGS__)
 #define __shfl_sync(m, v, s, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflIdx, m, v, s, __FILE__, __LINE__, ##__VA_ARGS__)
 #define __shfl_up_sync(m, v, d, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflUp, m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
 #define __shfl_down_sync(m, v, d, ...) ::cudasim::shfl_(::cudasim::WarpOp::ShflDown, m, v, d, __FILE__, __LINE__, ##__VA_ARGS__)
@@ -880,12 +920,15 @@ constexpr int warpSize = 32;
 #define __reduce_and_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceAnd, m, v, __FILE__, __LINE__)
 #define __reduce_or_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceOr, m, v, __FILE__, __LINE__)
 #define __reduce_xor_sync(m, v) ::cudasim::reduce_(::cudasim::WarpOp::ReduceXor, m, v, __FILE__, __LINE__)
-#define cudaFuncSetAttribute(f, attr, v) ::cudasim::func_set_attribute(#f, attr, v)
+// Variadic: a template kernel's name such as k<float, 256> holds commas.
+#define cudaFuncSetAttribute(...) ::cudasim::func_set_attribute_(#__VA_ARGS__, __VA_ARGS__)
 
 namespace cudasim {
-inline void syncwarp_(const char* file, int line, unsigned mask = 0xffffffffu) {
-  warp_op(WarpOp::Sync, mask, nullptr, 0, 0, 32, file, line);
-}
+struct SyncwarpAt {
+  const char* file;
+  int line;
+  void operator()(unsigned mask = 0xffffffffu) const { warp_op(WarpOp::Sync, mask, nullptr, 0, 0, 32, file, line); }
+};
 template <class T>
 inline T shfl_(WarpOp op, unsigned mask, T var, int arg, const char* file, int line, int width = 32) {
   return shuffle<T>(op, mask, var, arg, width, file, line);
@@ -902,17 +945,15 @@ inline T reduce_(WarpOp op, unsigned mask, T v, const char* file, int line) {
 }
 }  // namespace cudasim
 
-// An approximation (documented): the lanes of the caller's warp that exist and have not exited.
-inline unsigned __activemask() {
-  const auto& g = ::cudasim::g;
-  unsigned m = 0;
-  int warp = g.cur->linear / 32;
-  for (int l = 0; l < 32; ++l) {
-    int id = warp * 32 + l;
-    if (id < g.nthreads && g.threads[id].state != ::cudasim::State::Done) m |= 1u << l;
-  }
-  return m;
+// An approximation (see the README): the lanes of the warp that reach this same __activemask
+// call before the block can make no other progress.
+#define __activemask() static_cast<unsigned>(::cudasim::activemask_(__FILE__, __LINE__))
+namespace cudasim {
+inline unsigned long long activemask_(const char* file, int line) {
+  warp_op(WarpOp::Active, 0xffffffffu, nullptr, 0, 0, 32, file, line);
+  return g.cur->wres;
 }
+}  // namespace cudasim
 inline unsigned __lanemask_lt() { return (1u << (::cudasim::lane_id())) - 1u; }
 
 inline void __threadfence() {}
@@ -926,32 +967,56 @@ inline long long clock64() {
 
 // ---------------------------------------------------------------------------------------------
 // Atomics: fibers never switch inside one, so a plain read-modify-write is atomic here.
-#define CUDASIM_ATOMIC(name, expr)                                                             \
+// Each takes exactly the types CUDA has it for, so code that nvcc rejects (atomicMax on a
+// float, atomicAdd on a long) fails to compile here too, with a hint.
+// An atomic that leaves memory as it was (a failed atomicCAS, atomicAdd(p, 0), a spin lock's
+// atomicExch(p, 1) on a taken lock) is usually a thread polling for another: it yields, so the
+// others run. A poll on a plain volatile load cannot be seen and spins forever.
+namespace cudasim {
+template <class T, class... Ts>
+inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
+template <class T>
+inline void yield_if_unchanged(const T& before, const T& after) {
+  if (std::memcmp(&before, &after, sizeof(T)) == 0) yield_thread();
+}
+}  // namespace cudasim
+#define CUDASIM_ATOMIC(name, expr, ok, types)                                                  \
   template <class T, class U>                                                                  \
   inline T name(T* p, U v_) {                                                                  \
+    static_assert(ok, #name " takes " types " (as in CUDA; see kernels/sim/README.md)");      \
     T v = static_cast<T>(v_);                                                                  \
     T old = *p;                                                                                \
     *p = (expr);                                                                               \
+    ::cudasim::yield_if_unchanged(old, *p);                                                    \
     return old;                                                                                \
   }                                                                                            \
   template <class T, class U> inline T name##_block(T* p, U v) { return name(p, v); }          \
   template <class T, class U> inline T name##_system(T* p, U v) { return name(p, v); }
-CUDASIM_ATOMIC(atomicAdd, old + v)
-CUDASIM_ATOMIC(atomicSub, old - v)
-CUDASIM_ATOMIC(atomicExch, v)
-CUDASIM_ATOMIC(atomicMax, (old < v ? v : old))
-CUDASIM_ATOMIC(atomicMin, (v < old ? v : old))
-CUDASIM_ATOMIC(atomicAnd, old & v)
-CUDASIM_ATOMIC(atomicOr, old | v)
-CUDASIM_ATOMIC(atomicXor, old ^ v)
+#define CUDASIM_INTS ::cudasim::one_of<T, int, unsigned int, unsigned long long>
+CUDASIM_ATOMIC(atomicAdd, old + v, (CUDASIM_INTS || ::cudasim::one_of<T, float, double>),
+               "int, unsigned int, unsigned long long, float or double")
+CUDASIM_ATOMIC(atomicSub, old - v, (::cudasim::one_of<T, int, unsigned int>), "int or unsigned int")
+CUDASIM_ATOMIC(atomicExch, v, (CUDASIM_INTS || ::cudasim::one_of<T, float>),
+               "int, unsigned int, unsigned long long or float")
+CUDASIM_ATOMIC(atomicMax, (old < v ? v : old), (CUDASIM_INTS || ::cudasim::one_of<T, long long>),
+               "int, unsigned int, long long or unsigned long long; for a float use an atomicCAS loop")
+CUDASIM_ATOMIC(atomicMin, (v < old ? v : old), (CUDASIM_INTS || ::cudasim::one_of<T, long long>),
+               "int, unsigned int, long long or unsigned long long; for a float use an atomicCAS loop")
+CUDASIM_ATOMIC(atomicAnd, old & v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
+CUDASIM_ATOMIC(atomicOr, old | v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
+CUDASIM_ATOMIC(atomicXor, old ^ v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
 #undef CUDASIM_ATOMIC
+#undef CUDASIM_INTS
 inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned o = *p; *p = (o >= v) ? 0 : o + 1; return o; }
 inline unsigned atomicDec(unsigned* p, unsigned v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
-template <class T>
-inline T atomicCAS(T* p, T compare, T val) {
+template <class T, class U, class V>
+inline T atomicCAS(T* p, U compare_, V val_) {
+  static_assert(::cudasim::one_of<T, int, unsigned int, unsigned long long, unsigned short>,
+                "atomicCAS takes int, unsigned int, unsigned long long or unsigned short (as in CUDA)");
+  T compare = static_cast<T>(compare_), val = static_cast<T>(val_);
   T old = *p;
   if (old == compare) *p = val;
-  else ::cudasim::yield_thread();  // a failed compare-and-swap is usually a spin: let others run
+  if (old != compare || compare == val) ::cudasim::yield_thread();  // a poll: let the others run
   return old;
 }
 
@@ -1023,6 +1088,16 @@ CUDASIM_MINMAX(unsigned long)
 CUDASIM_MINMAX(long long)
 CUDASIM_MINMAX(unsigned long long)
 #undef CUDASIM_MINMAX
+// Mixed signedness, as CUDA's math headers have it: the result is unsigned (min(n, blockDim.x)).
+#define CUDASIM_MINMAX_MIXED(S, U)                                                    \
+  inline U min(S a, U b) { return min(static_cast<U>(a), b); }                       \
+  inline U min(U a, S b) { return min(a, static_cast<U>(b)); }                       \
+  inline U max(S a, U b) { return max(static_cast<U>(a), b); }                       \
+  inline U max(U a, S b) { return max(a, static_cast<U>(b)); }
+CUDASIM_MINMAX_MIXED(int, unsigned int)
+CUDASIM_MINMAX_MIXED(long, unsigned long)
+CUDASIM_MINMAX_MIXED(long long, unsigned long long)
+#undef CUDASIM_MINMAX_MIXED
 inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }

@@ -1,0 +1,187 @@
+"""Lesson 05 on the GPU: fused elementwise kernels against eager PyTorch and torch.compile, in one run.
+
+Every tensor holds 2^28 elements (a 65536 x 4096 matrix: 1 GiB in float32, 512 MiB in bfloat16).
+GB/s count the ideal bytes: each input read once, each output written once, as a fused kernel
+does; eager PyTorch moves more (its intermediates), which is why its GB/s look low.
+The training-step benchmarks time forward + backward through autograd (`fused_ops` below).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..bench import Row, bench, copy_bandwidth, plot, table
+from ..build import ROOT, load
+
+ROWS, COLS = 65536, 4096  # 2^28 elements
+DTYPES = (torch.float32, torch.bfloat16)
+SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def fused_ops(ext, swiglu_ext=None) -> dict[str, Callable]:
+    """The fused kernels as autograd-aware functions: relu_add_bias(x, y, bias), bias_gelu(x, bias, tanh), swiglu(a, b)."""
+
+    class ReluAddBias(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y, bias):
+            out = torch.empty_like(x)
+            ext.relu_add_bias2(x, y, bias, out)
+            ctx.save_for_backward(x)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            grad = grad.contiguous()
+            dx, dbias = torch.empty_like(x), x.new_empty(x.shape[-1])
+            ext.relu_add_bias_backward4(grad, x, dx, dbias)
+            return dx, grad, dbias  # d out / d y is 1: y's gradient is grad itself
+
+    class BiasGelu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, bias, tanh):
+            out = torch.empty_like(x)
+            ext.bias_gelu3(x, bias, tanh, out)
+            ctx.save_for_backward(x, bias)
+            ctx.tanh = tanh
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, bias = ctx.saved_tensors
+            dx, dbias = torch.empty_like(x), torch.empty_like(bias)
+            ext.bias_gelu_backward5(grad.contiguous(), x, bias, ctx.tanh, dx, dbias)
+            return dx, dbias, None
+
+    ops = {"relu_add_bias": ReluAddBias.apply, "bias_gelu": BiasGelu.apply}
+    if swiglu_ext is not None:
+        class SwiGLU(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                out = torch.empty_like(a)
+                swiglu_ext.swiglu(a, b, out)
+                ctx.save_for_backward(a, b)
+                return out
+
+            @staticmethod
+            def backward(ctx, grad):
+                a, b = ctx.saved_tensors
+                da, db = torch.empty_like(a), torch.empty_like(b)
+                swiglu_ext.swiglu_backward(grad.contiguous(), a, b, da, db)
+                return da, db
+
+        ops["swiglu"] = SwiGLU.apply
+    return ops
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    tol = 1e-5 if got.dtype == torch.float32 else 2e-2
+    return torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def _train_step(fn: Callable, inputs: tuple, grad: torch.Tensor) -> Callable[[], object]:
+    """A zero-argument callable: forward through fn, then backward to every input that needs a gradient."""
+    wrt = tuple(t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad)
+    return lambda: torch.autograd.grad(fn(*inputs), wrt, grad)
+
+
+def _forward_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
+    csv = out_dir / "lesson05.csv"
+    rows = []
+    for dt in DTYPES:
+        s = SHORT[dt]
+        x = torch.randn(ROWS, COLS, device="cuda", dtype=dt)
+        y = torch.randn_like(x)
+        b = torch.randn(COLS, device="cuda", dtype=dt)
+        out = torch.empty_like(x)
+        n, e = x.numel(), x.element_size()
+
+        def relu_ref(x, y, b):
+            return torch.relu(x) + y + b
+
+        def relu_ok() -> bool:
+            ext.relu_add_bias2(x, y, b, out)
+            return _close(out, relu_ref(x.float(), y.float(), b.float()))
+
+        rows += bench(f"relu(x) + y + bias {s}", {"relu_add_bias1": lambda: ext.relu_add_bias1(x, y, b, out),
+                                                  "relu_add_bias2": lambda: ext.relu_add_bias2(x, y, b, out)},
+                      bytes=3 * n * e + COLS * e, torch_fn=relu_ref, args=(x, y, b), copy_gbps=copy, check=relu_ok,
+                      csv_path=csv, plot_path=out_dir / f"lesson05_relu_add_bias_{s}.png", show=False)
+        for tanh in (True, False):
+            kind = "tanh" if tanh else "erf"
+
+            def gelu_ref(x, b, approximate="tanh" if tanh else "none"):
+                return F.gelu(x + b, approximate=approximate)
+
+            def gelu_ok(tanh=tanh, gelu_ref=gelu_ref) -> bool:
+                ext.bias_gelu3(x, b, tanh, out)
+                return _close(out, gelu_ref(x.float(), b.float()))
+
+            rows += bench(f"gelu(x + bias) {kind} {s}", {"bias_gelu3": lambda tanh=tanh: ext.bias_gelu3(x, b, tanh, out)},
+                          bytes=2 * n * e + COLS * e, torch_fn=gelu_ref, args=(x, b), copy_gbps=copy, check=gelu_ok,
+                          csv_path=csv, plot_path=out_dir / f"lesson05_bias_gelu_{kind}_{s}.png", show=False)
+        if sw is not None:
+            def swiglu_ref(a, b):
+                return F.silu(a) * b
+
+            def swiglu_ok() -> bool:
+                sw.swiglu(x, y, out)
+                return _close(out, swiglu_ref(x.float(), y.float()))
+
+            rows += bench(f"silu(a) * b {s}", {"swiglu (exercise)": lambda: sw.swiglu(x, y, out)},
+                          bytes=3 * n * e, torch_fn=swiglu_ref, args=(x, y), copy_gbps=copy, check=swiglu_ok,
+                          csv_path=csv, plot_path=out_dir / f"lesson05_swiglu_{s}.png", show=False)
+        del x, y, b, out
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _training_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
+    """Forward + backward: eager autograd, torch.compile (its forward and backward graphs), the fused ops."""
+    csv = out_dir / "lesson05.csv"
+    fused = fused_ops(ext, sw)
+    rows = []
+    for dt in DTYPES:
+        s = SHORT[dt]
+        x = torch.randn(ROWS, COLS, device="cuda", dtype=dt, requires_grad=True)
+        y = torch.randn(ROWS, COLS, device="cuda", dtype=dt, requires_grad=True)
+        b = torch.randn(COLS, device="cuda", dtype=dt, requires_grad=True)
+        g = torch.randn(ROWS, COLS, device="cuda", dtype=dt)
+        n, e = x.numel(), x.element_size()
+        cases = [
+            # name, eager function, its inputs, fused function, ideal bytes (fused: forward + backward)
+            ("relu(x) + y + bias", lambda x, y, b: torch.relu(x) + y + b, (x, y, b), fused["relu_add_bias"],
+             6 * n * e),  # forward: x, y, out; backward: grad, x, dx (dy is grad itself)
+            ("gelu(x + bias) tanh", lambda x, b: F.gelu(x + b, approximate="tanh"), (x, b),
+             lambda x, b: fused["bias_gelu"](x, b, True), 5 * n * e),  # forward: x, out; backward: grad, x, dx
+        ]
+        if sw is not None:
+            cases.append(("silu(a) * b", lambda a, b: F.silu(a) * b, (x, y), fused["swiglu"],
+                          8 * n * e))  # forward: a, b, out; backward: grad, a, b, da, db
+        for name, eager, inputs, fn, nbytes in cases:
+            compiled = torch.compile(eager)
+            variants = {"torch.compile": _train_step(compiled, inputs, g), "fused": _train_step(fn, inputs, g)}
+            rows += bench(f"{name} fwd+bwd {s}", variants, bytes=nbytes, torch_fn=_train_step(eager, inputs, g),
+                          args=(), compile=False, copy_gbps=copy, csv_path=csv, show=False,
+                          plot_path=out_dir / f"lesson05_train_{name.split('(')[0]}_{s}.png")
+        del x, y, b, g
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run(out_dir: Path) -> list[Row]:
+    """Every forward variant and every fused training step, fp32 and bf16; CSV and plots into out_dir."""
+    ext = load("05", "cuda")
+    swiglu_cu = ROOT / "solutions" / "05_fused" / "swiglu.cu"
+    sw = load(swiglu_cu, "cuda") if swiglu_cu.exists() else None
+    copy = copy_bandwidth()
+    rows = _forward_benches(ext, sw, copy, out_dir)
+    rows += _training_benches(ext, sw, copy, out_dir)
+    labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson05_all.png", show=False)
+    print(table(labelled, copy))
+    return rows

@@ -1,0 +1,81 @@
+"""Lesson 06 on the GPU: every full-vector sum and every row reduction against torch.sum, in one run.
+
+GB/s count the bytes read (a reduction writes one float per row, or one in all), so they can be
+set against the copy bandwidth measured in the same run.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ..bench import Row, bench, copy_bandwidth, plot, table
+from ..build import load
+
+N = 2**28                # floats in the full-vector sum: 1 GiB
+N_SMALL = 2**26          # and 256 MiB, where a launch and its ramp weigh more
+ROWS, COLS = 8192, 8192  # the row reductions: 256 MiB
+SUMS = [f"sum{k}" for k in range(1, 8)]
+
+
+def _sum_close(got: float, want: float, x: torch.Tensor) -> bool:
+    """Within the lesson's tolerance for a float32 sum: 2 eps sqrt(n) ||x||."""
+    return abs(got - want) <= 2 * torch.finfo(torch.float32).eps * x.numel() ** 0.5 * x.double().norm().item()
+
+
+def run(out_dir: Path) -> list[Row]:
+    """Time sum1..sum7 on 1 GiB (sum4..sum7 on 256 MiB too) and the row reductions on 8192x8192."""
+    ext = load("06", "cuda")
+    copy = copy_bandwidth()
+    csv_path = out_dir / "lesson06.csv"
+
+    x = torch.randn(N, device="cuda")
+    out = torch.empty((), device="cuda")
+    want = x.double().sum().item()
+
+    def sums_still_correct() -> bool:
+        results = []
+        for name in SUMS:
+            getattr(ext, name)(x, out)
+            results.append(_sum_close(out.item(), want, x))
+        return all(results)
+
+    variants = {name: (lambda f=getattr(ext, name): f(x, out)) for name in SUMS}
+    rows = bench("sum of 2^28 floats (1 GiB)", variants, bytes=x.nbytes, torch_fn=torch.sum, args=(x,),
+                 copy_gbps=copy, check=sums_still_correct, csv_path=csv_path,
+                 plot_path=out_dir / "lesson06_sum.png", show=False)
+    del x
+
+    xs = torch.randn(N_SMALL, device="cuda")
+    rows += bench("sum of 2^26 floats (256 MiB)", {name: (lambda f=getattr(ext, name): f(xs, out)) for name in SUMS[3:]},
+                  bytes=xs.nbytes, torch_fn=torch.sum, args=(xs,), copy_gbps=copy, csv_path=csv_path,
+                  plot_path=out_dir / "lesson06_sum_256mib.png", show=False)
+    del xs
+
+    m = torch.randn(ROWS, COLS, device="cuda")
+    rout = torch.empty(ROWS, device="cuda")
+
+    def rows_still_correct() -> bool:
+        ext.row_sum1(m, rout)
+        ok = torch.allclose(rout, m.sum(dim=-1), rtol=1e-5, atol=1e-3)
+        ext.row_sum2(m, rout)
+        ok &= torch.allclose(rout, m.sum(dim=-1), rtol=1e-5, atol=1e-3)
+        ext.row_max2(m, rout)
+        return ok and torch.equal(rout, m.amax(dim=-1))
+
+    rows += bench(f"row sum {ROWS}x{COLS}", {"row_sum1": lambda: ext.row_sum1(m, rout),
+                                             "row_sum2": lambda: ext.row_sum2(m, rout)},
+                  bytes=m.nbytes, torch_fn=lambda t: t.sum(dim=-1), args=(m,), copy_gbps=copy,
+                  check=rows_still_correct, csv_path=csv_path, plot_path=out_dir / "lesson06_row_sum.png", show=False)
+    rows += bench(f"row max {ROWS}x{COLS}", {"row_max2": lambda: ext.row_max2(m, rout)},
+                  bytes=m.nbytes, torch_fn=lambda t: t.amax(dim=-1), args=(m,), copy_gbps=copy,
+                  check=rows_still_correct, csv_path=csv_path, plot_path=out_dir / "lesson06_row_max.png", show=False)
+
+    # every variant in one chart: the benchmark's name in front of each bar
+    short = {"sum of 2^28 floats (1 GiB)": "sum 1G", "sum of 2^26 floats (256 MiB)": "sum 256M",
+             f"row sum {ROWS}x{COLS}": "row sum", f"row max {ROWS}x{COLS}": "row max"}
+    labelled = [dataclasses.replace(r, variant=f"{short[r.bench]}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson06_all.png", show=False)
+    print(table(labelled, copy))
+    return rows

@@ -1,0 +1,37 @@
+"""Lesson 02's exercise: saxpy, out = a * x + y, kernel body and grid size on ragged vectors."""
+from __future__ import annotations
+
+import torch
+
+from ..check import Report, check, elementwise, like
+from . import Exercise
+
+A = -1.5  # the scalar a the self-check passes
+
+# Ragged sizes (none a multiple of 256): each leaves a partly filled last block, so a missing
+# bounds guard writes past the end and a grid of n / 256 blocks leaves the tail unwritten. The
+# overhang is at most 56 elements: a missing guard writes into the checker's canary margin
+# (64 elements), where it is caught, not into memory that belongs to something else.
+SIZES = (0, 200, 1000, 4095, 65500, 2**20 + 250)
+
+
+def run(ext, backend: str | None = None) -> Report:
+    """Check ext.saxpy(A, x, y, out) against A * x + y on ragged sizes."""
+    def saxpy(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
+        ext.saxpy(A, x, y, out)
+
+    return check(saxpy, lambda x, y: A * x + y, elementwise(2), out=like(0), sizes=SIZES, name="saxpy",
+                 backend=backend)
+
+
+EXERCISES = [
+    Exercise("02", "saxpy", "saxpy.cu", run, hints=[
+        "Two gaps: the kernel body, and `blocks` in the launcher (0 blocks is an invalid launch, which is "
+        "the error the stub reports).",
+        "Blocks: enough to give every element a thread, rounded UP: ceil_div(n, THREADS). n / THREADS "
+        "rounds down and leaves the ragged tail without threads.",
+        "Kernel: the index as in add_kernel2 of kernels/reference/02_first_kernel.cu, then a guard: the "
+        "last block has threads past the end of the vector.",
+        "const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;  if (i < n) out[i] = a * x[i] + y[i];",
+    ]),
+]

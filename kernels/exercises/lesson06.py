@@ -1,0 +1,96 @@
+"""Lesson 06 (reductions): the row-wise max exercise, and the checks for sums with their tolerance.
+
+A float32 sum is rounded differently in every summation order, so it is checked against the
+exactly rounded float64 sum with a tolerance that grows with the length: see sum_tolerance.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+
+from ..check import ROWS, SIZES, Report, check, elementwise
+from . import Exercise
+
+
+def sum_tolerance(n: int) -> dict:
+    """{float32: (rtol, atol)} for a sum of n standard-normal floats: atol = 2 eps sqrt(n) ||x||, ||x|| ~ sqrt(n)."""
+    eps = torch.finfo(torch.float32).eps
+    return {torch.float32: (1e-5, 2 * eps * max(n, 1))}
+
+
+def scalar_out(inputs) -> list:
+    """The output of a full-vector sum: one float32 (shape [1]; the ops take shape [] too)."""
+    return [((1,), torch.float32)]
+
+
+def rows_out(inputs) -> list:
+    """The output of a row reduction: one float32 per row."""
+    return [((inputs[0].shape[0],), torch.float32)]
+
+
+def exact_sum(x: torch.Tensor) -> torch.Tensor:
+    """The sum in float64: close to exact, so the check measures the kernel's rounding alone."""
+    return x.double().sum().reshape(1)
+
+
+def exact_row_sum(x: torch.Tensor) -> torch.Tensor:
+    return x.double().sum(dim=-1)
+
+
+def row_max(x: torch.Tensor) -> torch.Tensor:
+    return x.amax(dim=-1)
+
+
+def _merged(name: str, reports: list[Report]) -> Report:
+    merged = Report(name)
+    for r in reports:
+        merged.cases += r.cases
+        merged.hints += r.hints
+    return merged
+
+
+def check_sum(fn: Callable, sizes: Iterable = SIZES, *, inputs: Callable | None = None, name: str | None = None,
+              backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False) -> Report:
+    """check() of a full-vector sum (an out-variant op) at each size, with that size's tolerance."""
+    reports = [check(fn, exact_sum, inputs or elementwise(1), out=scalar_out, sizes=[n], tolerance=sum_tolerance(n),
+                     name=name, backend=backend, quiet=True) for n in sizes]
+    report = _merged(name or reports[0].name, reports)
+    if not quiet:
+        print(report)
+    if raise_on_fail:
+        report.raise_if_failed()
+    return report
+
+
+def check_row_sum(fn: Callable, shapes: Iterable = ROWS, *, name: str | None = None, backend: str | None = None,
+                  quiet: bool = False, raise_on_fail: bool = False) -> Report:
+    """check() of a row sum at each shape, with the tolerance of its row length."""
+    reports = [check(fn, exact_row_sum, elementwise(1), out=rows_out, sizes=[shape], tolerance=sum_tolerance(shape[1]),
+                     name=name, backend=backend, quiet=True) for shape in shapes]
+    report = _merged(name or reports[0].name, reports)
+    if not quiet:
+        print(report)
+    if raise_on_fail:
+        report.raise_if_failed()
+    return report
+
+
+def _run_row_max(ext, backend) -> Report:
+    # a max rounds nothing: the answer must match torch.amax exactly, on ragged shapes
+    return check(ext.row_max, row_max, elementwise(1), out=rows_out, sizes=ROWS, tolerance={torch.float32: (0.0, 0.0)},
+                 name="row_max", backend=backend)
+
+
+EXERCISES = [
+    Exercise("06", "row_max", "row_max.cu", _run_row_max, hints=[
+        "Look at row_sum_kernel1 in kernels/reference/06_reductions.cu: the same warp-per-row layout, "
+        "with + turned into a max. What is the max of no values at all (the start value)?",
+        "Start from m = -INFINITY; lane l visits columns l, l + 32, l + 64, ... while c < cols "
+        "(that loop covers the ragged end of a row: 33 columns means lane 0 takes columns 0 and 32).",
+        "Then 5 exchanges: for offset 16, 8, 4, 2, 1: m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset)); "
+        "after them every lane holds the row's max. Only lane 0 writes out[row].",
+        "for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, r[c]);  then the shuffle loop, then "
+        "if (lane == 0) out[row] = m;  (warp_reduce_max in helpers.cuh is that shuffle loop)",
+    ]),
+]

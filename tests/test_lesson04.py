@@ -1,0 +1,146 @@
+"""Lesson 04, memory-bound kernels: every copy and scale-add variant against PyTorch, bad inputs, the exercise."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import load
+from kernels.check import check, elementwise, like
+from kernels.exercises import check_exercise
+
+ROOT = Path(__file__).resolve().parent.parent
+A = 1.5
+# Empty, one element, every remainder n % 4 with and without whole float4s, ragged block edges.
+SIZES = (0, 1, 2, 3, 4, 5, 31, 33, 1000, 4099, 2**20 + 3)
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return load("04")
+
+
+def scale_add_ref(x, y):
+    return torch.add(y, x, alpha=A)
+
+
+def check_scale_add(fn, name, sizes=SIZES):
+    return check(fn, scale_add_ref, elementwise(2), out=like(0), sizes=sizes, name=name,
+                 raise_on_fail=True, quiet=True)
+
+
+@pytest.mark.parametrize("name", ["copy1", "copy5"])
+def test_copy_matches_torch(ext, name):
+    check(getattr(ext, name), torch.clone, elementwise(1), out=like(0), sizes=SIZES, name=name,
+          raise_on_fail=True, quiet=True)
+
+
+@pytest.mark.parametrize("name", ["scale_add1", "scale_add2", "scale_add4", "scale_add5"])
+def test_scale_add_matches_torch(ext, name):
+    f = getattr(ext, name)
+    check_scale_add(lambda x, y, out: f(A, x, y, out), name)
+
+
+@pytest.mark.parametrize("block", [1, 32, 100, 1024])
+def test_scale_add1_any_block_size_covers_every_element(ext, block):
+    check_scale_add(lambda x, y, out: ext.scale_add1(A, x, y, out, block), f"scale_add1 block {block}",
+                    sizes=(0, 1, 33, 1000, 65537))
+
+
+@pytest.mark.parametrize("stride", [1, 2, 7, 32, 1000])
+def test_scale_add3_strided_walk_still_computes_the_same_op(ext, stride):
+    check_scale_add(lambda x, y, out: ext.scale_add3(A, x, y, out, stride), f"scale_add3 stride {stride}")
+
+
+@pytest.mark.parametrize("name", ["scale_add1", "scale_add4", "scale_add5"])
+def test_scale_add_takes_any_shape(ext, name, dev):
+    x, y = torch.randn(33, 31, device=dev), torch.randn(33, 31, device=dev)
+    out = torch.full_like(x, float("nan"))
+    getattr(ext, name)(A, x, y, out)
+    torch.testing.assert_close(out, scale_add_ref(x, y), rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs: each launcher refuses them with a message that says what it expected.
+
+SCALE_ADDS = ["scale_add1", "scale_add2", "scale_add3", "scale_add4", "scale_add5"]
+
+
+def call(ext, name, x, y, out):
+    if name.startswith("copy"):
+        return getattr(ext, name)(x, out)
+    if name == "scale_add3":
+        return ext.scale_add3(A, x, y, out, 4)
+    return getattr(ext, name)(A, x, y, out)
+
+
+@pytest.mark.parametrize("name", SCALE_ADDS)
+def test_rejects_wrong_dtype(ext, name, dev):
+    x = torch.randn(64, device=dev)
+    with pytest.raises(RuntimeError, match="y must have dtype Float, got Double"):
+        call(ext, name, x, x.double(), torch.empty_like(x))
+
+
+@pytest.mark.parametrize("name", SCALE_ADDS + ["copy1", "copy5"])
+def test_rejects_shape_mismatch(ext, name, dev):
+    x = torch.randn(64, device=dev)
+    with pytest.raises(RuntimeError, match=r"x and out must have the same shape, got \[64\] and \[63\]"):
+        call(ext, name, x, x.clone(), torch.empty(63, device=dev))
+
+
+@pytest.mark.parametrize("name", SCALE_ADDS + ["copy1", "copy5"])
+def test_rejects_non_contiguous(ext, name, dev):
+    x = torch.randn(64, 2, device=dev)[:, 0]  # every other float
+    with pytest.raises(RuntimeError, match="x must be contiguous"):
+        call(ext, name, x, torch.randn(64, device=dev), torch.empty(64, device=dev))
+
+
+@pytest.mark.parametrize("name", ["scale_add4", "scale_add5", "copy5"])
+def test_float4_launchers_reject_a_misaligned_view(ext, name, dev):
+    buf = torch.randn(65, device=dev)
+    x = buf[1:]  # contiguous, but 4 bytes past a 16-byte boundary
+    with pytest.raises(RuntimeError, match=r"x must be 16-byte aligned for float4 loads and stores, got an address 16k \+ 4"):
+        call(ext, name, x, torch.randn(64, device=dev), torch.empty(64, device=dev))
+    out = torch.empty(66, device=dev)[2:]
+    with pytest.raises(RuntimeError, match=r"out must be 16-byte aligned .* 16k \+ 8"):
+        call(ext, name, torch.randn(64, device=dev), torch.randn(64, device=dev), out)
+
+
+@pytest.mark.parametrize("name", ["scale_add1", "scale_add2", "scale_add3"])
+def test_float_launchers_accept_a_misaligned_view(ext, name, dev):
+    buf, ybuf = torch.randn(65, device=dev), torch.randn(65, device=dev)
+    out = torch.empty(64, device=dev)
+    call(ext, name, buf[1:], ybuf[1:], out)
+    torch.testing.assert_close(out, scale_add_ref(buf[1:], ybuf[1:]), rtol=1e-5, atol=1e-6)
+
+
+def test_rejects_bad_block_and_stride(ext, dev):
+    x = torch.randn(64, device=dev)
+    with pytest.raises(RuntimeError, match="block must be 1..1024 threads"):
+        ext.scale_add1(A, x, x, torch.empty_like(x), 2048)
+    with pytest.raises(RuntimeError, match="stride must be 1..65535 elements, got 0"):
+        ext.scale_add3(A, x, x, torch.empty_like(x), 0)
+
+
+@pytest.mark.parametrize("name", ["scale_add1", "scale_add5"])
+def test_rejects_a_tensor_on_another_device(ext, name, dev, backend):
+    if backend == "sim":
+        pytest.skip("on the simulator every tensor is a CPU tensor: there is no other device to pass")
+    x = torch.randn(64, device=dev)
+    with pytest.raises(RuntimeError, match="y must be a CUDA tensor, got a tensor on cpu"):
+        call(ext, name, x, x.cpu(), torch.empty_like(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercise: its self-check fails on the stub and on typical bugs, and passes on the solution.
+
+def test_exercise_self_check_fails_on_the_stub():
+    assert not check_exercise("04", "scale_add_vec4", path=ROOT / "lessons/04_memory_bound/scale_add_vec4.cu").passed
+
+
+def test_exercise_self_check_passes_on_the_solution():
+    assert check_exercise("04", "scale_add_vec4", path=ROOT / "solutions/04_memory_bound/scale_add_vec4.cu").passed
+
+
+@pytest.mark.parametrize("bug", ["lesson04_notail.cu", "lesson04_noloop.cu"])
+def test_exercise_self_check_catches_a_planted_bug(bug):
+    assert not check_exercise("04", "scale_add_vec4", path=ROOT / "tests/planted" / bug).passed

@@ -1,0 +1,519 @@
+"""The simulator (sim backend): every CUDA feature it supports, checked against PyTorch.
+
+The kernels live in tests/sim_kernels/ (features.cu: TORCH_LIBRARY style; host_api.cu:
+PYBIND11_MODULE style). Translator tests at the top need no build. Tests marked `slow` take a
+few seconds each (a spin detector, a failing build).
+"""
+from __future__ import annotations
+
+import os
+import re
+import struct
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import BuildError, load
+from kernels.sim.translate import TranslateError, translate_source
+
+HERE = Path(__file__).parent / "sim_kernels"
+FEATURES = HERE / "features.cu"
+
+
+def _line_of(marker: str, path: Path = FEATURES) -> int:
+    """The 1-based line of the file that holds `marker`."""
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError(f"{marker} not in {path.name}")
+
+
+@contextmanager
+def sim_env(**knobs: str):
+    """Set CUDASIM_* variables for the duration of a block, then restore them."""
+    saved = {k: os.environ.get(k) for k in knobs}
+    os.environ.update(knobs)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def ext():
+    return load(FEATURES, "sim")
+
+
+@pytest.fixture(scope="module")
+def host():
+    return load(HERE / "host_api.cu", "sim")
+
+
+# ---------------------------------------------------------------------------------------------
+# translator (no build)
+def _tr(src: str) -> str:
+    return translate_source(src, "t.cu")
+
+
+def test_launch_with_shift_in_config_is_rewritten_whole():
+    out = _tr("void f(int n) { k<<<(n + 255) >> 8, 256>>>(x, n); }")
+    assert "::cudasim::config((n + 255) >> 8, 256)" in out
+    assert 'launch("k", __FILE__, __LINE__' in out and "}, x, n); }" in out and "<<<" not in out
+
+
+def test_launch_keeps_template_and_namespace_in_the_name():
+    out = _tr("void f() { a::b::k<float, 256><<<g, b, 0, s>>>(p); }")
+    assert 'launch("a::b::k<float, 256>"' in out
+    assert "{ a::b::k<float, 256>(cudasim_a...); }" in out
+    assert "::cudasim::config(g, b, 0, s)" in out
+
+
+def test_multiline_launch_keeps_the_line_count():
+    src = "void f() {\n  k<<<\n    g,\n    b>>>(x,\n      y);\n  int after;\n}\n"
+    out = _tr(src)
+    body = out.split("\n", 2)[2]  # after the #include and #line directives
+    assert body.count("\n") == src.count("\n")
+    assert body.splitlines()[5] == "  int after;"
+
+
+def test_translation_starts_with_a_line_directive():
+    assert _tr("int x;\n").splitlines()[1] == '#line 1 "t.cu"'
+
+
+def test_launch_syntax_in_strings_and_comments_is_left_alone():
+    src = 'const char* s = "k<<<1, 1>>>(x);"; // k<<<1, 1>>>(x);\n/* k<<<g, b>>>(y); */ char c = \'<\';\n'
+    assert _tr(src).split("\n", 2)[2] == src
+
+
+def test_launch_with_a_bad_config_is_an_error_with_the_line():
+    with pytest.raises(TranslateError, match=r"t\.cu:2: a launch takes 2 to 4 values"):
+        _tr("void f() {\n  k<<<1>>>(x);\n}\n")
+    with pytest.raises(TranslateError, match=r"t\.cu:1: a '<<<' without its '>>>'"):
+        _tr("void f() { k<<<1, 2(x); }")
+
+
+def test_shared_declarations_become_per_block_slots():
+    out = _tr("__global__ void k() {\n  __shared__ float tile[16][17];\n  __shared__ __align__(16) int v;\n}\n")
+    assert "using cudasim_t_tile = float[16][17];" in out
+    assert "shared_var<cudasim_t_tile, 0>(cudasim_slot_tile, \"tile\")" in out
+    assert "shared_var<cudasim_t_v, 16>" in out
+    assert out.count("\n") == 2 + 4
+
+
+def test_extern_shared_becomes_the_dynamic_buffer():
+    out = _tr("__global__ void k() { extern __shared__ float buf[]; }")
+    assert "float* buf = ::cudasim::dynamic_shared<float>()" in out
+    with pytest.raises(TranslateError, match="extern __shared__ must be an array of unknown size"):
+        _tr("__global__ void k() { extern __shared__ float buf[4]; }")
+
+
+def test_pragma_unroll_and_cuda_dispatch_key_are_rewritten():
+    out = _tr("#pragma unroll 4\nfor(;;){}\nTORCH_LIBRARY_IMPL(ns, CUDA, m) {}\n")
+    assert "pragma" not in out
+    assert "TORCH_LIBRARY_IMPL(ns, CPU, m)" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# qualifiers, indices, launches
+def test_qualifiers_templates_and_device_calls(ext):
+    x = torch.randn(1001)
+    out = ext.qualifiers(x)
+    torch.testing.assert_close(out[:-1], 2 * (x * x + 1))
+    assert out[-1].item() == 10.0  # the __host__ __device__ function called on the host
+
+
+@pytest.mark.parametrize("grid, block", [((3, 1, 1), (70, 1, 1)), ((2, 3, 1), (16, 4, 1)), ((2, 3, 4), (4, 2, 3))])
+def test_builtin_indices_in_1d_2d_3d(ext, grid, block):
+    out = ext.indices(list(grid), list(block))
+    gz, gy, gx, bz, by, bx = torch.meshgrid(*[torch.arange(n) for n in (*grid[::-1], *block[::-1])], indexing="ij")
+    expect = torch.stack([bx, by, bz, gx, gy, gz], -1).reshape(-1, 6)
+    assert torch.equal(out[:, :6], expect.int())
+    assert torch.equal(out[:, 6:9], torch.tensor(block, dtype=torch.int).expand(len(out), 3))
+    assert torch.equal(out[:, 9:12], torch.tensor(grid, dtype=torch.int).expand(len(out), 3))
+    assert (out[:, 12] == 32).all()  # warpSize
+
+
+def test_2d_grid_over_a_ragged_matrix(ext):
+    x = torch.randn(37, 53)
+    r, c = torch.meshgrid(torch.arange(37), torch.arange(53), indexing="ij")
+    torch.testing.assert_close(ext.matrix_2d(x), x + r - c)
+
+
+def test_every_launch_spelling_runs_its_kernel(ext):
+    x = torch.randn(1000)
+    out = ext.launch_forms(x)
+    for j in range(out.shape[0]):
+        torch.testing.assert_close(out[j], x * (j + 1), msg=f"launch form {j}")
+
+
+def test_launch_text_in_strings_stays(ext):
+    assert ext.launch_text() == "k<<<1, 1>>>(x);<"
+
+
+def test_lines_after_a_multiline_launch_keep_their_numbers(ext):
+    assert ext.line_after_launch(torch.randn(10)) == _line_of("LINE-AFTER-LAUNCH")
+
+
+# ---------------------------------------------------------------------------------------------
+# shared memory
+def test_static_shared_1d(ext):
+    x = torch.randn(1000)  # three full blocks and a ragged one
+    expect = torch.cat([c.flip(0) for c in x.split(256)])
+    torch.testing.assert_close(ext.smem_reverse(x), expect)
+
+
+def test_static_shared_2d_transpose(ext):
+    x = torch.randn(45, 70)
+    torch.testing.assert_close(ext.transpose(x), x.t().contiguous())
+
+
+def test_dynamic_shared_is_sized_by_the_launch_and_16_byte_aligned(ext):
+    threads = 64
+    x = torch.randn(4 * threads * 3)
+    out, misaligned = ext.dyn_float4(x, threads)
+    sums = x.view(-1, 4).sum(1).view(3, threads).flip(1).reshape(-1)
+    torch.testing.assert_close(out, sums)
+    assert misaligned.item() == 0
+
+
+def test_static_shared_arrays_are_aligned(ext):
+    assert ext.static_align().tolist() == [0, 0, 1]
+
+
+def test_exactly_48kb_static_shared_is_allowed(ext):
+    x = torch.randn(12288)
+    torch.testing.assert_close(ext.smem_48k(x), x.flip(0))
+
+
+def test_static_shared_over_48kb_is_refused(ext):
+    with pytest.raises(RuntimeError, match=r"static __shared__ memory exceeds the limit: 'too_big' needs 49156 bytes"):
+        ext.smem_static_too_big()
+
+
+def test_dynamic_shared_over_48kb_needs_the_opt_in(ext):
+    with pytest.raises(RuntimeError, match="CUDA error: invalid argument"):
+        ext.big_dynamic_smem(64 * 1024, False)
+    assert ext.big_dynamic_smem(64 * 1024, True) == 64 * 1024 / 4 - 1
+    with pytest.raises(RuntimeError, match="CUDA error: invalid argument"):  # beyond the H100's 227 KB
+        ext.big_dynamic_smem(228 * 1024, True)
+
+
+def test_dynamic_shared_at_48kb_needs_no_opt_in(ext):
+    assert ext.big_dynamic_smem(48 * 1024, False) == 48 * 1024 / 4 - 1
+
+
+def test_writing_past_dynamic_shared_is_caught(ext):
+    with pytest.raises(RuntimeError, match=r"a write past the end of dynamic shared memory \(256 bytes"):
+        ext.dyn_overrun()
+
+
+# ---------------------------------------------------------------------------------------------
+# barriers
+def test_early_return_before_a_barrier_does_not_deadlock(ext):
+    x = torch.randn(50)
+    out, left = ext.early_exit(x)
+    torch.testing.assert_close(out, x.flip(0))
+    assert left.tolist() == [0] * 50 + [1] * 78  # the side effect before `return` happened
+
+
+def test_divergent_barrier_raises_with_both_lines(ext):
+    a, b = _line_of("DIVERGENT-A"), _line_of("DIVERGENT-B")
+    with pytest.raises(RuntimeError, match=rf"divergent __syncthreads: .* features\.cu:{a} .* features\.cu:{b}.*kernel divergent_kernel"):
+        ext.divergent_barrier()
+
+
+def test_warp_waiting_for_a_lane_at_a_barrier_is_a_deadlock(ext):
+    line = _line_of("DEADLOCK-SHUFFLE")
+    with pytest.raises(RuntimeError, match=rf"deadlock: a warp operation at features\.cu:{line} .*lane 0 \(waiting at __syncthreads\)"):
+        ext.warp_deadlock()
+
+
+@pytest.mark.slow
+def test_spinning_on_another_block_raises_instead_of_hanging(ext):
+    with pytest.raises(RuntimeError, match="seems to spin forever.*blocks run one at a time"):
+        ext.inter_block_spin()
+
+
+def test_syncthreads_count_and_or(ext):
+    x = torch.randn(96)
+    count = int((x > 0).sum())
+    assert ext.barrier_votes(x).tolist() == [count, int(count == 96), int(count > 0)]
+
+
+def _race_expect(x: torch.Tensor, mirror: bool) -> torch.Tensor:
+    t = x.view(-1, 256)
+    return (t.flip(1) if mirror else torch.cat([t[:, :1], t[:, :-1]], 1)).reshape(-1)
+
+
+def test_missing_barrier_is_caught_by_poison_in_every_order(ext):
+    x = torch.randn(512)
+    for order in ("forward", "reverse", "random"):
+        with sim_env(CUDASIM_ORDER=order):
+            assert not torch.equal(ext.race(x, True), _race_expect(x, True)), order
+
+
+def test_missing_barrier_that_forward_order_hides_is_caught_in_reverse_and_random(ext):
+    x = torch.randn(512)
+    with sim_env(CUDASIM_ORDER="forward"):
+        assert torch.equal(ext.race(x, False), _race_expect(x, False))  # a lucky pass
+    for order in ("reverse", "random"):
+        with sim_env(CUDASIM_ORDER=order, CUDASIM_SEED="3"):
+            assert not torch.equal(ext.race(x, False), _race_expect(x, False)), order
+
+
+def test_correct_kernels_pass_in_every_order_and_block_shuffle(ext):
+    x = torch.randn(1000)
+    for order in ("forward", "reverse", "random"):
+        with sim_env(CUDASIM_ORDER=order, CUDASIM_SHUFFLE_BLOCKS="1", CUDASIM_SEED="11"):
+            torch.testing.assert_close(ext.smem_reverse(x), torch.cat([c.flip(0) for c in x.split(256)]))
+            torch.testing.assert_close(ext.legacy_reduce(x[:960], True), x[:960].view(-1, 64).sum(1))
+
+
+# ---------------------------------------------------------------------------------------------
+# warps
+def _ballot(bits: torch.Tensor) -> int:
+    return sum(1 << i for i, b in enumerate(bits.tolist()) if b)
+
+
+def test_shuffles_votes_and_syncwarp(ext):
+    x = torch.randn(64)
+    f, votes = ext.shuffles(x)
+    w = x.view(2, 32)
+    lane = torch.arange(32)
+
+    def per_warp(src):  # value of lane src[l] in each warp
+        return w[:, src].reshape(-1)
+
+    torch.testing.assert_close(f[0], per_warp((lane + 3) % 32))
+    torch.testing.assert_close(f[1], per_warp(torch.where(lane >= 1, lane - 1, lane)))
+    torch.testing.assert_close(f[2], per_warp(torch.where(lane + 2 < 32, lane + 2, lane)))
+    torch.testing.assert_close(f[3], per_warp(lane ^ 5))
+    torch.testing.assert_close(f[4], per_warp(lane // 8 * 8 + 3))
+    torch.testing.assert_close(f[5], per_warp(torch.where(lane % 16 + 4 < 16, lane + 4, lane)))
+    torch.testing.assert_close(f[6], per_warp(torch.where(lane % 8 >= 2, lane - 2, lane)))
+    torch.testing.assert_close(f[7], per_warp(lane ^ 1))
+    torch.testing.assert_close(f[8].view(2, 32)[:, 0], w.sum(1))
+    torch.testing.assert_close(f[9], per_warp(torch.zeros(32, dtype=torch.long)))
+    for k in range(2):
+        v = votes[:, 32 * k:32 * (k + 1)]
+        assert (v[0] == _ballot(w[k] > 0)).all()
+        assert (v[1] == int(bool((w[k] > 2).any()))).all()
+        assert (v[2] == int(bool((w[k] > -2).all()))).all()
+        assert (v[3] == 0xFFFFFFFF).all()
+        assert (v[4, :8] == _ballot(w[k, :8] > 0)).all() and (v[4, 8:] == -1).all()
+        torch.testing.assert_close(f[10, 32 * k:32 * k + 8], w[k, :8].view(4, 2).flip(1).reshape(-1))
+        assert (f[10, 32 * k + 8:32 * (k + 1)] == -1).all()
+
+
+def test_shuffles_in_one_warp_only(ext):
+    x = torch.randn(128)
+    out = ext.one_warp(x)
+    expect = x.clone()
+    expect[64:96] = x[64:96].sum()
+    torch.testing.assert_close(out, expect)
+
+
+@pytest.mark.parametrize("n", [40, 33, 95])
+def test_partial_last_warp(ext, n):
+    x = torch.randn(n)
+    out, masks = ext.partial_warp(x)
+    for w0 in range(0, n, 32):
+        lanes = min(32, n - w0)
+        seg = slice(w0, w0 + lanes)
+        assert (masks[seg, 0] == (1 << lanes) - 1).all()  # __activemask: the lanes that exist
+        assert (masks[seg, 1] == _ballot(x[seg] > 0)).all()
+        torch.testing.assert_close(out[seg], x[seg].sum().expand(lanes))
+
+
+def test_legacy_volatile_warp_reduction_is_wrong_without_syncwarp(ext):
+    """Lanes are not in lockstep (on Volta and later GPUs, and always here): the old idiom reads
+    values its neighbours have not written yet. It may still pass on a real GPU by luck."""
+    x = torch.rand(64 * 8) + 0.5
+    expect = x.view(-1, 64).sum(1)
+    assert not torch.allclose(ext.legacy_reduce(x, False), expect)
+    torch.testing.assert_close(ext.legacy_reduce(x, True), expect)
+
+
+# ---------------------------------------------------------------------------------------------
+# atomics
+def test_atomics_on_every_type(ext):
+    n = 1000
+    v = torch.randint(-1000, 1000, (n,), dtype=torch.int32)
+    f = torch.randn(n)
+    i32, u32, u64, f32, f64, tickets, fmax = ext.atomics(v, f)
+    vl = v.long()
+    u = vl & 0xFFFFFFFF
+
+    def as_u32(t):
+        return t.long() & 0xFFFFFFFF
+
+    assert i32[0] == vl.sum() and i32[1] == -vl.sum()
+    assert i32[2] == vl.max() and i32[3] == vl.min()
+    assert i32[4] == n and sorted(tickets.tolist()) == list(range(n))
+    assert i32[5].item() in set(v.tolist())  # atomicExch: the last writer's value
+    assert 0 <= i32[6].item() < n  # atomicCAS: exactly one thread swapped in its index
+    assert as_u32(u32[0]) == u.sum() & 0xFFFFFFFF
+    assert as_u32(u32[1]) == u.max() and as_u32(u32[2]) == u.min()
+    and_, or_, xor_ = 0xFFFFFFFF, 0, 0
+    for b in u.tolist():
+        and_, or_, xor_ = and_ & b, or_ | b, xor_ ^ b
+    assert [as_u32(u32[k]).item() for k in (3, 4, 5)] == [and_, or_, xor_]
+    assert [as_u32(i32[k]).item() for k in (7, 8, 9)] == [and_, or_, xor_]
+    wrapped = (int(u.sum()) << 33) % 2**64  # unsigned long long wraps; the tensor holds it as int64
+    assert u64[0].item() == (wrapped - 2**64 if wrapped >= 2**63 else wrapped)
+    assert u64[1].item() == 7
+    torch.testing.assert_close(f32[0], f.sum(), rtol=1e-4, atol=1e-3)
+    assert f32[1].item() == 2.5
+    torch.testing.assert_close(f64[0], f.double().sum())
+    assert fmax.item() == f.max().item()  # the atomicCAS loop
+
+
+@pytest.mark.slow
+def test_atomic_max_on_float_does_not_compile_as_on_nvcc(tmp_path):
+    src = tmp_path / "bad_atomic.cu"
+    src.write_text('#include "helpers.cuh"\n__global__ void k(float* m, float v) { atomicMax(m, v); }\n')
+    with pytest.raises(BuildError) as e:
+        load(src, "sim")
+    assert "atomicMax takes int, unsigned int, long long or unsigned long long" in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# math and types
+def test_float_math(ext):
+    x = torch.randn(1000) * 3
+    out = ext.float_math(x)
+    a = x.abs() + 1
+    expect = [x.exp(), x.exp(), a.log(), x / 3, a.rsqrt(), x * 2 + 1, x.clamp(min=0.5), x.clamp(max=-0.5), x.tanh(),
+              x.clamp(0, 1)]
+    for k, e in enumerate(expect):
+        torch.testing.assert_close(out[k], e, rtol=2e-6, atol=1e-6, msg=f"row {k}")
+
+
+def test_integer_intrinsics_and_min_max_overloads(ext):
+    vals = [0, 1, -1, 2, 7, 255, 256, -256, 2**31 - 1, -2**31, 123456, -98765]
+    x = torch.tensor(vals + torch.randint(-2**31, 2**31 - 1, (200,)).tolist(), dtype=torch.int32)
+    out = ext.int_math(x)
+    for i, v in enumerate(x.tolist()):
+        u = v & 0xFFFFFFFF
+        ffs = (u & -u).bit_length()
+        expect = [bin(u).count("1"), 32 - u.bit_length(), ffs, min(v, 1000), max(v, -1000), min(u, 5000),
+                  256, min(v & 0xFF, 256), max(v * 3, -5), bin((v << 7) & (2**64 - 1)).count("1")]
+        assert out[:, i].tolist() == expect, v
+
+
+def test_vector_types(ext):
+    x = torch.randn(4 * 301)
+    torch.testing.assert_close(ext.vectors(x), x * 2 + 1)
+
+
+def _special_floats() -> torch.Tensor:
+    bits = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x00000001, 0x807FFFFF, 0x33800000,
+            0x33000000, 0x33000001, 0x387FC000, 0x38800000, 0x477FE000, 0x477FF000, 0x477FEFFF, 0x47800000,
+            0x3F801000, 0x3F803000, 0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x7F7F8000, 0x3F800001]
+    special = torch.tensor([struct.unpack("<f", struct.pack("<I", b))[0] for b in bits])
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    rand_bits = torch.randint(0, 2**32, (20000,), generator=g, dtype=torch.int64)
+    rand_bits = torch.where(rand_bits >= 2**31, rand_bits - 2**32, rand_bits).int()
+    return torch.cat([special, rand_bits.view(torch.float32), torch.randn(5000) * 1e-6, torch.randn(5000) * 7e4])
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
+    nan = a.isnan()
+    assert torch.equal(nan, b.isnan())
+    ai, bi = a.view(torch.int16), b.view(torch.int16)
+    bad = (ai != bi) & ~nan
+    assert not bad.any(), f"first differences at {bad.nonzero()[:5].flatten().tolist()}"
+
+
+def test_half_and_bfloat16_round_exactly_as_torch(ext):
+    x = _special_floats()
+    h, b = ext.to_half(x)
+    _same_bits(h, x.half())
+    _same_bits(b, x.bfloat16())
+
+
+def test_half_and_bfloat16_widen_exactly(ext):
+    h = torch.arange(-2**15, 2**15, dtype=torch.int32).short().view(torch.float16)
+    b = torch.arange(-2**15, 2**15, dtype=torch.int32).short().view(torch.bfloat16)
+    fh, fb = ext.from_half(h, b)
+    for got, want in ((fh, h.float()), (fb, b.float())):
+        nan = want.isnan()
+        assert torch.equal(got.isnan(), nan)
+        assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
+
+
+def test_half_intrinsics(ext):
+    a, b = torch.randn(1000).half(), torch.randn(1000).half()
+    expect = (a.float() * b.float() + (a.float() + b.float()).half().float()).half()
+    torch.testing.assert_close(ext.half_math(a, b), expect, rtol=1e-3, atol=1e-3)
+
+
+def test_printf_from_a_kernel(ext, capfd):
+    x = torch.tensor([0.5, 1.25, 2.0, 3.5])
+    ext.kernel_printf(x)
+    out = capfd.readouterr().out
+    lines = [l for l in out.splitlines() if l.startswith("block")]
+    assert lines == ["block 0 thread 0 value 0.50", "block 0 thread 1 value 1.25",
+                     "block 1 thread 0 value 2.00", "block 1 thread 1 value 3.50"]
+
+
+# ---------------------------------------------------------------------------------------------
+# host side
+@pytest.mark.parametrize("grid, block, smem", [
+    ((0, 1, 1), (32, 1, 1), 0),      # no blocks
+    ((1, 1, 1), (1025, 1, 1), 0),    # too many threads
+    ((1, 1, 1), (0, 1, 1), 0),       # no threads
+    ((1, 1, 1), (1, 1, 65), 0),      # block z above 64
+    ((1, 65536, 1), (32, 1, 1), 0),  # grid y above 65535
+    ((1, 1, 1), (32, 1, 1), 49 * 1024),  # too much dynamic shared memory
+])
+def test_invalid_launches_report_what_cuda_reports(ext, grid, block, smem):
+    # measured on an H100 with CUDA 13: every one of these is cudaErrorInvalidValue
+    with pytest.raises(RuntimeError, match="CUDA error: invalid argument"):
+        ext.launch_config(list(grid), list(block), smem)
+
+
+def test_largest_valid_launch_is_accepted(ext):
+    ext.launch_config([3, 2, 1], [32, 32, 1], 48 * 1024)
+
+
+def test_errors_stay_until_read_as_in_cuda(ext):
+    # [after a bad launch, read again, after bad-then-good, cudaDeviceSynchronize]
+    assert ext.error_api() == [1, 0, 1, 0]
+    assert ext.error_string(1) == "cudaErrorInvalidValue: invalid argument"
+    assert ext.error_string(9) == "cudaErrorInvalidConfiguration: invalid configuration argument"
+
+
+def test_pybind_style_with_streams_and_guards(host):
+    x = torch.randn(1000)
+    torch.testing.assert_close(host.axpb(x, 2.0, 0.5), 2 * x + 0.5)
+    torch.testing.assert_close(host.axpb_checked(x, -1.0, 3.0), 3 - x)
+    assert host.axpb(torch.empty(0), 1.0, 1.0).numel() == 0
+
+
+def test_device_properties_look_like_a_gpu(host):
+    assert host.properties() == [32, 1, 1024, 48 * 1024, 0]
+
+
+def test_plain_torch_library_impl_for_cuda_serves_cpu_tensors(host):
+    x = torch.randn(10)
+    torch.testing.assert_close(torch.ops.sim_host_api_test.twice(x), 2 * x)
+
+
+def test_check_cuda_accepts_cpu_tensors_and_rejects_others(host):
+    with pytest.raises(RuntimeError, match="x must be a CPU tensor \\(the simulator runs CUDA kernels on CPU tensors\\), got a tensor on meta"):
+        host.axpb(torch.empty(4, device="meta"), 1.0, 0.0)
+
+
+@pytest.mark.slow
+def test_compiler_errors_point_at_the_learners_line():
+    with pytest.raises(BuildError) as e:
+        load(HERE / "syntax_error.cu", "sim")
+    line = _line_of("SYNTAX-ERROR-LINE", HERE / "syntax_error.cu")
+    assert re.search(rf"syntax_error\.cu:{line}:\d+: error", str(e.value)), str(e.value)
