@@ -58,11 +58,14 @@ nbval: setup
 nbval-lessons: setup
 	$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900
 
+# Each step says how long it took, so a slow one is easy to spot.
+STEP = @echo "== $(1)"; t0=$$(date +%s); $(2) && echo "== $(1): done in $$(( $$(date +%s) - t0 )) s"
+
 test-all: setup
-	$(PYTEST) tests
-	$(PYTHON) -m kernels.compile_check
-	$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900
-	$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900
+	$(call STEP,pytest,$(PYTEST) tests --durations=10)
+	$(call STEP,compile check,$(PYTHON) -m kernels.compile_check)
+	$(call STEP,solution notebooks (nbval),$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900)
+	$(call STEP,lesson notebooks (executed),$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900)
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)

@@ -217,7 +217,8 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
                      extra_cflags=flags, **kwargs)
         else:
             _cuda_env()
-            cpp.load(sources=[str(entry)], extra_include_paths=[str(INCLUDE)], extra_cuda_cflags=flags,
+            cpp.load(sources=[str(entry)], extra_include_paths=[str(INCLUDE)] + _missing_toolkit_headers(),
+                     extra_cuda_cflags=flags,
                      extra_cflags=["-O0" if "-O0" in flags else "-O2"], **kwargs)
     except BuildError:
         if not quiet:
@@ -245,6 +246,41 @@ def _cuda_home() -> None:
     if not os.environ.get("CUDA_HOME") and not os.environ.get("CUDA_PATH") and Path("/usr/local/cuda/bin/nvcc").exists():
         os.environ["CUDA_HOME"] = "/usr/local/cuda"
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # no "No CUDA runtime" noise
+
+
+def _missing_toolkit_headers() -> list[str]:
+    """An include folder for CUDA library headers (cusparse.h, ...) the toolkit lacks but torch ships.
+
+    A minimal toolkit (nvcc and the runtime only) has no cuSPARSE/cuBLAS headers, which
+    ATen/cuda/CUDAContext.h includes; a CUDA build of torch from pip carries them in its
+    nvidia/cuXX/include folder. Only the headers the toolkit is missing are linked in, so the
+    toolkit's own headers always win.
+    """
+    from torch.utils.cpp_extension import CUDA_HOME
+    import torch
+
+    if not CUDA_HOME:
+        return []
+    have = Path(CUDA_HOME) / "include"
+    site = Path(torch.__file__).resolve().parent.parent / "nvidia"
+    shipped = [d for d in sorted(site.glob("cu*/include")) + sorted(site.glob("*/include")) if d.is_dir()]
+    missing = {}
+    for d in shipped:
+        for h in d.iterdir():
+            if h.suffix in (".h", ".hpp") and not (have / h.name).exists():
+                missing.setdefault(h.name, h)
+    if not missing:
+        return []
+    out = build_root() / "cuda-extra-include"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, h in missing.items():
+        link = out / name
+        if not link.exists():
+            try:
+                link.symlink_to(h)
+            except FileExistsError:  # another build process made it first
+                pass
+    return [str(out)]
 
 
 def _cuda_env() -> None:

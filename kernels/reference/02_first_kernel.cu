@@ -80,7 +80,7 @@ static void check_binary(const at::Tensor& x, const at::Tensor& y, const at::Ten
 void add1(const at::Tensor& x, const at::Tensor& y, at::Tensor& out) {
   CHECK_DTYPE(x, at::kFloat);
   const int64_t n = x.numel();
-  TORCH_CHECK(n <= INT_MAX, "add1 indexes with 32-bit ints: at most ", INT_MAX, " elements, got ", n,
+  TORCH_CHECK(n <= INT_MAX, "add1 indexes with 32-bit ints: at most ", std::to_string(INT_MAX), " elements, got ", std::to_string(n),
               " (add2 takes any size)");
   check_binary(x, y, out);
   if (n == 0) return;  // a grid of 0 blocks is an invalid launch
@@ -108,7 +108,7 @@ void add2(const at::Tensor& x, const at::Tensor& y, at::Tensor& out) {
 void add3(const at::Tensor& x, const at::Tensor& y, at::Tensor& out, int64_t threads) {
   CHECK_DTYPE(x, at::kFloat);
   check_binary(x, y, out);
-  TORCH_CHECK(threads > 0, "threads must be positive, got ", threads);
+  TORCH_CHECK(threads > 0, "threads must be positive, got ", std::to_string(threads));
   const int64_t n = x.numel();
   if (n == 0) return;
   const int64_t blocks = ceil_div(n, threads);

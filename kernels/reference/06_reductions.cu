@@ -236,13 +236,13 @@ static void check_sum_args(const at::Tensor& x, const at::Tensor& out) {
   CHECK_DTYPE(x, at::kFloat);
   CHECK_CUDA(out);
   CHECK_DTYPE(out, at::kFloat);
-  TORCH_CHECK(out.numel() == 1, "out must hold one element (shape [] or [1]), got ", out.numel(), " elements");
+  TORCH_CHECK(out.numel() == 1, "out must hold one element (shape [] or [1]), got ", std::to_string(out.numel()), " elements");
 }
 
 static void check_aligned16(const at::Tensor& x) {
   TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
               "x must be 16-byte aligned for float4 loads, got an address 16k + ",
-              reinterpret_cast<uintptr_t>(x.data_ptr()) % 16, " (a view such as x[1:] is not; call .clone())");
+              std::to_string(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16), " (a view such as x[1:] is not; call .clone())");
 }
 
 // The atomic variants add into *out, so the launcher sets it to 0 first (on the same stream,
@@ -338,12 +338,12 @@ void sum7(const at::Tensor& x, at::Tensor& out) {
 static void check_row_args(const at::Tensor& x, const at::Tensor& out) {
   CHECK_CUDA(x);
   CHECK_DTYPE(x, at::kFloat);
-  TORCH_CHECK(x.dim() == 2, "x must have 2 dimensions [rows, cols], got ", x.dim());
+  TORCH_CHECK(x.dim() == 2, "x must have 2 dimensions [rows, cols], got ", std::to_string(x.dim()));
   check_contiguous(x);
   CHECK_CUDA(out);
   CHECK_DTYPE(out, at::kFloat);
-  TORCH_CHECK(out.dim() == 1 && out.size(0) == x.size(0), "out must have shape [rows] = [", x.size(0),
-              "], got ", out.dim(), " dimensions and ", out.numel(), " elements");
+  TORCH_CHECK(out.dim() == 1 && out.size(0) == x.size(0), "out must have shape [rows] = [", std::to_string(x.size(0)),
+              "], got ", std::to_string(out.dim()), " dimensions and ", std::to_string(out.numel()), " elements");
   TORCH_CHECK(out.is_contiguous(), "out must be contiguous");
 }
 
@@ -381,7 +381,7 @@ void row_sum2(const at::Tensor& x, at::Tensor& out) {
 void row_max2(const at::Tensor& x, at::Tensor& out) {
   check_row_args(x, out);
   TORCH_CHECK(x.size(1) > 0 || x.size(0) == 0, "row_max2 needs at least one column (the max of an empty row is "
-              "undefined), got ", x.size(0), " rows of 0 columns");
+              "undefined), got ", std::to_string(x.size(0)), " rows of 0 columns");
   launch_row_reduce2<MaxOp>(x, out);
 }
 

@@ -29,11 +29,11 @@ __global__ void row_max_kernel(const float* __restrict__ x, float* __restrict__ 
 void row_max(const at::Tensor& x, at::Tensor& out) {
   CHECK_CUDA(x);
   CHECK_DTYPE(x, at::kFloat);
-  TORCH_CHECK(x.dim() == 2, "x must have 2 dimensions [rows, cols], got ", x.dim());
+  TORCH_CHECK(x.dim() == 2, "x must have 2 dimensions [rows, cols], got ", std::to_string(x.dim()));
   TORCH_CHECK(x.is_contiguous(), "x must be contiguous (call .contiguous() first)");
   CHECK_CUDA(out);
   CHECK_DTYPE(out, at::kFloat);
-  TORCH_CHECK(out.dim() == 1 && out.size(0) == x.size(0), "out must have shape [rows] = [", x.size(0), "]");
+  TORCH_CHECK(out.dim() == 1 && out.size(0) == x.size(0), "out must have shape [rows] = [", std::to_string(x.size(0)), "]");
   const int64_t rows = x.size(0), cols = x.size(1);
   TORCH_CHECK(cols > 0 || rows == 0, "row_max needs at least one column (the max of an empty row is undefined)");
   if (rows == 0) return;
