@@ -61,7 +61,10 @@ nbval-lessons: setup
 # Each step says how long it took, so a slow one is easy to spot.
 STEP = @echo "== $(1)"; t0=$$(date +%s); $(2) && echo "== $(1): done in $$(( $$(date +%s) - t0 )) s"
 
+# The first step builds every .cu for the default backend one file per core, so the tests and
+# notebooks that follow (one at a time) find their builds in the cache.
 test-all: setup
+	$(call STEP,build cache,$(PYTHON) -m kernels.compile_check --warm)
 	$(call STEP,pytest,$(PYTEST) tests --durations=10)
 	$(call STEP,compile check,$(PYTHON) -m kernels.compile_check)
 	$(call STEP,solution notebooks (nbval),$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900)

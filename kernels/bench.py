@@ -116,8 +116,10 @@ def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | 
         gbps = bytes / ms / 1e6 if bytes else None
         tflops = flops / ms / 1e9 if flops else None
         note = ""
-        if gbps and gbps > 1.02 * copy:
-            note = "ABOVE COPY BANDWIDTH: the byte count or the timing is wrong"
+        # Reads alone can run a few percent faster than a copy (which also writes), so only a
+        # figure well above it is flagged.
+        if gbps and gbps > 1.10 * copy:
+            note = "10% ABOVE COPY BANDWIDTH: the byte count or the timing is wrong"
         if not ok:
             note = (note + "; " if note else "") + "FAILED the check after timing"
         rows.append(Row(name, label, ms, gbps, tflops, gbps / copy if gbps else None,

@@ -2,6 +2,10 @@
 
 Nothing runs: this proves that the files the simulator executes are also valid CUDA for nvcc.
 It needs nvcc and a CUDA build of torch, GPU or not; without them it says so and skips.
+
+`python -m kernels.compile_check --warm [cuda|sim ...]` instead builds every file for the given
+backends (default: the default backend) with the flags the tests and notebooks use, one file per
+core, so that a test run that follows finds every build in the cache.
 """
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from .build import ROOT, BuildError, _cuda_home, compile_only, display_path
+from .backend import resolve
+from .build import ROOT, BuildError, _cuda_home, build, compile_only, display_path
 
 FOLDERS = ("kernels", "lessons", "solutions", "tests")
 SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
@@ -40,33 +45,45 @@ def why_not() -> str | None:
     return None
 
 
-def _compile(path: Path) -> tuple[Path, float, str]:
+def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
+    path, backend = job
     t0 = time.perf_counter()
     try:
-        compile_only(path)
-        return path, time.perf_counter() - t0, ""
+        if backend is None:
+            compile_only(path)
+        else:
+            build(path, backend, quiet=True)
+        return path, backend or "nvcc", time.perf_counter() - t0, ""
     except BuildError as e:
-        return path, time.perf_counter() - t0, str(e)
+        return path, backend or "nvcc", time.perf_counter() - t0, str(e)
 
 
-def main() -> int:
-    reason = why_not()
-    if reason:
-        print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
-        return 0
-    todo = files()
+def _run(todo: list[tuple[Path, str | None]], what: str) -> int:
     jobs = max(1, min(len(todo), os.cpu_count() or 1))
-    print(f"compile check: {len(todo)} .cu files with nvcc, {jobs} at a time")
+    print(f"{what}: {len(todo)} builds, {jobs} at a time")
     failed = []
-    # nvcc compiles one file on one core: run one file per core, each in its own process
+    # a compiler uses one core per file: run one file per core, each in its own process
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for i, (path, secs, err) in enumerate(pool.map(_compile, todo), 1):
-            print(f"[{i}/{len(todo)}] {display_path(path)} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
+        for i, (path, be, secs, err) in enumerate(pool.map(_compile, todo), 1):
+            label = display_path(path) + ("" if be == "nvcc" else f" ({be})")
+            print(f"[{i}/{len(todo)}] {label} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
             if err:
                 print(err)
                 failed.append(path)
     print(f"{len(todo) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--warm":
+        backends = [resolve(b) for b in argv[1:]] or [resolve(None)]
+        return _run([(p, be) for be in backends for p in files()], f"warming the build cache for {', '.join(backends)}")
+    reason = why_not()
+    if reason:
+        print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
+        return 0
+    return _run([(p, None) for p in files()], "compile check with nvcc")
 
 
 if __name__ == "__main__":

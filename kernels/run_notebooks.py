@@ -1,6 +1,10 @@
 """`make lessons`: build every lesson's kernels and execute every notebook headlessly.
 
 Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks.
+
+For maintainers: `python -m kernels.run_notebooks --refresh solutions/NN_topic/...ipynb` executes
+a solution notebook on the simulator and writes its outputs back into it (the outputs that nbval
+compares in `make test-all`). Run it after changing anything a solution notebook prints.
 """
 from __future__ import annotations
 
@@ -21,8 +25,9 @@ def notebooks(folders: list[str]) -> list[Path]:
     return found
 
 
-def run(nb_path: Path, timeout: int = 1800) -> tuple[bool, str]:
-    """Execute one notebook in its own folder; write the executed copy under build/executed."""
+def run(nb_path: Path, timeout: int = 1800, in_place: bool = False) -> tuple[bool, str]:
+    """Execute one notebook in its own folder; write the executed copy under build/executed
+    (or, with in_place, back over the notebook, without the timestamps of each cell)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -35,14 +40,44 @@ def run(nb_path: Path, timeout: int = 1800) -> tuple[bool, str]:
         client.execute()
     except CellExecutionError as e:
         ok, msg = False, str(e).strip().splitlines()[-1] if str(e).strip() else "a cell failed"
+    if in_place:
+        if not ok:
+            return ok, msg  # never write a half-executed notebook over a good one
+        for cell in nb.cells:
+            cell.metadata.pop("execution", None)
+        nbformat.write(nb, nb_path)
+        return ok, msg
     out = OUT / nb_path.relative_to(ROOT)
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
     return ok, msg
 
 
+def refresh(paths: list[str]) -> int:
+    """Re-execute solution notebooks on the simulator and store their outputs in them."""
+    import os
+
+    os.environ["KERNELS_BACKEND"] = "sim"  # the committed outputs are the simulator's (CI has no GPU)
+    failed = 0
+    for path in map(Path, paths):
+        nb = path.resolve()
+        if nb.suffix != ".ipynb" or not nb.is_file() or not nb.is_relative_to(ROOT / "solutions"):
+            print(f"{path}: not a notebook under solutions/ (lesson notebooks ship without outputs)")
+            failed += 1
+            continue
+        t0 = time.perf_counter()
+        ok, msg = run(nb, in_place=True)
+        print(f"{nb.relative_to(ROOT)} {'refreshed' if ok else 'FAILED, left as it was'} "
+              f"({time.perf_counter() - t0:.0f} s){'' if ok else ': ' + msg}", flush=True)
+        failed += not ok
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    folders = (sys.argv[1:] if argv is None else argv) or ["lessons", "solutions"]
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--refresh"]:
+        return refresh(argv[1:])
+    folders = argv or ["lessons", "solutions"]
     nbs = notebooks(folders)
     print(f"backend: {reason()}")
     print(f"running {len(nbs)} notebooks; executed copies go to {OUT.relative_to(ROOT)}/")

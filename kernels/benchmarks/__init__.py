@@ -25,26 +25,38 @@ def lessons() -> list[str]:
                   if i.name.startswith("lesson"))
 
 
+def _num(v: str, spec: str) -> str:
+    return format(float(v), spec) if v not in ("", None) else ""
+
+
 def results_table(out_dir: Path = OUT) -> str:
-    """A markdown table of every CSV in out_dir: the figures `make bench` measured last."""
-    rows = []
+    """A markdown table of the CSVs in out_dir, one line per benchmark: eager PyTorch,
+    torch.compile and the fastest of the lesson's kernels. Every row is in the CSVs."""
+    groups: dict[tuple[str, str], list[dict]] = {}
     for f in sorted(out_dir.glob("lesson*.csv")):
         with f.open() as fh:
             for r in csv.DictReader(fh):
-                rows.append((f.stem[len("lesson"):], r))
-    if not rows:
+                if r["vs_eager"]:  # sweeps and baselines without a PyTorch row stay in the CSV only
+                    groups.setdefault((f.stem[len("lesson"):], r["bench"]), []).append(r)
+    if not groups:
         return "No results yet: run `make bench` on a machine with an NVIDIA GPU."
-    device = rows[0][1].get("device", "")
-    lines = [f"Measured by `make bench` on {device}; GB/s count the fewest bytes each op must move.", "",
-             "| lesson | benchmark | variant | time (us) | GB/s | TFLOP/s | % of copy | vs eager | vs torch.compile |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-
-    def f(v, spec):
-        return format(float(v), spec) if v not in ("", None) else ""
-    for lesson, r in rows:
-        lines.append(f"| {lesson} | {r['bench']} | {r['variant']} | {f(r['ms'], '.4g') and format(float(r['ms']) * 1000, '.1f')} | "
-                     f"{f(r['gbps'], '.0f')} | {f(r['tflops'], '.1f')} | {f(r['of_copy'], '.0%')} | "
-                     f"{f(r['vs_eager'], '.2f')} | {f(r['vs_compile'], '.2f')} |")
+    device = next(iter(groups.values()))[0].get("device", "")
+    lines = [f"Measured by `make bench` on {device}, eager PyTorch and `torch.compile` in the same run. GB/s count "
+             "the fewest bytes each op must move; \"of copy\" is against a device-to-device copy measured in the "
+             "same run. One line per benchmark, with the fastest of the lesson's kernels; every variant is in "
+             "`build/bench/lessonNN.csv` and the plots next to it.", "",
+             "| lesson | benchmark | eager GB/s | compile GB/s | fastest kernel | GB/s | of copy | vs eager | vs compile |",
+             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for (lesson, name), rows in groups.items():
+        by = {r["variant"]: r for r in rows}
+        kernels = [r for r in rows if not r["variant"].startswith(("eager", "torch"))]
+        if not kernels:
+            continue
+        best = min(kernels, key=lambda r: float(r["ms"]))
+        eager, comp = by.get("eager", {}), by.get("torch.compile", {})
+        lines.append(f"| {lesson} | {name} | {_num(eager.get('gbps', ''), '.0f')} | {_num(comp.get('gbps', ''), '.0f')} | "
+                     f"{best['variant']} | {_num(best['gbps'], '.0f')} | {_num(best['of_copy'], '.0%')} | "
+                     f"{_num(best['vs_eager'], '.2f')}x | {_num(best['vs_compile'], '.2f')}x |")
     return "\n".join(lines)
 
 
