@@ -141,3 +141,24 @@ def test_self_check_passes_on_the_solution(capsys):
 def test_self_check_catches_planted_bug(planted, capsys):
     report = check_exercise("03", "fma", path=PLANTED / planted)
     assert not report.passed
+
+
+# Bugs in the Python half (fma_op.py), each planted in a copy of the solution. The copied fma.cu
+# gets a comment naming the bug, so each copy builds under its own namespace and no registration
+# of one case leaks into another.
+PYTHON_HALF_BUGS = {
+    "fake kernel of the wrong shape": ("return torch.empty_like(x)\n", "return torch.empty_like(x)[:1]\n"),
+    "gradients of x and y swapped": ("return grad_x, grad_y, grad", "return grad_y, grad_x, grad"),
+    "strided grad passed to the kernel": ("ops.fma_backward(grad.contiguous(), x, y)", "ops.fma_backward(grad, x, y)"),
+    "y not saved for backward": ("ctx.save_for_backward(x, y)", "ctx.save_for_backward(x, x)"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PYTHON_HALF_BUGS))
+def test_self_check_catches_planted_bug_in_the_python_half(bug, tmp_path, capsys):
+    good, bad = PYTHON_HALF_BUGS[bug]
+    source = (SOLUTION / "fma_op.py").read_text()
+    assert source.count(good) == 1, f"the solution no longer contains {good!r}: update the planted bug"
+    (tmp_path / "fma_op.py").write_text(source.replace(good, bad))
+    (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + f"// planted: {bug}\n")
+    assert not check_exercise("03", "fma", path=tmp_path / "fma.cu").passed

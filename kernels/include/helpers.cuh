@@ -5,7 +5,8 @@
 //   ceil_div(a, b)            blocks needed to cover a elements, b per block
 //   CHECK_LAUNCH()            the launch error, checked right after a launch
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
-//   TORCH_LIBRARY_EXPAND / TORCH_LIBRARY_IMPL_EXPAND   register ops under this build's own name
+//   TORCH_LIBRARY_EXPAND / TORCH_LIBRARY_FRAGMENT_EXPAND / TORCH_LIBRARY_IMPL_EXPAND
+//       register ops under this build's own name
 //
 // The same header compiles with nvcc (the cuda backend) and in the CPU simulator (the sim
 // backend, where CUDASIM is defined and "CUDA tensors" are CPU tensors).
@@ -63,8 +64,11 @@ __host__ __device__ constexpr auto ceil_div(A a, B b) {
   return (a + b - 1) / b;
 }
 
-// A launch is asynchronous: a bad configuration shows up only in the error state, so check it
-// right after the launch. (No cudaDeviceSynchronize here: it would stall the CPU for nothing.)
+// A <<<...>>> launch returns no status: a configuration CUDA refuses (too many threads, too much
+// shared memory) is only recorded in CUDA's error state, where the next op that looks would
+// report it as its own. So ask right after the launch. Errors raised while the kernel runs (an
+// illegal address) surface only at a later synchronisation; CUDA_LAUNCH_BLOCKING=1 or
+// compute-sanitizer pin those down. (No cudaDeviceSynchronize here: it would stall the CPU.)
 #define CHECK_LAUNCH() C10_CUDA_KERNEL_LAUNCH_CHECK()
 
 // A 1-D grid may hold at most 2^31 - 1 blocks.
@@ -77,6 +81,7 @@ __host__ __device__ constexpr auto ceil_div(A a, B b) {
 // "TORCH_EXTENSION_NAME". One more macro layer expands it first, so each build of a file gets
 // its own namespace and an edited exercise can be rebuilt and loaded in the same session.
 #define TORCH_LIBRARY_EXPAND(ns, m) TORCH_LIBRARY(ns, m)
+#define TORCH_LIBRARY_FRAGMENT_EXPAND(ns, m) TORCH_LIBRARY_FRAGMENT(ns, m)
 #define TORCH_LIBRARY_IMPL_EXPAND(ns, k, m) TORCH_LIBRARY_IMPL(ns, k, m)
 
 // ---------------------------------------------------------------------------------------------

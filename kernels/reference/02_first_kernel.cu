@@ -24,8 +24,8 @@ constexpr int THREADS = 256;  // threads per block: 8 warps; any multiple of 32 
 // Kernels.
 
 // add_kernel1: thread (blockIdx.x, threadIdx.x) owns element i = blockIdx.x * blockDim.x + threadIdx.x.
-// Reads 8 B, writes 4 B per element: bounded by memory bandwidth. The index is an int, and
-// blockIdx.x * blockDim.x is computed in 32 bits: past 2^31 elements it wraps around.
+// Reads 8 B, writes 4 B per element: bounded by memory bandwidth. The index is an int: the
+// unsigned 32-bit product blockIdx.x * blockDim.x, stored in an int, turns negative past 2^31 - 1.
 __global__ void add_kernel1(const float* x, const float* y, float* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) {  // the grid is rounded up to whole blocks: threads past the end do nothing

@@ -18,10 +18,6 @@
 #include <ATen/ops/empty_like.h> // at::empty_like without the heavy <torch/extension.h>
 #include <tuple>
 
-// TORCH_LIBRARY_FRAGMENT stringifies its namespace argument as TORCH_LIBRARY does, so it needs
-// the same extra macro layer (see TORCH_LIBRARY_EXPAND in helpers.cuh).
-#define TORCH_LIBRARY_FRAGMENT_EXPAND(ns, m) TORCH_LIBRARY_FRAGMENT(ns, m)
-
 constexpr int BLOCK = 256;  // threads per block: 8 warps
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // fma.cu: a fused multiply-add op, out = x * y + z, with its backward, as a real PyTorch op.
-// Fill in the two kernels below (FILL ME IN), and the Python half in fma_op.py.
+// Fill in the two kernels and the two registration lines below (FILL ME IN), and the Python half
+// in fma_op.py.
 // The self-check: check_exercise("03", "fma", path="fma.cu") (or `make check LESSON=03`).
 //
 //   fma            out = x * y + z: one pass over three inputs (an eager x * y + z takes two)
@@ -101,10 +102,10 @@ std::tuple<at::Tensor, at::Tensor> fma_backward(const at::Tensor& grad, const at
 // Registration.
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("fma(Tensor x, Tensor y, Tensor z) -> Tensor");
-  m.def("fma_backward(Tensor grad, Tensor x, Tensor y) -> (Tensor, Tensor)");
+  // FILL ME IN (1 line): the schema of fma_backward: it reads grad, x and y, and returns two tensors
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("fma", &fma_forward);
-  m.impl("fma_backward", &fma_backward);
+  // FILL ME IN (1 line): the C++ function fma_backward, as the CUDA kernel of the op fma_backward
 }
