@@ -3,7 +3,8 @@
 Both backends compile the file through torch.utils.cpp_extension with ninja: `cuda` hands it to
 nvcc unchanged; `sim` translates it (kernels/sim/translate.py) and compiles it as C++ for the
 CPU simulator. Builds are cached under build/ by a hash of the sources (the file and every
-local header it includes), the flags, the backend and the torch version.
+local header it includes), the flags, the backend and the torch version. Sim builds also share
+one precompiled header (see _sim_pch), which cuts a build from about 11 s to about 4.
 """
 from __future__ import annotations
 
@@ -205,6 +206,7 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
         print(f"building {entry.stem} for {be} ...", end="", flush=True)
     t0 = time.perf_counter()
     kwargs = dict(name=name, build_directory=str(out), verbose=verbose, is_python_module=pybind)
+    make_pch = False
     try:
         if be == "sim":
             from .sim.translate import TranslateError, translate_tree
@@ -213,8 +215,12 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
                 main, _ = translate_tree(entry, out / "sim_src", [INCLUDE], lambda p: display_path(p))
             except TranslateError as e:
                 raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
+            pch = _sim_pch(flags)
+            use_pch = (["-include", str(pch)] if pch.with_suffix(".h.gch").exists()
+                       and os.environ.get("KERNELS_SIM_PCH", "1") != "0" else [])
             cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
-                     extra_cflags=flags, **kwargs)
+                     extra_cflags=flags + use_pch, **kwargs)
+            make_pch = not use_pch and flags == SIM_FLAGS
         else:
             _cuda_env()
             cpp.load(sources=[str(entry)], extra_include_paths=[str(INCLUDE)] + _missing_toolkit_headers(),
@@ -234,11 +240,79 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
             f"(full log: {display_path(out / 'build.log')})") from None
     if not quiet:
         print(f" {time.perf_counter() - t0:.1f} s", flush=True)
+    if make_pch:
+        t0 = time.perf_counter()
+        if not quiet:
+            print("precompiling the common headers once, so later sim builds take seconds ...", end="", flush=True)
+        made = _make_sim_pch(pch, out / "build.ninja")
+        if not quiet:
+            print(f" {time.perf_counter() - t0:.1f} s" if made else " skipped", flush=True)
     if not so.exists():  # cpp_extension names the library after the extension
         cands = list(out.glob(f"{name}*.so"))
         so = cands[0] if cands else so
     _loaded[name] = _import_so(name, so, pybind, entry, be)
     return _loaded[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# A precompiled header for sim builds. Parsing ATen's and torch/library.h's headers takes about
+# 7 of the 10 s that a one-op sim build takes on a small machine; gcc can load them precompiled
+# instead. The first sim build on a machine compiles normally and then precompiles these headers
+# with exactly the flags ninja used (read back from its build.ninja); later builds include the
+# precompiled file first, and the headers' own include guards make the file's #includes no-ops.
+# gcc checks that the precompiled file fits (same compiler, same flags) and otherwise ignores it
+# and parses the headers as usual, so a stale one costs time, never correctness.
+# KERNELS_SIM_PCH=0 turns it off.
+# Only what helpers.cuh (which every kernel file includes) includes itself, so that a file that
+# forgets an #include fails on the simulator as it would with nvcc.
+SIM_PCH_HEADERS = ["cudasim.h", "ATen/core/Tensor.h", "c10/cuda/CUDAException.h", "c10/cuda/CUDAStream.h",
+                   "cstdint", "string", "torch/library.h"]
+
+
+def _sim_pch(flags: list[str]) -> Path:
+    """Where the precompiled header for these flags lives (it may not exist yet)."""
+    import torch
+
+    h = hashlib.sha256()
+    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(SIM_PCH_HEADERS)):
+        h.update(part.encode())
+    for f in sorted(SIM_INCLUDE.rglob("*.h")):
+        h.update(f.read_bytes())
+    return build_root() / "sim-pch" / h.hexdigest()[:12] / "sim_pch.h"
+
+
+def _make_sim_pch(header: Path, ninja_file: Path) -> bool:
+    """Precompile SIM_PCH_HEADERS with the flags of a finished sim build; never fatal.
+    Returns whether a precompiled header is there now."""
+    import fcntl
+    import shlex
+    import subprocess
+
+    if os.environ.get("KERNELS_SIM_PCH", "1") == "0" or not ninja_file.exists():
+        return False
+    text = ninja_file.read_text()
+    cxx = re.search(r"^cxx = (.+)$", text, re.M)
+    cflags = re.search(r"^cflags = (.+)$", text, re.M)
+    if not cxx or not cflags:
+        return False
+    flags = [f for f in shlex.split(cflags.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    header.parent.mkdir(parents=True, exist_ok=True)
+    gch, failed = header.with_suffix(".h.gch"), header.with_suffix(".failed")
+    with open(header.parent / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # parallel builds: one precompiles, the others wait and reuse it
+        if gch.exists() or failed.exists():
+            return gch.exists()
+        header.write_text("// Headers every sim build includes, precompiled once (kernels/build.py).\n"
+                          + "".join(f"#include <{h}>\n" for h in SIM_PCH_HEADERS))
+        tmp = gch.with_suffix(f".tmp{os.getpid()}")
+        run = subprocess.run([*shlex.split(cxx.group(1)), *flags, "-x", "c++-header", str(header), "-o", str(tmp)],
+                             capture_output=True, text=True)
+        if run.returncode == 0:
+            tmp.replace(gch)
+        else:
+            tmp.unlink(missing_ok=True)
+            failed.write_text(run.stderr[-4000:])
+        return gch.exists()
 
 
 def _cuda_home() -> None:

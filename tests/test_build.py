@@ -107,3 +107,35 @@ def test_environment_variable_picks_the_backend(monkeypatch):
     monkeypatch.setenv("KERNELS_BACKEND", "nope")
     with pytest.raises(ValueError):
         resolve()
+
+
+@pytest.mark.slow
+def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch):
+    """The first sim build precompiles helpers.cuh's headers; gcc must accept that file for the
+    flags of a later build (-Werror=invalid-pch turns a silent fallback into a failure here)."""
+    import re
+    import shlex
+    import subprocess
+
+    from kernels.build import SIM_FLAGS, _sim_pch
+
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
+    src = tmp_path / "pch_probe.cu"
+    src.write_text((HERE / "vector_add.cu").read_text())
+    ext = load(src, "sim", quiet=True)
+    x = torch.randn(10)
+    torch.testing.assert_close(ext.add_new(x, x), 2 * x)
+    pch = _sim_pch(SIM_FLAGS)
+    assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
+    src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
+    again = load(src, "sim", quiet=True)
+    torch.testing.assert_close(again.add_new(x, x), 2 * x)
+    ninja = (Path(again.so).parent / "build.ninja").read_text()
+    cxx = shlex.split(re.search(r"^cxx = (.+)$", ninja, re.M).group(1))
+    cflags = shlex.split(re.search(r"^cflags = (.+)$", ninja, re.M).group(1))
+    assert "-include" in cflags
+    translated = next((Path(again.so).parent / "sim_src").glob("sim_0_*.cpp"))
+    run = subprocess.run([*cxx, *cflags, "-Winvalid-pch", "-Werror=invalid-pch", "-fsyntax-only", str(translated)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -130,4 +130,16 @@ def test_the_checker_catches_a_missing_syncthreads_on_the_simulator(backend):
     if backend != "sim":
         pytest.skip("on a GPU a missing barrier may or may not change the result: only the simulator is sure to show it")
     racy = load(PLANTED / "lesson06_sum_no_sync.cu")
-    assert not check_sum(racy.racy_sum, quiet=True).passed
+    report = check_sum(racy.racy_sum, quiet=True)
+    assert not report.passed
+    # wrong in one thread order and right in another: the report names it a race
+    assert any("race between threads" in c.detail for c in report.cases if not c.passed)
+    assert any("missing __syncthreads()" in h for h in report.hints)
+
+
+def test_a_bug_that_is_wrong_in_every_order_is_not_called_a_race(backend):
+    if backend != "sim":
+        pytest.skip("thread orders exist only on the simulator")
+    report = check_exercise("06", "row_max", path=PLANTED / "lesson06_row_max_first_32_only.cu")
+    assert not report.passed
+    assert not any("race" in c.detail for c in report.cases)

@@ -43,7 +43,7 @@ EXERCISES = [
         "Vector v covers elements v*V .. v*V+V-1, and only v < nvec are whole: guard every load and store with "
         "`if (v < nvec)`. Load all UNROLL vectors of a and b first, then compute and store in a second loop.",
         "The elements past nvec*V (fewer than V) are the tail: `const int64_t t = nvec * V + threadIdx.x; "
-        "if (blockIdx.x == 0 && t < n) out[t] = ...` with scalar loads. Sizes 1, 7 and 33 fail without it.",
+        "if (blockIdx.x == 0 && t < n) out[t] = ...` with scalar loads. Sizes 1, 7, 33, 4099 and 2^20 + 3 fail without it.",
         "Per element, in float: s = sigmoid(a); forward out = a * s * b; backward db = g * a * s and "
         "da = g * b * s * (1 + a * (1 - s)). Convert with to_float(...) on the way in and from_float<T>(...) on the way out.",
     ]),

@@ -9,7 +9,7 @@
 //   scale_add4   float4 loads and stores (16 bytes per instruction) and the n % 4 tail; pointers
 //                must be 16-byte aligned (checked)
 //   scale_add5   float4, each thread with 4 float4 of x and 4 of y in flight, one pass of many
-//                blocks                                                            (the fast one)
+//                blocks (for when few threads fit on an SM; scale_add4 is as fast on an H100)
 //   copy5        copy with scale_add5's recipe
 //
 // Tried and left out, measured on an H100 at 2^26 floats: a grid-stride version of scale_add5
@@ -64,7 +64,7 @@ __global__ void scale_add_kernel2(float a, const float* __restrict__ x, const fl
 
 // scale_add_kernel3: the elements seen as a [rows, stride] row-major matrix; the blocks of grid
 // column blockIdx.y = c walk column c, and thread r owns element r * stride + c. Neighbouring
-// threads of a warp touch addresses 4 * stride bytes apart: past stride 8 every thread needs its
+// threads of a warp touch addresses 4 * stride bytes apart: from stride 8 on every thread needs its
 // own 32-byte sector, of which it uses 4 bytes. Same result, same 12 B needed per element, up to
 // 8x the bytes actually moved: bounded by wasted bandwidth.
 __global__ void scale_add_kernel3(float a, const float* __restrict__ x, const float* __restrict__ y,

@@ -3,7 +3,7 @@
 //
 //   relu_add_bias1           out = relu(x) + y + bias, one thread per element, scalar loads
 //   relu_add_bias2           the same with 16-byte vectors (4 floats or 8 bf16), 4 vectors per thread
-//                            in flight, a scalar tail for the last n % 8 elements          (the fast one)
+//                            in flight, a scalar tail for the last n % V elements          (the fast one)
 //   bias_gelu3               out = gelu(x + bias), tanh approximation or erf, relu_add_bias2's skeleton
 //   relu_add_bias_backward4  dx = grad * (x > 0) and dbias = grad summed over rows, in one pass:
 //                            each thread owns fixed columns and walks down the rows
@@ -110,7 +110,7 @@ __device__ __forceinline__ float gelu_grad(float h) { return TANH ? gelu_tanh_gr
 // Kernels: forward.
 
 // relu_add_bias_kernel1: thread i owns element i of the flat [rows, C] tensor; its bias is
-// bias[i % C]. Moves 3 x sizeof(T) bytes per element (x, y in; out out): a third of what eager's
+// bias[i % C]. Moves 3 x sizeof(T) bytes per element (x, y in; out out): 3/7 of what eager's
 // three kernels move. Bounded by memory, but 4-byte (or 2-byte) accesses leave bandwidth unused.
 template <typename T>
 __global__ void relu_add_bias_kernel1(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ bias,

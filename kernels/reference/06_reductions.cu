@@ -5,7 +5,7 @@
 //   sum2      a tree per block in shared memory, interleaved addressing (tid % (2*s)): divergent warps
 //   sum3      sequential addressing (tid < s): the busy threads packed into whole warps, no bank conflicts
 //   sum4      the first adds during the load: many elements per thread (grid-stride), a few blocks per SM
-//   sum5      the last steps with warp shuffles (__shfl_down_sync): 2 barriers instead of 8
+//   sum5      the last steps with warp shuffles (__shfl_down_sync): 1 barrier instead of 9
 //   sum6      float4 loads, 4 independent accumulators, one atomicAdd per block         (the fast one)
 //   sum7      deterministic: per-block partial sums, then a second tiny pass adds them in a fixed order
 //   row_sum1  one warp per row, warp shuffles: for narrow rows
@@ -98,7 +98,7 @@ __global__ void sum_kernel5(const float* __restrict__ x, float* __restrict__ out
   const int64_t stride = (int64_t)gridDim.x * BLOCK;
   float acc = 0.0f;
   for (int64_t i = blockIdx.x * (int64_t)BLOCK + tid; i < n; i += stride) acc += x[i];
-  acc = warp_reduce_sum(acc);  // helpers.cuh: acc += __shfl_down_sync(FULL_MASK, acc, 16, 8, 4, 2, 1)
+  acc = warp_reduce_sum(acc);  // helpers.cuh: 5 shuffles down, offsets 16, 8, 4, 2, 1
   if (lane == 0) warp_sums[warp] = acc;
   __syncthreads();  // all 8 warp sums are in shared memory
   if (warp == 0) {

@@ -25,7 +25,8 @@ constexpr int BLOCK = 256;  // threads per block
 constexpr int UNROLL = 4;   // 16-byte vectors per thread
 
 // ---------------------------------------------------------------------------------------------
-// Device helpers (the same as in 05_fused.cu).
+// Device helpers (as in 05_fused.cu, except that Vec<T> here is always 16 bytes: write Vec<T> and
+// load_vec(p) where the reference writes Vec<T, V> and load_vec<V>(p)).
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 template <typename T> __device__ __forceinline__ T from_float(float v);
