@@ -34,6 +34,7 @@ def run(nb_path: Path, timeout: int = 1800, in_place: bool = False) -> tuple[boo
 
     nb = nbformat.read(nb_path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no transport notice
                             resources={"metadata": {"path": str(nb_path.parent)}})
     ok, msg = True, ""
     try:
