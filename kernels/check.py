@@ -224,6 +224,8 @@ def _hint_for(problem: str) -> str:
         return "a kernel must not modify its inputs: write only to the output"
     if "differ" in problem:
         return "wrong values: compare your formula and indexing with the reference on a tiny size first"
+    if "NotImplementedError" in problem:
+        return "something is not written yet (NotImplementedError): look for FILL ME IN in your files"
     if "raised" in problem:
         return "the kernel raised an error: its message is under the failing case"
     return ""

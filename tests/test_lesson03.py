@@ -162,3 +162,13 @@ def test_self_check_catches_planted_bug_in_the_python_half(bug, tmp_path, capsys
     (tmp_path / "fma_op.py").write_text(source.replace(good, bad))
     (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + f"// planted: {bug}\n")
     assert not check_exercise("03", "fma", path=tmp_path / "fma.cu").passed
+
+
+def test_self_check_says_which_part_of_the_python_half_is_unwritten(tmp_path, capsys):
+    # the kernels done, fma_op.py still the stub: the hints name what is missing
+    (tmp_path / "fma_op.py").write_text((LESSON / "fma_op.py").read_text())
+    (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + "// python half unwritten\n")
+    report = check_exercise("03", "fma", path=tmp_path / "fma.cu")
+    assert not report.passed
+    assert "fma_op.py is not finished: the backward of fma is not written yet" in report.hints
+    assert "fma_op.py is not finished: the fake kernel of fma is not written yet" in report.hints

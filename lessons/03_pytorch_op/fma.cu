@@ -107,5 +107,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("fma", &fma_forward);
-  // FILL ME IN (1 line): the C++ function fma_backward, as the CUDA kernel of the op fma_backward
+  // FILL ME IN (1 line): the launcher fma_backward (the C++ function above, not the __global__
+  // kernel) as the CUDA implementation of the op fma_backward
 }

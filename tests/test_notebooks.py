@@ -1,0 +1,78 @@
+"""The notebooks as shipped: lessons without outputs, solutions executed, the two in step.
+
+A lesson notebook and its solution notebook tell the same story; only the exercise cells differ
+(the lesson's has `FILL ME IN`). These tests catch an edit made to one and not the other, a lesson
+committed with outputs, and outputs that would not compare equal on another machine.
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
+# what a path on one machine looks like: it must not land in a committed notebook
+MACHINE_PATH = re.compile(r"(/home/|/Users/|/root/|/tmp/|/work/|site-packages|[A-Z]:\\\\)")
+
+
+def cells(folder: str, name: str) -> list[dict]:
+    return json.loads((ROOT / folder / name / f"{name}.ipynb").read_text())["cells"]
+
+
+def text(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def outputs_text(cell: dict) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append("".join(out.get("text", "")))
+        for kind, value in out.get("data", {}).items():
+            if kind.startswith("text/"):
+                parts.append("".join(value))
+        parts.append("\n".join(out.get("traceback", [])))
+    return "\n".join(parts)
+
+
+def test_every_lesson_has_a_solution_notebook():
+    assert LESSONS, "no lessons found"
+    for name in LESSONS:
+        assert (ROOT / "lessons" / name / f"{name}.ipynb").is_file(), name
+        assert (ROOT / "solutions" / name / f"{name}.ipynb").is_file(), name
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_lesson_notebook_ships_without_outputs(name):
+    for i, cell in enumerate(cells("lessons", name)):
+        if cell["cell_type"] == "code":
+            assert not cell["outputs"] and cell["execution_count"] is None, f"{name} cell {i} has outputs"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_solution_notebook_is_executed_without_errors(name):
+    for i, cell in enumerate(cells("solutions", name)):
+        if cell["cell_type"] == "code":
+            assert cell["execution_count"] is not None, f"{name} cell {i} was not executed"
+            assert all(out["output_type"] != "error" for out in cell["outputs"]), f"{name} cell {i} failed"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_lesson_and_solution_differ_only_in_the_exercise_cells(name):
+    lesson, solution = cells("lessons", name), cells("solutions", name)
+    assert len(lesson) == len(solution), f"{name}: {len(lesson)} cells in the lesson, {len(solution)} in the solution"
+    for i, (a, b) in enumerate(zip(lesson, solution)):
+        assert a["cell_type"] == b["cell_type"], f"{name} cell {i}"
+        if text(a) != text(b):
+            assert a["cell_type"] == "code" and "FILL ME IN" in text(a), (
+                f"{name} cell {i} differs between lessons/ and solutions/ and is not an exercise cell")
+            assert "FILL ME IN" not in text(b), f"{name} cell {i}: the solution still says FILL ME IN"
+        assert a["metadata"].get("tags", []) == b["metadata"].get("tags", []), f"{name} cell {i}: tags differ"
+
+
+@pytest.mark.parametrize("folder", ["lessons", "solutions"])
+@pytest.mark.parametrize("name", LESSONS)
+def test_no_machine_paths_in_notebooks(folder, name):
+    for i, cell in enumerate(cells(folder, name)):
+        found = MACHINE_PATH.search(text(cell) + "\n" + outputs_text(cell))
+        assert not found, f"{folder}/{name} cell {i} mentions a machine path: {found.group(0)!r}"
