@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--warm":
         backends = [resolve(b) for b in argv[1:]] or [resolve(None)]
-        return _run([(p, be) for be in backends for p in files()], f"warming the build cache for {', '.join(backends)}")
+        # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
+        # fixed namespace (lesson 03's package) cannot be loaded for two backends in one process.
+        return max(_run([(p, be) for p in files()], f"warming the build cache for {be}") for be in backends)
     reason = why_not()
     if reason:
         print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")

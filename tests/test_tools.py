@@ -111,3 +111,15 @@ def test_readme_results_table_is_generated_between_markers(tmp_path):
     assert "| 04 | copy | 2800 | 2850 | copy4 | 2900 | 97% | 1.01x | 1.00x |" in text
     assert "copy1" not in text and "block 32" not in text  # the slower variant and the sweep stay in the CSV
     assert "old" not in text and text.endswith("outro\n")
+
+
+def test_warming_several_backends_never_mixes_them_in_one_worker(monkeypatch):
+    # A worker loads what it builds; lesson 03's package registers the fixed namespace `mulop`, which
+    # one process cannot load twice. So each backend gets its own pool of workers.
+    from kernels import compile_check
+
+    pools = []
+    monkeypatch.setattr(compile_check, "resolve", lambda b: b)
+    monkeypatch.setattr(compile_check, "_run", lambda todo, what: pools.append({be for _, be in todo}) or 0)
+    assert compile_check.main(["--warm", "cuda", "sim"]) == 0
+    assert pools == [{"cuda"}, {"sim"}]
