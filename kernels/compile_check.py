@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         backends = [resolve(b) for b in argv[1:]] or [resolve(None)]
         # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
         # fixed namespace (lesson 03's package) cannot be loaded for two backends in one process.
-        return max(_run([(p, be) for p in files()], f"warming the build cache for {be}") for be in backends)
+        codes = [_run([(p, be) for p in files()], f"warming the build cache for {be}") for be in backends]
+        return max(codes)
     reason = why_not()
     if reason:
         print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
