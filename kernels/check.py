@@ -114,6 +114,28 @@ def elementwise(n_inputs: int, low: float | None = None, high: float | None = No
     return make
 
 
+def rows(n_inputs: int = 1, *, neg_inf: bool = False):
+    """Inputs for a row-wise op on 2-D (rows, cols) cases: random rows plus rows that catch the usual bugs.
+
+    Row 0 is all negative (a max that starts from 0 fails every case), row 1 is constant, and with
+    `neg_inf=True` row 2 is all -inf (for ops that define it, such as a masked softmax). The other
+    rows are standard normal. Only the first input gets the special rows.
+    """
+    def make(size, dtype, device):
+        shape = size if isinstance(size, tuple) else (1, size)
+        ts = [random_tensor(shape, dtype, device) for _ in range(n_inputs)]
+        x = ts[0]
+        r = x.shape[0]
+        if x.numel() and x.dtype.is_floating_point:
+            x[0] = -(x[0].abs() + 1)
+            if r > 1:
+                x[1] = x[1, 0]
+            if neg_inf and r > 2:
+                x[2] = float("-inf")
+        return ts
+    return make
+
+
 def like(*indices: int, dtype: torch.dtype | None = None):
     """Outputs shaped like the given inputs (an out-variant op writes into them)."""
     def spec(inputs):
