@@ -74,8 +74,10 @@ check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)
 	$(PYTHON) -m kernels.exercises $(LESSON)
 
+# RECORD=1 also copies each lesson's CSV, with date and torch version, to kernels/benchmarks/recorded/
+# (committed, so that notebooks on the simulator can show the GPU figures with show_recorded).
 bench: setup
-	$(PYTHON) -m kernels.benchmarks $(LESSON)
+	$(PYTHON) -m kernels.benchmarks $(if $(filter 1,$(RECORD)),--record) $(LESSON)
 
 doctor:
 	@$(if $(SETUP),test -x $(PYTHON) || (echo "no $(VENV) yet: run 'make setup' first (or make doctor PY=python3)"; exit 1))

@@ -123,3 +123,105 @@ def test_warming_several_backends_never_mixes_them_in_one_worker(monkeypatch):
     monkeypatch.setattr(compile_check, "_run", lambda todo, what: pools.append({be for _, be in todo}) or 0)
     assert compile_check.main(["--warm", "cuda", "sim"]) == 0
     assert pools == [{"cuda"}, {"sim"}]
+
+
+BENCH_HEADER = "bench,variant,ms,gbps,tflops,of_copy,vs_eager,vs_compile,note,copy_gbps,device\n"
+
+
+def test_record_stamps_the_benchmark_csv_with_date_and_torch_version(tmp_path):
+    import datetime
+
+    from kernels.benchmarks import record
+
+    (tmp_path / "lesson02.csv").write_text(BENCH_HEADER + "add,eager,0.3,2700,,0.9,1.0,0.99,,3000,NVIDIA H100\n"
+                                                          "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,NVIDIA H100\n")
+    dst = record("2", out_dir=tmp_path, recorded_dir=tmp_path / "recorded")
+    assert dst == tmp_path / "recorded" / "lesson02.csv"
+    lines = dst.read_text().splitlines()
+    assert lines[0] == BENCH_HEADER.strip() + ",date,torch"
+    stamp = f",{datetime.date.today().isoformat()},{torch.__version__}"
+    assert lines[1:] == ["add,eager,0.3,2700,,0.9,1.0,0.99,,3000,NVIDIA H100" + stamp,
+                         "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,NVIDIA H100" + stamp]
+
+
+def test_record_without_a_benchmark_run_says_what_to_run(tmp_path):
+    from kernels.benchmarks import record
+
+    with pytest.raises(FileNotFoundError, match="make bench LESSON=NN"):
+        record("04", out_dir=tmp_path, recorded_dir=tmp_path / "recorded")
+    assert not (tmp_path / "recorded").exists()
+
+
+def test_show_recorded_prints_a_labelled_table_per_benchmark_and_plots_each(tmp_path, capsys, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from kernels.benchmarks import show_recorded
+
+    (tmp_path / "lesson06.csv").write_text(
+        BENCH_HEADER.strip() + ",date,torch\n"
+        "sum 1 GiB,eager,0.40,2684,,0.89,1.0,1.01,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n"
+        "sum 1 GiB,sum7,0.39,2753,,0.91,1.03,1.04,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n"
+        "row max,row_max2,0.1,2600,,0.86,0.98,0.97,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n")
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf().axes[0].get_title()))
+    rows = show_recorded("06", recorded_dir=tmp_path)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == ("Lesson 06: recorded on NVIDIA H100 80GB HBM3 by `make bench`, 2026-11-20, "
+                                   "torch 2.14.0+cu130")
+    assert "sum 1 GiB   (device copy: 3010 GB/s)" in out and "row max   (device copy: 3010 GB/s)" in out
+    assert any(line.startswith("sum7") and "2753" in line and "1.03x" in line for line in out.splitlines())
+    assert [(r.bench, r.variant, r.gbps) for r in rows] == [("sum 1 GiB", "eager", 2684.0),
+                                                            ("sum 1 GiB", "sum7", 2753.0), ("row max", "row_max2", 2600.0)]
+    assert shown == ["sum 1 GiB", "row max"]
+
+
+def test_show_recorded_without_a_recording_says_so_in_one_line(tmp_path, capsys):
+    from kernels.benchmarks import show_recorded
+
+    assert show_recorded("5", recorded_dir=tmp_path) == []
+    out = capsys.readouterr().out
+    assert out == "No recorded GPU figures for lesson 05 yet (they come from `make bench RECORD=1` on a GPU).\n"
+
+
+def test_show_recorded_rejects_a_csv_that_make_bench_did_not_record(tmp_path):
+    from kernels.benchmarks import show_recorded
+
+    (tmp_path / "lesson04.csv").write_text(BENCH_HEADER + "copy,eager,0.2,2800,,0.93,1.0,0.98,,3000,H100\n")
+    with pytest.raises(ValueError, match="lacks the column.s. date, torch"):
+        show_recorded("04", recorded_dir=tmp_path, plot=False)
+
+
+def test_show_recorded_rejects_a_lesson_that_is_not_a_number():
+    from kernels.benchmarks import show_recorded
+
+    with pytest.raises(ValueError, match='expected a lesson number such as "06", got \'softmax\''):
+        show_recorded("softmax")
+
+
+def test_make_bench_record_1_runs_the_benchmark_with_record():
+    r = subprocess.run(["make", "-n", "bench", "RECORD=1", "LESSON=06", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    assert "-m kernels.benchmarks --record 06" in r.stdout
+    r = subprocess.run(["make", "-n", "bench", "LESSON=06", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    assert "-m kernels.benchmarks  06" in r.stdout
+
+
+def test_benchmark_main_with_record_writes_the_recorded_csv(tmp_path, monkeypatch, capsys):
+    import types
+
+    import kernels.benchmarks as benchmarks
+
+    def run(out_dir):
+        (out_dir / "lesson02.csv").write_text(BENCH_HEADER + "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,GPU\n")
+    monkeypatch.setattr(benchmarks, "gpu_available", lambda: True)
+    monkeypatch.setattr(benchmarks, "ROOT", tmp_path)
+    monkeypatch.setattr(benchmarks, "OUT", tmp_path / "bench")
+    monkeypatch.setattr(benchmarks, "RECORDED", tmp_path / "recorded")
+    monkeypatch.setattr(benchmarks, "update_readme", lambda: None)
+    monkeypatch.setattr(benchmarks.importlib, "import_module", lambda name: types.SimpleNamespace(run=run))
+    assert benchmarks.main(["02"]) == 0
+    assert not (tmp_path / "recorded").exists()  # without --record nothing committed changes
+    assert benchmarks.main(["--record", "2"]) == 0
+    assert "recorded in recorded/lesson02.csv" in capsys.readouterr().out
+    assert (tmp_path / "recorded" / "lesson02.csv").read_text().splitlines()[1].startswith("add,add2,0.29,2750,")
