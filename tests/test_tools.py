@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -47,24 +48,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 @pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab is not installed here")
-def test_make_lab_starts_a_server_that_lists_the_lessons_and_stops():
+def test_make_lab_serves_the_repository_and_opens_on_the_lessons():
     port, token = _free_port(), "lessons-test"
     args = f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token={token} --ServerApp.port_retries=0"
     proc = subprocess.Popen(["make", "-s", "lab", f"PY={sys.executable}", f"LAB_ARGS={args}"], cwd=ROOT, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token={token}", timeout=5) as r:
+            return r.read().decode()
     try:
         listing, deadline = None, time.time() + 90
         while time.time() < deadline and listing is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=5) as r:
-                    listing = r.read().decode()
+                listing = get("/api/contents/lessons")
             except OSError:
                 assert proc.poll() is None, "the Jupyter server exited early"
                 time.sleep(1)
         assert listing is not None, "the Jupyter server did not answer within 90 s"
         lessons = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
         assert lessons and all(name in listing for name in lessons)
+        # the files the notebooks point to are inside the server's root
+        assert "02_first_kernel.cu" in get("/api/contents/kernels/reference")
+        assert "01_thread_model.ipynb" in get("/api/contents/solutions/01_thread_model")
+        # and the browser opens on lessons/
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirect:
+            opener.open(f"http://127.0.0.1:{port}/?token={token}", timeout=5)
+        assert redirect.value.code == 302 and redirect.value.headers["Location"].startswith("/lab/tree/lessons")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -351,3 +368,26 @@ def test_make_check_says_how_to_get_the_next_hint_from_the_shell():
     assert r.returncode != 0  # the stub in lessons/ does not pass
     assert "  hint 1/4: Start from add_kernel2" in r.stdout
     assert "  next hint: make hint LESSON=01 N=2" in r.stdout
+
+
+def test_make_lessons_ends_by_saying_what_to_open_next(monkeypatch, capsys):
+    from kernels import run_notebooks
+
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda folders: [ROOT / "lessons" / "01_thread_model" / "x.ipynb"])
+    monkeypatch.setattr(run_notebooks, "run", lambda nb: (True, ""))
+    assert run_notebooks.main(["lessons"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("all notebooks ran") < out.index("make lab") < out.index("make check LESSON=01")
+    # the steps name files that exist
+    assert "01_thread_model/01_thread_model.ipynb" in out and (ROOT / "lessons/01_thread_model/01_thread_model.ipynb").is_file()
+    assert "scale.cu" in out and (ROOT / "lessons/01_thread_model/scale.cu").is_file()
+
+
+def test_make_lessons_with_a_failing_notebook_names_it_and_gives_no_next_steps(monkeypatch, capsys):
+    from kernels import run_notebooks
+
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda folders: [ROOT / "lessons" / "01_thread_model" / "x.ipynb"])
+    monkeypatch.setattr(run_notebooks, "run", lambda nb: (False, "NameError: name 'y' is not defined"))
+    assert run_notebooks.main(["lessons"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "lessons/01_thread_model/x.ipynb" in out and "make lab" not in out
