@@ -26,6 +26,9 @@ export PYTHONUNBUFFERED := 1
 LESSON ?=
 TORCH ?=
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+ifneq ($(filter-out cpu,$(TORCH)),)
+$(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
+endif
 PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 
 .PHONY: help setup lessons lab test test-all check hint bench doctor compile-check nbval nbval-lessons clean
@@ -42,7 +45,7 @@ setup: $(SETUP)
 PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.pip-status; } | tee -a $(VENV)/pip-install.log | \
 	awk '/^ *Downloading .*[0-9.]+ [kMG]B\)$$/ { size = $$(NF-1); unit = $$NF; sub(/^\(/, "", size); \
 	       if (unit ~ /^GB/ || (unit ~ /^MB/ && size + 0 >= 5)) { name = $$2; sub(/.*\//, "", name); print "  downloading " name " (" size " " unit; fflush() } } \
-	     /^Successfully installed/ { print "  installed " NF - 2 " packages"; fflush() } \
+	     /^Successfully installed/ { print "  installed " NF - 2 (NF == 3 ? " package" : " packages"); fflush() } \
 	     /^ERROR/ { print; fflush() }'; \
 	status=$$(cat $(VENV)/.pip-status); test "$$status" = 0 || \
 	  { echo "pip install failed (exit $$status): the last lines of $(VENV)/pip-install.log:"; tail -n 15 $(VENV)/pip-install.log; exit 1; }
@@ -50,7 +53,6 @@ PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.
 # A venv that sees the base interpreter's packages, so a torch that is already there is kept.
 # TORCH=cpu installs torch from PyTorch's CPU-only wheels first (a fraction of the CUDA build's size).
 $(VENV)/.installed: pyproject.toml
-	@test -z "$(TORCH)" -o "$(TORCH)" = cpu || (echo "TORCH=$(TORCH): expected TORCH=cpu, or no TORCH for the default build"; exit 2)
 	@test -x $(VENV)/bin/python || $(BASE_PYTHON) -m venv --system-site-packages $(VENV)
 	@echo "setting up $(VENV): torch is large, so the first time takes a few minutes (log: $(VENV)/pip-install.log)"
 	@$(VENV)/bin/python -m pip install -q --upgrade pip >>$(VENV)/pip-install.log 2>&1 || \

@@ -391,3 +391,30 @@ def test_make_lessons_with_a_failing_notebook_names_it_and_gives_no_next_steps(m
     assert run_notebooks.main(["lessons"]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "lessons/01_thread_model/x.ipynb" in out and "make lab" not in out
+
+
+@pytest.mark.slow
+def test_the_package_builds_without_setuptools_warnings_and_ships_its_data_files(tmp_path):
+    import shutil
+    import zipfile
+
+    import setuptools
+
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} here; the project builds with setuptools>=77")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src)
+    shutil.copytree(ROOT / "kernels", src / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--no-index",
+                        str(src), "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    log = r.stdout + r.stderr
+    for warning in ("BuildBackendWarning", "SetuptoolsDeprecationWarning", "would be ignored", "is deprecated"):
+        assert warning not in log, f"the build warns: {warning}"
+    names = zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist()
+    for f in ("kernels/include/helpers.cuh", "kernels/reference/01_thread_model.cu", "kernels/sim/README.md",
+              "kernels/exercises/lesson01.py", "kernels/benchmarks/__init__.py"):
+        assert f in names, f"{f} is missing from the wheel"
+    assert not [n for n in names if "__pycache__" in n]
