@@ -3,7 +3,7 @@
 #   make test-all     set up, then every test: pytest, compile check, notebooks under nbval
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
-# Other targets: setup test bench doctor compile-check clean (see `make help` and README.md).
+# Other targets: setup test bench doctor compile-check clean (README.md says what each does).
 #
 # By default everything runs in .venv, which `make setup` creates (`make setup TORCH=cpu`: the
 # smaller CPU-only torch, for a machine without an NVIDIA GPU). In an environment that already
@@ -34,7 +34,7 @@ PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 .PHONY: help setup lessons lab test test-all check hint bench doctor compile-check nbval nbval-lessons clean
 
 help:
-	@sed -n '2,13p' Makefile | sed 's/^# \{0,1\}//'
+	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
 
 setup: $(SETUP)
 	@$(PYTHON) -c "import torch, ninja, nbval, matplotlib" || \

@@ -281,21 +281,20 @@ def test_without_a_tagged_hint_for_the_failure_the_first_hint_is_shown():
     assert fitting_hint(_ladder(), _report(("shape (3,), expected (4,)", ""))) == 1
 
 
-@pytest.mark.parametrize("backend", ["sim"])
-def test_a_failing_check_shows_the_fitting_hint_and_the_command_for_the_next(backend, capsys):
+def test_a_failing_check_shows_the_fitting_hint_and_the_command_for_the_next(capsys):
     sys.path.insert(0, str(ROOT / "tests"))
     from planting import plant
 
     from kernels.exercises import check_exercise, lesson_dir
 
     no_guard = plant(lesson_dir("02", solution=True) / "saxpy.cu", "if (i < n) {", "{", "saxpy_no_guard.cu")
-    report = check_exercise("02", "saxpy", path=no_guard, backend=backend, shell=True)
+    report = check_exercise("02", "saxpy", path=no_guard, backend="sim", shell=True)
     out = capsys.readouterr().out
     assert not report.passed and "wrote past the end" in out
     assert "  hint 3/4 (it fits this failure): Kernel: the index" in out
     assert "  next hint: make hint LESSON=02 N=4" in out
     assert "hint 1/4" not in out and "hint 2/4" not in out and "hint 4/4" not in out  # one hint, not the ladder
-    check_exercise("02", "saxpy", path=no_guard, backend=backend)
+    check_exercise("02", "saxpy", path=no_guard, backend="sim")
     assert '  next hint: hint("02", "saxpy", 4)' in capsys.readouterr().out  # in a notebook, the call to run
 
 
