@@ -23,7 +23,7 @@ export PYTHONUNBUFFERED := 1
 LESSON ?=
 PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 
-.PHONY: help setup lessons lab test test-all check bench doctor compile-check nbval nbval-lessons clean
+.PHONY: help setup lessons lab test test-all check hint bench doctor compile-check nbval nbval-lessons clean
 
 help:
 	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
@@ -72,10 +72,17 @@ test-all: setup
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)
-	$(PYTHON) -m kernels.exercises $(LESSON)
+	$(PYTHON) -m kernels.exercises $(LESSON) $(EX)
 
+# make hint LESSON=02 N=2 prints hint 2 of the lesson's exercise (EX=name picks one of several).
+hint: setup
+	@test -n "$(LESSON)" || (echo "which lesson? make hint LESSON=02 N=1"; exit 2)
+	@$(PYTHON) -m kernels.exercises $(LESSON) $(EX) --hint $(or $(N),1)
+
+# RECORD=1 also copies each lesson's CSV, with date and torch version, to kernels/benchmarks/recorded/
+# (committed, so that notebooks on the simulator can show the GPU figures with show_recorded).
 bench: setup
-	$(PYTHON) -m kernels.benchmarks $(LESSON)
+	$(PYTHON) -m kernels.benchmarks $(if $(filter 1,$(RECORD)),--record) $(LESSON)
 
 doctor:
 	@$(if $(SETUP),test -x $(PYTHON) || (echo "no $(VENV) yet: run 'make setup' first (or make doctor PY=python3)"; exit 1))

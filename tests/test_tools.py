@@ -123,3 +123,231 @@ def test_warming_several_backends_never_mixes_them_in_one_worker(monkeypatch):
     monkeypatch.setattr(compile_check, "_run", lambda todo, what: pools.append({be for _, be in todo}) or 0)
     assert compile_check.main(["--warm", "cuda", "sim"]) == 0
     assert pools == [{"cuda"}, {"sim"}]
+
+
+BENCH_HEADER = "bench,variant,ms,gbps,tflops,of_copy,vs_eager,vs_compile,note,copy_gbps,device\n"
+
+
+def test_record_stamps_the_benchmark_csv_with_date_and_torch_version(tmp_path):
+    import datetime
+
+    from kernels.benchmarks import record
+
+    (tmp_path / "lesson02.csv").write_text(BENCH_HEADER + "add,eager,0.3,2700,,0.9,1.0,0.99,,3000,NVIDIA H100\n"
+                                                          "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,NVIDIA H100\n")
+    dst = record("2", out_dir=tmp_path, recorded_dir=tmp_path / "recorded")
+    assert dst == tmp_path / "recorded" / "lesson02.csv"
+    lines = dst.read_text().splitlines()
+    assert lines[0] == BENCH_HEADER.strip() + ",date,torch"
+    stamp = f",{datetime.date.today().isoformat()},{torch.__version__}"
+    assert lines[1:] == ["add,eager,0.3,2700,,0.9,1.0,0.99,,3000,NVIDIA H100" + stamp,
+                         "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,NVIDIA H100" + stamp]
+
+
+def test_record_without_a_benchmark_run_says_what_to_run(tmp_path):
+    from kernels.benchmarks import record
+
+    with pytest.raises(FileNotFoundError, match="make bench LESSON=NN"):
+        record("04", out_dir=tmp_path, recorded_dir=tmp_path / "recorded")
+    assert not (tmp_path / "recorded").exists()
+
+
+def test_show_recorded_prints_a_labelled_table_per_benchmark_and_plots_each(tmp_path, capsys, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from kernels.benchmarks import show_recorded
+
+    (tmp_path / "lesson06.csv").write_text(
+        BENCH_HEADER.strip() + ",date,torch\n"
+        "sum 1 GiB,eager,0.40,2684,,0.89,1.0,1.01,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n"
+        "sum 1 GiB,sum7,0.39,2753,,0.91,1.03,1.04,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n"
+        "row max,row_max2,0.1,2600,,0.86,0.98,0.97,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n")
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf().axes[0].get_title()))
+    rows = show_recorded("06", recorded_dir=tmp_path)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == ("Lesson 06: recorded on NVIDIA H100 80GB HBM3 by `make bench`, 2026-11-20, "
+                                   "torch 2.14.0+cu130")
+    assert "sum 1 GiB   (device copy: 3010 GB/s)" in out and "row max   (device copy: 3010 GB/s)" in out
+    assert any(line.startswith("sum7") and "2753" in line and "1.03x" in line for line in out.splitlines())
+    assert [(r.bench, r.variant, r.gbps) for r in rows] == [("sum 1 GiB", "eager", 2684.0),
+                                                            ("sum 1 GiB", "sum7", 2753.0), ("row max", "row_max2", 2600.0)]
+    assert shown == ["sum 1 GiB", "row max"]
+
+
+def test_show_recorded_without_a_recording_says_so_in_one_line(tmp_path, capsys):
+    from kernels.benchmarks import show_recorded
+
+    assert show_recorded("5", recorded_dir=tmp_path) == []
+    out = capsys.readouterr().out
+    assert out == "No recorded GPU figures for lesson 05 yet (they come from `make bench RECORD=1` on a GPU).\n"
+
+
+def test_show_recorded_rejects_a_csv_that_make_bench_did_not_record(tmp_path):
+    from kernels.benchmarks import show_recorded
+
+    (tmp_path / "lesson04.csv").write_text(BENCH_HEADER + "copy,eager,0.2,2800,,0.93,1.0,0.98,,3000,H100\n")
+    with pytest.raises(ValueError, match="lacks the column.s. date, torch"):
+        show_recorded("04", recorded_dir=tmp_path, plot=False)
+
+
+def test_show_recorded_rejects_a_lesson_that_is_not_a_number():
+    from kernels.benchmarks import show_recorded
+
+    with pytest.raises(ValueError, match='expected a lesson number such as "06", got \'softmax\''):
+        show_recorded("softmax")
+
+
+def test_make_bench_record_1_runs_the_benchmark_with_record():
+    r = subprocess.run(["make", "-n", "bench", "RECORD=1", "LESSON=06", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    assert "-m kernels.benchmarks --record 06" in r.stdout
+    r = subprocess.run(["make", "-n", "bench", "LESSON=06", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=60)
+    assert "-m kernels.benchmarks  06" in r.stdout
+
+
+def test_benchmark_main_with_record_writes_the_recorded_csv(tmp_path, monkeypatch, capsys):
+    import types
+
+    import kernels.benchmarks as benchmarks
+
+    def run(out_dir):
+        (out_dir / "lesson02.csv").write_text(BENCH_HEADER + "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,GPU\n")
+    monkeypatch.setattr(benchmarks, "gpu_available", lambda: True)
+    monkeypatch.setattr(benchmarks, "ROOT", tmp_path)
+    monkeypatch.setattr(benchmarks, "OUT", tmp_path / "bench")
+    monkeypatch.setattr(benchmarks, "RECORDED", tmp_path / "recorded")
+    monkeypatch.setattr(benchmarks, "update_readme", lambda: None)
+    monkeypatch.setattr(benchmarks.importlib, "import_module", lambda name: types.SimpleNamespace(run=run))
+    assert benchmarks.main(["02"]) == 0
+    assert not (tmp_path / "recorded").exists()  # without --record nothing committed changes
+    assert benchmarks.main(["--record", "2"]) == 0
+    assert "recorded in recorded/lesson02.csv" in capsys.readouterr().out
+    assert (tmp_path / "recorded" / "lesson02.csv").read_text().splitlines()[1].startswith("add,add2,0.29,2750,")
+
+
+def _ladder():
+    from kernels.exercises import Exercise, Hint
+
+    return Exercise("02", "saxpy", "saxpy.cu", run=None, hints=[
+        Hint("nudge", answers=("invalid argument",)), Hint("blocks", answers=("never written",)),
+        Hint("guard", answers=("wrote past the end", "differ")), "answer"])
+
+
+def _report(*problems):
+    from kernels.check import Case, Report
+
+    r = Report("saxpy", cases=[Case(1, torch.float32)])
+    for p, detail in problems:
+        r.cases.append(Case(100, torch.float32, False, p, detail))
+    return r
+
+
+def test_the_first_hint_shown_is_the_one_tagged_for_the_failure():
+    from kernels.exercises import fitting_hint
+
+    past_end = ("wrote past the end: element(s) 200 (size is 200)", "")
+    unwritten = ("56 of 1000 elements are NaN", "first at flat index 944: never written (still the NaN poison)")
+    raised = ("raised RuntimeError", "CUDA error: invalid argument")
+    assert fitting_hint(_ladder(), _report(past_end, past_end)) == 3
+    assert fitting_hint(_ladder(), _report(unwritten)) == 2
+    assert fitting_hint(_ladder(), _report(raised)) == 1
+    # the hint that answers most failing cases wins: one size with 0 blocks, three with a tail unwritten
+    assert fitting_hint(_ladder(), _report(raised, unwritten, unwritten, unwritten)) == 2
+    assert fitting_hint(_ladder(), _report(("WROTE PAST THE END", ""))) == 3  # case does not matter
+
+
+def test_without_a_tagged_hint_for_the_failure_the_first_hint_is_shown():
+    from kernels.exercises import fitting_hint
+
+    assert fitting_hint(_ladder(), _report(("shape (3,), expected (4,)", ""))) == 1
+
+
+@pytest.mark.parametrize("backend", ["sim"])
+def test_a_failing_check_shows_the_fitting_hint_and_the_command_for_the_next(backend, capsys):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from planting import plant
+
+    from kernels.exercises import check_exercise, lesson_dir
+
+    no_guard = plant(lesson_dir("02", solution=True) / "saxpy.cu", "if (i < n) {", "{", "saxpy_no_guard.cu")
+    report = check_exercise("02", "saxpy", path=no_guard, backend=backend, shell=True)
+    out = capsys.readouterr().out
+    assert not report.passed and "wrote past the end" in out
+    assert "  hint 3/4 (it fits this failure): Kernel: the index" in out
+    assert "  next hint: make hint LESSON=02 N=4" in out
+    assert "hint 1/4" not in out and "hint 2/4" not in out and "hint 4/4" not in out  # one hint, not the ladder
+    check_exercise("02", "saxpy", path=no_guard, backend=backend)
+    assert '  next hint: hint("02", "saxpy", 4)' in capsys.readouterr().out  # in a notebook, the call to run
+
+
+def test_a_passing_check_prints_no_hint(capsys):
+    from kernels.exercises import check_exercise
+
+    assert check_exercise("01", "scale", solution=True, backend="sim").passed
+    assert "hint" not in capsys.readouterr().out
+
+
+def test_make_hint_prints_that_hint_and_the_command_for_the_next():
+    from kernels.exercises import find
+
+    r = subprocess.run(["make", "-s", "hint", "LESSON=02", "N=2", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    n = len(find("02", "saxpy")[0].hints)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith(f"hint 2/{n}: Blocks: enough to give every element a thread")
+    assert r.stdout.splitlines()[-1] == "next hint: make hint LESSON=02 N=3"
+
+
+def test_the_last_hint_offers_no_next_one(capsys):
+    from kernels.exercises import find, hint
+
+    n = len(find("01", "scale")[0].hints)
+    hint("01", "scale", n)
+    out = capsys.readouterr().out
+    assert out.startswith(f"hint {n}/{n}: ") and "next hint" not in out
+
+
+@pytest.mark.parametrize("n", [0, 99, "2", 1.0, True])
+def test_hint_numbers_outside_the_ladder_are_refused_with_its_range(n):
+    from kernels.exercises import find, hint
+
+    with pytest.raises(ValueError, match=f"has hints 1 to {len(find('02', 'saxpy')[0].hints)}; got"):
+        hint("02", "saxpy", n)
+
+
+def test_make_hint_for_a_hint_that_does_not_exist_says_which_do():
+    r = subprocess.run(["make", "-s", "hint", "LESSON=02", "N=9", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "lesson 02's exercise saxpy has hints 1 to 4; got 9" in r.stdout
+
+
+def test_a_hint_in_a_lesson_of_several_exercises_needs_the_exercise_name(monkeypatch):
+    import kernels.exercises as exercises
+
+    two = [_ladder(), exercises.Exercise("02", "square", "square.cu", run=None, hints=["h"])]
+    monkeypatch.setattr(exercises, "all_exercises", lambda: {"02": two})
+    with pytest.raises(ValueError, match=r"several exercises \(saxpy, square\): say which, as in make hint "
+                                         r"LESSON=02 EX=<name> N=2"):
+        exercises.hint("02", None, 2, shell=True)
+    assert exercises.hint_command(two[1], 1, shell=True) == "make hint LESSON=02 EX=square N=1"
+    assert exercises.hint_command(two[1], 1) == 'hint("02", "square", 1)'
+
+
+def test_a_lesson_that_is_not_a_number_is_refused_clearly(capsys):
+    from kernels.exercises import find, main
+
+    with pytest.raises(KeyError) as e:
+        find("intro")
+    assert e.value.args[0] == 'expected a lesson number such as "04", got \'intro\''
+    assert main(["intro", "--hint", "1"]) == 2
+    assert capsys.readouterr().out == 'expected a lesson number such as "04", got \'intro\'\n'
+
+
+def test_make_check_says_how_to_get_the_next_hint_from_the_shell():
+    r = subprocess.run(["make", "-s", "check", "LESSON=01", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0  # the stub in lessons/ does not pass
+    assert "  hint 1/4: Start from add_kernel2" in r.stdout
+    assert "  next hint: make hint LESSON=01 N=2" in r.stdout

@@ -2,11 +2,15 @@
 
 Each lesson module defines `run(out_dir: Path) -> list[Row]`, which times every variant against
 eager PyTorch and torch.compile (kernels.bench) and writes lessonNN.csv and plots into out_dir.
-`python -m kernels.benchmarks [NN ...]` runs them and regenerates the README's results table.
+`python -m kernels.benchmarks [--record] [NN ...]` runs them and regenerates the README's results
+table; with --record (`make bench RECORD=1`) it also copies each lesson's CSV, stamped with the date
+and the torch version, to kernels/benchmarks/recorded/lessonNN.csv, which is committed so that
+`show_recorded("NN")` can show the GPU figures on a machine without a GPU.
 """
 from __future__ import annotations
 
 import csv
+import datetime
 import importlib
 import pkgutil
 import re
@@ -17,6 +21,8 @@ from ..backend import gpu_available
 from ..build import ROOT
 
 OUT = ROOT / "build" / "bench"
+RECORDED = Path(__file__).parent / "recorded"
+STAMP = ("date", "torch")  # the columns a recorded CSV adds to the one `make bench` writes
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
@@ -70,13 +76,87 @@ def update_readme(readme: Path = ROOT / "README.md", out_dir: Path = OUT) -> Non
     readme.write_text(new)
 
 
+def _lesson_id(lesson: str | int) -> str:
+    """'6', 6 and '06' all name lesson 06."""
+    try:
+        return f"{int(lesson):02d}"
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a lesson number such as \"06\", got {lesson!r}") from None
+
+
+def record(lesson: str | int, out_dir: Path | None = None, recorded_dir: Path | None = None) -> Path:
+    """Copy out_dir/lessonNN.csv to recorded_dir/lessonNN.csv with a date and a torch version column."""
+    import torch
+
+    out_dir, recorded_dir = out_dir or OUT, recorded_dir or RECORDED
+    src = out_dir / f"lesson{_lesson_id(lesson)}.csv"
+    if not src.exists():
+        raise FileNotFoundError(f"no {src.name} in {out_dir}: run the lesson's benchmark first (make bench LESSON=NN)")
+    with src.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = [f for f in reader.fieldnames or [] if f not in STAMP] + list(STAMP)
+        rows = list(reader)
+    stamp = {"date": datetime.date.today().isoformat(), "torch": torch.__version__}
+    recorded_dir.mkdir(parents=True, exist_ok=True)
+    dst = recorded_dir / src.name
+    with dst.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields)
+        w.writeheader()
+        w.writerows({**r, **stamp} for r in rows)
+    return dst
+
+
+def _float(v: str | None) -> float | None:
+    return float(v) if v not in ("", None) else None
+
+
+def show_recorded(lesson: str | int, recorded_dir: Path | None = None, plot: bool = True) -> list:
+    """Print the GPU figures `make bench RECORD=1` committed for a lesson as tables, and plot them.
+
+    For learners without a GPU. Returns the rows read (kernels.bench.Row), [] when none are recorded.
+    """
+    from ..bench import Row, plot as bar_chart, table
+
+    lesson = _lesson_id(lesson)
+    path = (recorded_dir or RECORDED) / f"lesson{lesson}.csv"
+    if not path.exists():
+        print(f"No recorded GPU figures for lesson {lesson} yet (they come from `make bench RECORD=1` on a GPU).")
+        return []
+    with path.open(newline="") as fh:
+        records = list(csv.DictReader(fh))
+    missing = [c for c in ("bench", "variant", "ms", "copy_gbps", "device", *STAMP) if records and c not in records[0]]
+    if missing:
+        raise ValueError(f"{path.name} lacks the column(s) {', '.join(missing)}: "
+                         "recorded CSVs are written by `make bench RECORD=1`")
+    groups: dict[str, list[tuple[Row, float]]] = {}
+    for r in records:
+        row = Row(r["bench"], r["variant"], float(r["ms"]), *(_float(r.get(k)) for k in
+                  ("gbps", "tflops", "of_copy", "vs_eager", "vs_compile")), r.get("note", ""))
+        groups.setdefault(row.bench, []).append((row, float(r["copy_gbps"])))
+    device, date, version = (", ".join(dict.fromkeys(r[c] for r in records)) for c in ("device", *STAMP))
+    print(f"Lesson {lesson}: recorded on {device} by `make bench`, {date}, torch {version}")
+    for rows in groups.values():
+        copy = rows[0][1]
+        print()
+        print(table([r for r, _ in rows], copy))
+        if plot:
+            bar_chart([r for r, _ in rows], copy, show=True)
+    return [r for rows in groups.values() for r, _ in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    keep = "--record" in argv
+    argv = [a for a in argv if a != "--record"]
     if not gpu_available():
         print("make bench needs an NVIDIA GPU: the simulator runs kernels on the CPU, so its timings would say "
               "nothing about a GPU. Run it on a GPU machine (Colab, a cloud VM) with `make bench PY=python3`.")
         return 2
-    wanted = [f"{int(a):02d}" for a in argv] or lessons()
+    try:
+        wanted = [_lesson_id(a) for a in argv] or lessons()
+    except ValueError as e:
+        print(f"{e} (usage: python -m kernels.benchmarks [--record] [NN ...])")
+        return 2
     missing = [w for w in wanted if w not in lessons()]
     if missing:
         print(f"no benchmark for lesson(s) {', '.join(missing)}; benchmarks exist for: {', '.join(lessons())}")
@@ -88,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         mod = importlib.import_module(f"{__name__}.lesson{lesson}")
         print(f"== lesson {lesson}")
         mod.run(OUT)
+        if keep:
+            print(f"recorded in {record(lesson).relative_to(ROOT)}")
     update_readme()
     print(f"CSV and plots in {OUT.relative_to(ROOT)}/; README results table updated")
     return 0

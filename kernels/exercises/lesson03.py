@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..check import Case, Report, check, elementwise
-from . import Exercise, lesson_dir
+from . import Exercise, Hint, lesson_dir
 
 # The GPU computes x * y + z with one fused multiply-add (one rounding), eager PyTorch with two:
 # they differ by up to half a unit in the last place of x * y, so fp32 gets a little absolute slack.
@@ -116,15 +116,17 @@ def run_fma(ext, backend):
 
 EXERCISES = [
     Exercise("03", "fma", "fma.cu", run_fma, hints=[
-        "Both kernels are elementwise, like mul_kernel in kernels/reference/03_pytorch_op.cu: thread i "
-        "owns element i, guarded by `if (i < n)`. The two registration lines follow mul_backward's in the "
-        "same file. A fake kernel runs no kernel at all: it only returns empty tensors of the right shape "
-        "and dtype (torch.empty_like).",
-        "setup_context(ctx, inputs, output) gets inputs = (x, y, z): save x and y with "
-        "ctx.save_for_backward. backward(ctx, grad) returns one gradient per input, in order: "
-        "(grad_x, grad_y, grad_z) with grad_x = grad * y, grad_y = grad * x, grad_z = grad.",
-        "The kernels accept only contiguous tensors, and autograd can hand backward a strided grad (the "
-        "grad of out.sum() is an expanded tensor of ones): pass grad.contiguous() to ops.fma_backward.",
+        Hint("Both kernels are elementwise, like mul_kernel in kernels/reference/03_pytorch_op.cu: thread i "
+             "owns element i, guarded by `if (i < n)`. The two registration lines follow mul_backward's in the "
+             "same file. A fake kernel runs no kernel at all: it only returns empty tensors of the right shape "
+             "and dtype (torch.empty_like).", answers=("never written", "does not exist", "fake kernel")),
+        Hint("setup_context(ctx, inputs, output) gets inputs = (x, y, z): save x and y with "
+             "ctx.save_for_backward. backward(ctx, grad) returns one gradient per input, in order: "
+             "(grad_x, grad_y, grad_z) with grad_x = grad * y, grad_y = grad * x, grad_z = grad.",
+             answers=("backward of fma", "jacobian")),
+        Hint("The kernels accept only contiguous tensors, and autograd can hand backward a strided grad (the "
+             "grad of out.sum() is an expanded tensor of ones): pass grad.contiguous() to ops.fma_backward.",
+             answers=("must be contiguous",)),
         "Kernels: `if (i < n) out[i] = x[i] * y[i] + z[i];` and `if (i < n) { grad_x[i] = grad[i] * y[i]; "
         "grad_y[i] = grad[i] * x[i]; }`. Registration: `m.def(\"fma_backward(Tensor grad, Tensor x, Tensor y) "
         "-> (Tensor, Tensor)\");` and `m.impl(\"fma_backward\", &fma_backward);`. fma_op.py: `return torch.empty_like(x)`, "
