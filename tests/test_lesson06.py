@@ -205,3 +205,26 @@ def test_the_lessons_race_demo_is_sum3_without_its_barrier_in_the_tree():
     assert race == (SOLUTION / "race.cu").read_text()
     assert "    if (tid < s) partial[tid] += partial[tid + s];\n    // the __syncthreads() that was here" in race
     assert race.count("__syncthreads();") == 1  # only the barrier after the load is left
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark's control experiment: what the atomics cost sum2 and sum3.
+
+def test_atomic_cost_compares_each_tree_with_its_twin_without_atomics(capsys):
+    from kernels.bench import Row
+    from kernels.benchmarks.lesson06 import BENCH_1G, atomic_cost
+
+    times = {"sum2": 2.0, "sum2_noatomic": 1.0, "sum3": 1.9, "sum3_noatomic": 0.5, "sum4": 0.4}
+    atomic_cost([Row(BENCH_1G, v, ms, None, None, None, None, None) for v, ms in times.items()])
+    out = capsys.readouterr().out
+    assert "sum2: 2.000 ms with one atomic per block, 1.000 ms without (0.50 of the time)" in out
+    assert "sum3: 1.900 ms with one atomic per block, 0.500 ms without (0.26 of the time)" in out
+    assert "sum3 vs sum2: 1.05x faster with the atomics, 2.00x without" in out
+
+
+def test_atomic_cost_says_so_when_the_figures_lack_the_control_variants(capsys):
+    from kernels.bench import Row
+    from kernels.benchmarks.lesson06 import BENCH_1G, atomic_cost
+
+    atomic_cost([Row(BENCH_1G, "sum2", 2.0, None, None, None, None, None)])
+    assert capsys.readouterr().out.startswith("no timings of sum2, sum2_noatomic, sum3, sum3_noatomic on 1 GiB")

@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..check import ROWS, SIZES, Report, check, elementwise, rows
-from . import Exercise
+from . import Exercise, Hint
 
 
 def sum_tolerance(n: int) -> dict:
@@ -96,9 +96,9 @@ def _run_row_sum_block(ext, backend) -> Report:
 
 EXERCISES = [
     Exercise("06", "row_max", "row_reductions.cu", _run_row_max, hints=[
-        "Look at row_sum_kernel1 in kernels/reference/06_reductions.cu: the same warp-per-row layout, "
-        "with + turned into a max. What is the max of no values at all (the start value)? Row 0 of every "
-        "case is all negative: a max that starts from 0 gets it wrong.",
+        Hint("Look at row_sum_kernel1 in kernels/reference/06_reductions.cu: the same warp-per-row layout, "
+             "with + turned into a max. What is the max of no values at all (the start value)? Row 0 of every "
+             "case is all negative: a max that starts from 0 gets it wrong.", answers=("never written", "differ")),
         "Start from m = -INFINITY; lane l visits columns l, l + 32, l + 64, ... while c < cols "
         "(that loop covers the ragged end of a row: 33 columns means lane 0 takes columns 0 and 32).",
         "Then 5 exchanges: for offset 16, 8, 4, 2, 1: m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset)); "
@@ -107,16 +107,17 @@ EXERCISES = [
         "if (lane == 0) out[row] = m;  (warp_reduce_max in helpers.cuh is that shuffle loop)",
     ]),
     Exercise("06", "row_sum_block", "row_reductions.cu", _run_row_sum_block, hints=[
-        "Three steps with a __syncthreads() between each and the next: (1) thread tid adds columns tid, "
-        "tid + 256, ... into partial[tid]; (2) the tree of sum_kernel3 in kernels/reference/06_reductions.cu; "
-        "(3) thread 0 writes out[blockIdx.x]. Rows that stay NaN were never written: step 3 is missing.",
-        "Right in one thread order and wrong in another (the report says 'a race between threads'): a barrier "
-        "is missing. One goes after the stores into partial, and one at the end of every level of the tree, "
-        "because each level reads what the previous level wrote.",
-        "NaN only in the narrow rows (1, 31, 33 columns): some slots of partial were never written. A thread "
-        "with no columns must still write partial[tid] = 0 and reach every barrier (no `return` before them: "
-        "the simulator fills shared memory with NaN at each block start, so an unwritten slot shows). Wrong "
-        "sums in ragged rows only: the column loop runs while c < cols, not c <= cols.",
+        Hint("Three steps with a __syncthreads() between each and the next: (1) thread tid adds columns tid, "
+             "tid + 256, ... into partial[tid]; (2) the tree of sum_kernel3 in kernels/reference/06_reductions.cu; "
+             "(3) thread 0 writes out[blockIdx.x]. NaN in every row: step 3 is missing; NaN in the narrow rows "
+             "only: see hint 3.", answers=("never written",)),
+        Hint("Right in one thread order and wrong in another (the report says 'a race between threads'): a "
+             "barrier is missing. One goes after the stores into partial, and one at the end of every level of "
+             "the tree, because each level reads what the previous level wrote.", answers=("race between threads",)),
+        Hint("NaN only in the narrow rows (1, 31, 33 columns): some slots of partial were never written. A thread "
+             "with no columns must still write partial[tid] = 0 and reach every barrier (no `return` before them: "
+             "the simulator fills shared memory with NaN at each block start, so an unwritten slot shows). Wrong "
+             "sums: the column loop runs while c < cols, not c <= cols.", answers=("differ", "are nan")),
         "float acc = 0.0f;  for (int64_t c = tid; c < cols; c += BLOCK) acc += r[c];  partial[tid] = acc;  "
         "__syncthreads();  for (int s = BLOCK / 2; s > 0; s /= 2) { if (tid < s) partial[tid] += "
         "partial[tid + s]; __syncthreads(); }  if (tid == 0) out[blockIdx.x] = partial[0];",
