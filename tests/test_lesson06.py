@@ -6,7 +6,7 @@ import torch
 
 from kernels import load
 from kernels.check import ROWS, check, rows
-from kernels.exercises import check_exercise
+from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.exercises.lesson06 import check_row_sum, check_sum, row_max, rows_out
 from planting import plant
 
@@ -121,11 +121,17 @@ def failures(report) -> list:
     return [c for c in report.cases if not c.passed]
 
 
+def first_hint_shown(name: str, report) -> int:
+    """The number of the hint a failing check prints first: the one tagged for the failure."""
+    return fitting_hint(find("06", name)[0], report)
+
+
 @pytest.mark.parametrize("name", ["row_max", "row_sum_block"])
 def test_the_stub_builds_and_fails_every_case_as_never_written(name):
     report = check_exercise("06", name, path=LESSON / "row_reductions.cu")
     assert report.cases and not any(c.problem == "build" for c in report.cases)
     assert all("NaN" in c.problem and "never written" in c.detail for c in report.cases)
+    assert first_hint_shown(name, report) == 1  # the plan of the kernel
 
 
 @pytest.mark.parametrize("name", ["row_max", "row_sum_block"])
@@ -160,6 +166,7 @@ def test_the_block_row_sum_check_names_a_missing_barrier_in_the_tree_a_race(back
     assert failures(report)
     assert all("race between threads" in c.detail for c in failures(report))
     assert any("missing __syncthreads()" in h for h in report.hints)
+    assert first_hint_shown("row_sum_block", report) == 2  # the hint about where the barriers go
 
 
 def test_the_block_row_sum_check_catches_an_early_return_before_the_barrier(backend):
@@ -181,6 +188,7 @@ def test_the_block_row_sum_check_catches_an_off_by_one_at_the_ragged_end():
                     "lesson06_row_sum_block_off_by_one.cu")
     report = check_exercise("06", "row_sum_block", path=planted)
     assert report.cases and all(not c.passed and "differ" in c.problem for c in report.cases)
+    assert first_hint_shown("row_sum_block", report) == 3  # the hint about the loop bound
 
 
 def test_the_checker_names_a_missing_syncthreads_in_sum3_a_race(backend):
