@@ -7,8 +7,11 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise, like
 from kernels.exercises import check_exercise
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
+LESSON = ROOT / "lessons" / "04_memory_bound"
+SOLUTION = ROOT / "solutions" / "04_memory_bound"
 A = 1.5
 # Empty, one element, every remainder n % 4 with and without whole float4s, ragged block edges.
 SIZES = (0, 1, 2, 3, 4, 5, 31, 33, 1000, 4099, 2**20 + 3)
@@ -133,14 +136,25 @@ def test_rejects_a_tensor_on_another_device(ext, name, dev, backend):
 # ---------------------------------------------------------------------------------------------
 # The exercise: its self-check fails on the stub and on typical bugs, and passes on the solution.
 
-def test_exercise_self_check_fails_on_the_stub():
-    assert not check_exercise("04", "scale_add_vec4", path=ROOT / "lessons/04_memory_bound/scale_add_vec4.cu").passed
+# Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give).
+PLANTED_BUGS = {
+    "lesson04_notail.cu": ("  if (j < n) out[j] = a * x[j] + y[j];\n", "", "never written (still the NaN poison)"),
+    "lesson04_noloop.cu": ("for (int64_t i = t; i < n4; i += stride) {", "if (int64_t i = t; i < n4) {",
+                           "never written (still the NaN poison)"),
+}
+
+
+def test_exercise_stub_builds_and_fails_its_self_check_with_unwritten_elements():
+    report = check_exercise("04", "scale_add_vec4", path=built(LESSON / "scale_add_vec4.cu"))
+    assert_diagnosis(report, "never written (still the NaN poison)")
 
 
 def test_exercise_self_check_passes_on_the_solution():
-    assert check_exercise("04", "scale_add_vec4", path=ROOT / "solutions/04_memory_bound/scale_add_vec4.cu").passed
+    assert check_exercise("04", "scale_add_vec4", path=built(SOLUTION / "scale_add_vec4.cu")).passed
 
 
-@pytest.mark.parametrize("bug", ["lesson04_notail.cu", "lesson04_noloop.cu"])
-def test_exercise_self_check_catches_a_planted_bug(bug):
-    assert not check_exercise("04", "scale_add_vec4", path=ROOT / "tests/planted" / bug).passed
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_exercise_self_check_names_a_planted_bug(bug):
+    old, new, diagnosis = PLANTED_BUGS[bug]
+    report = self_check_of_planted("04", "scale_add_vec4", SOLUTION / "scale_add_vec4.cu", bug, old, new)
+    assert_diagnosis(report, diagnosis)

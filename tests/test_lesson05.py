@@ -9,8 +9,11 @@ from kernels import load
 from kernels.check import ROWS, check, random_tensor
 from kernels.exercises import check_exercise
 from kernels.exercises.lesson05 import swiglu_backward_ref, swiglu_ref
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
+LESSON = ROOT / "lessons" / "05_fused"
+SOLUTION = ROOT / "solutions" / "05_fused"
 
 SHAPES = ROWS + ((0, 8),)  # ragged rows and columns, one element (1x1), and an empty tensor
 DTYPES = (torch.float32, torch.bfloat16)
@@ -166,17 +169,30 @@ def test_wrong_device_is_rejected(ext, dev):
 
 # --- the exercise -----------------------------------------------------------------------------------
 
-def test_swiglu_stub_fails_its_self_check():
-    assert not check_exercise("05", "swiglu", path=ROOT / "lessons/05_fused/swiglu.cu").passed
+# Bugs planted in the solution, one change each: (old, new, the diagnoses the self-check must give).
+PLANTED_BUGS = {
+    "lesson05_no_tail.cu": ("if (blockIdx.x == 0 && t < n) {\n    const float at = to_float(a[t]);",
+                            "if (false && t < n) {\n    const float at = to_float(a[t]);",
+                            ("never written (still the NaN poison)",)),
+    # da uses sigmoid(a) where silu'(a) belongs, in the vector path
+    "lesson05_silu_grad.cu": ("da_v.v[k] = from_float<T>(g * bk * s * (1.0f + ak * (1.0f - s)));",
+                              "da_v.v[k] = from_float<T>(g * bk * s);", ("elements differ", "in da")),
+}
+
+
+def test_swiglu_stub_builds_and_fails_its_self_check_with_unwritten_elements():
+    report = check_exercise("05", "swiglu", path=built(LESSON / "swiglu.cu"))
+    assert_diagnosis(report, "never written (still the NaN poison)")
 
 
 def test_swiglu_solution_passes_its_self_check():
-    assert check_exercise("05", "swiglu", path=ROOT / "solutions/05_fused/swiglu.cu").passed
+    assert check_exercise("05", "swiglu", path=built(SOLUTION / "swiglu.cu")).passed
 
 
-@pytest.mark.parametrize("planted", ["lesson05_no_tail.cu", "lesson05_silu_grad.cu"])
-def test_swiglu_self_check_catches_a_planted_bug(planted):
-    assert not check_exercise("05", "swiglu", path=ROOT / "tests/planted" / planted).passed
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_swiglu_self_check_names_a_planted_bug(bug):
+    old, new, diagnoses = PLANTED_BUGS[bug]
+    assert_diagnosis(self_check_of_planted("05", "swiglu", SOLUTION / "swiglu.cu", bug, old, new), *diagnoses)
 
 
 def test_swiglu_solution_rejects_a_misaligned_view(dev):

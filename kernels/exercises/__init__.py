@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..build import ROOT, BuildError, load
-from ..check import Report
+from ..check import Report, merge
 
 LESSONS = ROOT / "lessons"
 SOLUTIONS = ROOT / "solutions"
@@ -144,11 +144,7 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
         reports.append(r)
     if len(reports) == 1:
         return reports[0]
-    merged = Report(f"lesson {lesson}")
-    for r in reports:
-        merged.cases += r.cases
-        merged.hints += r.hints
-    return merged
+    return merge(f"lesson {lesson}", reports)
 
 
 def hint(lesson: str, name: str | None = None, n: int = 1, *, shell: bool = False) -> None:

@@ -10,7 +10,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..check import ROWS, SIZES, Report, check, elementwise, rows
+from ..check import REDUCTION_ROWS, SIZES, Report, check, elementwise, merge, rows
 from . import Exercise, Hint
 
 
@@ -31,24 +31,17 @@ def rows_out(inputs) -> list:
 
 
 def exact_sum(x: torch.Tensor) -> torch.Tensor:
-    """The sum in float64: close to exact, so the check measures the kernel's rounding alone."""
-    return x.double().sum().reshape(1)
+    """The sum in float64, rounded once to x's dtype: the check measures the kernel's rounding alone."""
+    return x.double().sum().reshape(1).to(x.dtype)
 
 
 def exact_row_sum(x: torch.Tensor) -> torch.Tensor:
-    return x.double().sum(dim=-1)
+    """The row sums in float64, rounded once to x's dtype."""
+    return x.double().sum(dim=-1).to(x.dtype)
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:
     return x.amax(dim=-1)
-
-
-def _merged(name: str, reports: list[Report]) -> Report:
-    merged = Report(name)
-    for r in reports:
-        merged.cases += r.cases
-        merged.hints += r.hints
-    return merged
 
 
 def check_sum(fn: Callable, sizes: Iterable = SIZES, *, inputs: Callable | None = None, name: str | None = None,
@@ -56,7 +49,7 @@ def check_sum(fn: Callable, sizes: Iterable = SIZES, *, inputs: Callable | None 
     """check() of a full-vector sum (an out-variant op) at each size, with that size's tolerance."""
     reports = [check(fn, exact_sum, inputs or elementwise(1), out=scalar_out, sizes=[n], tolerance=sum_tolerance(n),
                      name=name, backend=backend, quiet=True) for n in sizes]
-    report = _merged(name or reports[0].name, reports)
+    report = merge(name or reports[0].name, reports)
     if not quiet:
         print(report)
     if raise_on_fail:
@@ -64,30 +57,36 @@ def check_sum(fn: Callable, sizes: Iterable = SIZES, *, inputs: Callable | None 
     return report
 
 
-def check_row_sum(fn: Callable, shapes: Iterable = ROWS, *, name: str | None = None, backend: str | None = None,
-                  quiet: bool = False, raise_on_fail: bool = False) -> Report:
-    """check() of a row sum at each shape (rows() inputs: an all-negative and a constant row), with the
+def check_row_sum(fn: Callable, shapes: Iterable = REDUCTION_ROWS, *, name: str | None = None,
+                  backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False) -> Report:
+    """check() of a row sum on rows(1) inputs (an all-negative and a constant row) at each shape, with the
     tolerance of its row length."""
     reports = [check(fn, exact_row_sum, rows(1), out=rows_out, sizes=[shape], tolerance=sum_tolerance(shape[1]),
                      name=name, backend=backend, quiet=True) for shape in shapes]
-    report = _merged(name or reports[0].name, reports)
+    report = merge(name or reports[0].name, reports)
     if not quiet:
         print(report)
     if raise_on_fail:
         report.raise_if_failed()
     return report
+
+
+def check_row_max(fn: Callable, shapes: Iterable = REDUCTION_ROWS, *, name: str | None = None,
+                  backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False) -> Report:
+    """check() of a row max on rows(1) inputs: exact (a max rounds nothing), and row 0 is all negative,
+    so a max that starts from 0 instead of -inf fails every case."""
+    return check(fn, row_max, rows(1), out=rows_out, sizes=shapes, tolerance={torch.float32: (0.0, 0.0)},
+                 name=name, backend=backend, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 # The exercises' shapes: ragged widths (31, 33, 1000, 4097: no multiples of 32 or 256), rows of one
 # column, and many rows. rows() makes row 0 all negative (a max that starts from 0 fails every case)
 # and row 1 constant.
-EXERCISE_SHAPES = (*ROWS, (300, 1), (2000, 40))
+EXERCISE_SHAPES = (*REDUCTION_ROWS, (300, 1), (2000, 40))
 
 
 def _run_row_max(ext, backend) -> Report:
-    # a max rounds nothing: the answer must match torch.amax exactly
-    return check(ext.row_max, row_max, rows(1), out=rows_out, sizes=EXERCISE_SHAPES,
-                 tolerance={torch.float32: (0.0, 0.0)}, name="row_max", backend=backend)
+    return check_row_max(ext.row_max, EXERCISE_SHAPES, name="row_max", backend=backend)
 
 
 def _run_row_sum_block(ext, backend) -> Report:
