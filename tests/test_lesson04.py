@@ -1,4 +1,7 @@
 """Lesson 04, memory-bound kernels: every copy and scale-add variant against PyTorch, bad inputs, the exercise."""
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,33 @@ def test_exercise_self_check_names_a_planted_bug(bug):
     old, new, diagnosis = PLANTED_BUGS[bug]
     report = self_check_of_planted("04", "scale_add_vec4", SOLUTION / "scale_add_vec4.cu", bug, old, new)
     assert_diagnosis(report, diagnosis)
+
+
+# --- TORCH_CHECK messages with numbers streamed in (the evidence for how kernels/ formats them) -------
+
+# Each op runs in a child process: if streaming a number crashed the process, the test reports the
+# crash instead of taking pytest down with it.
+RAISE_ONE = """
+import sys, torch
+from kernels import device, load
+ext = load(sys.argv[1])
+try:
+    getattr(ext, sys.argv[2])(torch.zeros(2, 3, device=device()))
+    print("no error raised")
+except RuntimeError as e:
+    print(str(e).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("op, message", [
+    ("fail_int64", "numel is 6, streamed as an int64_t"),
+    ("fail_int", "dim is 2, streamed as an int"),
+    ("fail_sizes", "sizes are [2, 3], streamed as sizes()"),
+    ("fail_dtype", "dtype is Float"),
+])
+def test_torch_check_message_takes_a_number_streamed_straight_in(op, message):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", RAISE_ONE, str(ROOT / "tests/toolkit/check_message.cu"), op],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert run.returncode == 0, f"{op}: the process died with exit code {run.returncode}\n{run.stderr[-2000:]}"
+    assert message in run.stdout, f"{op}: expected {message!r} in the error, got {run.stdout!r}"

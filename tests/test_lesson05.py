@@ -116,6 +116,55 @@ def test_fused_autograd_functions_match_eager_autograd(ext, dev):
         torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
 
 
+def test_functional_ops_return_what_the_out_variants_write(ext, dev):
+    x, y, g = (torch.randn(7, 33, device=dev) for _ in range(3))
+    b = torch.randn(33, device=dev)
+    out = torch.empty_like(x)
+    ext.relu_add_bias2(x, y, b, out)
+    assert torch.equal(ext.relu_add_bias(x, y, b), out)
+    ext.bias_gelu3(x, b, False, out)
+    assert torch.equal(ext.bias_gelu(x, b, False), out)
+    dx, db = torch.empty_like(x), torch.empty_like(b)
+    ext.relu_add_bias_backward4(g, x, dx, db)
+    for got, want in zip(ext.relu_add_bias_backward(g, x), (dx, db)):
+        assert torch.equal(got, want)
+    ext.bias_gelu_backward5(g, x, b, True, dx, db)
+    for got, want in zip(ext.bias_gelu_backward(g, x, b, True), (dx, db)):
+        assert torch.equal(got, want)
+
+
+def test_fused_ops_pass_opcheck(ext, dev):
+    from kernels.benchmarks.lesson05 import register_fused_ops
+
+    register_fused_ops(ext)
+    x, y = torch.randn(5, 24, device=dev, requires_grad=True), torch.randn(5, 24, device=dev, requires_grad=True)
+    b = torch.randn(24, device=dev, requires_grad=True)
+    torch.library.opcheck(ext.relu_add_bias, (x, y, b))  # raises on a failed test
+    torch.library.opcheck(ext.bias_gelu, (x, b, True))
+
+
+def test_torch_compile_fullgraph_runs_a_training_step_through_the_fused_ops(ext, dev):
+    from kernels.benchmarks.lesson05 import fused_ops
+
+    fused = fused_ops(ext)
+
+    def layer(x, y, b):
+        return fused["bias_gelu"](fused["relu_add_bias"](x, y, b), b, True) * 2
+
+    compiled = torch.compile(layer, fullgraph=True)  # raises at the first call if the graph would break
+    x, y = torch.randn(9, 40, device=dev, requires_grad=True), torch.randn(9, 40, device=dev, requires_grad=True)
+    b = torch.randn(40, device=dev, requires_grad=True)
+    g = torch.randn(9, 40, device=dev)
+    got = torch.autograd.grad(compiled(x, y, b), (x, y, b), g)
+    eager = torch.autograd.grad(layer(x, y, b), (x, y, b), g)
+    for a, w in zip(got, eager):  # the same kernels: equal but for the order of dbias's atomics
+        torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
+    xd, yd, bd = (t.detach().double().requires_grad_() for t in (x, y, b))
+    want = torch.autograd.grad(F.gelu(torch.relu(xd) + yd + 2 * bd, approximate="tanh") * 2, (xd, yd, bd), g.double())
+    for a, w in zip(got, want):  # float32 inside against a float64 reference
+        torch.testing.assert_close(a, w.float(), rtol=1e-4, atol=1e-4)
+
+
 # --- bad inputs: the error says what was expected -------------------------------------------------
 
 def _args(dev, rows=4, cols=8, dtype=torch.float32):
