@@ -160,6 +160,21 @@ def test_coalesced_threads_compact_every_positive_value_once(cg_ext, n):
     torch.testing.assert_close(kept[:count.item()].sort().values, positive.sort().values)
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (5, 40), (9, 513)])
+def test_reduce_of_a_struct_with_a_device_function_gives_online_softmax(cg_ext, shape):
+    backend, ext = cg_ext
+    x = torch.randn(*shape, device=_device(backend)) * 8
+    torch.testing.assert_close(ext.online_softmax(x), torch.softmax(x, dim=1))
+
+
+def test_thread_group_run_time_tiles_and_tiles_of_a_tile_report_ranks_and_sizes(cg_ext):
+    backend, ext = cg_ext
+    n = 96
+    out = ext.group_views(torch.empty(0, device=_device(backend)), n).cpu()
+    rows = [[t, n, t % 8, 8, t % 32 // 4, 8] for t in range(n)]
+    torch.testing.assert_close(out, torch.tensor(rows, dtype=torch.int32))
+
+
 def test_grid_sync_is_refused_with_a_clear_error():
     ext = load(HERE / "cg_reductions.cu", "sim")
     with pytest.raises(RuntimeError, match=r"grid-wide synchronisation \(this_grid\(\)\.sync\(\)\) at "

@@ -10,6 +10,8 @@
 //   tile_ops          every tile member for tiles of 1 to 32 threads (shuffles, votes, ranks, sizes)
 //   block_info        thread_block's ranks, sizes and indices in a 3-D block
 //   compact_positive  coalesced_threads(): one atomicAdd per group of threads that take a branch
+//   online_softmax    a warp per row: cg::reduce of a struct with a __device__ function (llm.c's online softmax)
+//   group_views       the type-erased thread_group, tiled_partition(group, n), a tile of a tile
 //   grid_sync         this_grid().sync(): the simulator refuses it (on a GPU it needs a cooperative
 //                     launch, which <<<...>>> is not); tested on the sim backend only
 //   divergent_sync    block.sync() at two different lines: undefined on a GPU, an error on the
@@ -155,6 +157,49 @@ __global__ void compact_positive_kernel(float* __restrict__ kept, int* __restric
   }
 }
 
+// One warp per row, one pass for max and sum: each lane keeps (max, sum of exp(x - max)); the
+// pairs are merged by cg::reduce with a plain function, rescaling the smaller max's sum (a lane
+// that saw no element holds (-inf, 0) and adds nothing; exp(-inf - -inf) would be a NaN).
+struct MaxSum {
+  float max;
+  float sum;
+};
+__device__ MaxSum merge_max_sum(MaxSum a, MaxSum b) {
+  const bool a_bigger = a.max > b.max;
+  const MaxSum big = a_bigger ? a : b, small = a_bigger ? b : a;
+  return {big.max, small.sum == 0.0f ? big.sum : big.sum + small.sum * expf(small.max - big.max)};
+}
+__global__ void online_softmax_kernel(float* __restrict__ out, const float* __restrict__ x, int N, int C) {
+  cg::thread_block block = cg::this_thread_block();
+  cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+  int row = blockIdx.x * warp.meta_group_size() + warp.meta_group_rank();
+  if (row >= N) return;
+  const float* xr = x + static_cast<int64_t>(row) * C;
+  MaxSum ms = {-INFINITY, 0.0f};
+  for (int i = warp.thread_rank(); i < C; i += warp.size()) ms = merge_max_sum(ms, MaxSum{xr[i], 1.0f});
+  ms = cg::reduce(warp, ms, merge_max_sum);
+  float* o = out + static_cast<int64_t>(row) * C;
+  for (int i = warp.thread_rank(); i < C; i += warp.size()) o[i] = expf(xr[i] - ms.max) / ms.sum;
+}
+
+// Thread t writes 6 values: its rank and size in the block as a thread_group, in a run-time tile
+// of 8 (after a sync of that tile), and the meta-group rank and size of a 4-thread tile of its warp.
+__global__ void group_views_kernel(int* __restrict__ out) {
+  cg::thread_block block = cg::this_thread_block();
+  cg::thread_group whole = block;
+  cg::thread_group eight = cg::tiled_partition(whole, 8);
+  cg::sync(eight);
+  cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+  cg::thread_block_tile<4> quad = cg::tiled_partition<4>(warp);
+  int* o = out + block.thread_rank() * 6;
+  o[0] = whole.thread_rank();
+  o[1] = whole.size();
+  o[2] = eight.thread_rank();
+  o[3] = eight.size();
+  o[4] = quad.meta_group_rank();
+  o[5] = quad.meta_group_size();
+}
+
 // Every block waits for the whole grid: needs all blocks resident at once.
 __global__ void grid_sync_kernel(int* __restrict__ flags) {
   cg::grid_group grid = cg::this_grid();
@@ -284,6 +329,29 @@ std::vector<at::Tensor> compact_positive(const at::Tensor& x) {
   return {kept, count};
 }
 
+at::Tensor online_softmax(const at::Tensor& x) {
+  check_rows(x, "online_softmax");
+  CHECK_DTYPE(x, at::kFloat);
+  const int N = x.size(0), C = x.size(1);
+  auto out = at::empty_like(x);
+  if (N > 0) {
+    online_softmax_kernel<<<ceil_div(N, 4), 128, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        out.data_ptr<float>(), x.data_ptr<float>(), N, C);
+    CHECK_LAUNCH();
+  }
+  return out;
+}
+
+at::Tensor group_views(const at::Tensor& like, int64_t threads) {
+  CHECK_INPUT(like);
+  TORCH_CHECK(threads >= 32 && threads <= 1024 && threads % 32 == 0,
+              "group_views: threads must be a multiple of 32 from 32 to 1024, got ", threads);
+  auto out = at::empty({threads, 6}, like.options().dtype(at::kInt));
+  group_views_kernel<<<1, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(out.data_ptr<int>());
+  CHECK_LAUNCH();
+  return out;
+}
+
 void grid_sync(const at::Tensor& flags) {
   CHECK_INPUT(flags);
   CHECK_DTYPE(flags, at::kInt);
@@ -308,6 +376,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("tile_ops(Tensor v, int tile) -> Tensor");
   m.def("block_info(Tensor like, int blocks, int bx, int by, int bz) -> Tensor");
   m.def("compact_positive(Tensor x) -> Tensor[]");
+  m.def("online_softmax(Tensor x) -> Tensor");
+  m.def("group_views(Tensor like, int threads) -> Tensor");
   m.def("grid_sync(Tensor(a!) flags) -> ()");
   m.def("divergent_sync(Tensor(a!) out) -> ()");
 }
@@ -320,6 +390,8 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("tile_ops", &tile_ops);
   m.impl("block_info", &block_info);
   m.impl("compact_positive", &compact_positive);
+  m.impl("online_softmax", &online_softmax);
+  m.impl("group_views", &group_views);
   m.impl("grid_sync", &grid_sync);
   m.impl("divergent_sync", &divergent_sync);
 }
