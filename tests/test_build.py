@@ -113,37 +113,50 @@ def test_environment_variable_picks_the_backend(monkeypatch):
         resolve()
 
 
-@pytest.mark.slow
-def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch):
-    """The first sim build precompiles helpers.cuh's headers; gcc must accept that file for the
-    flags of a later build (-Werror=invalid-pch turns a silent fallback into a failure here)."""
+def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
+    """The build included a precompiled header, and gcc accepts it for the build's flags
+    (-Werror=invalid-pch turns a silent fallback to parsing the headers into a failure)."""
     import re
     import shlex
-    import subprocess
 
-    from kernels.build import SIM_FLAGS, _sim_pch
-
-    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
-    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
-    src = tmp_path / "pch_probe.cu"
-    src.write_text((HERE / "vector_add.cu").read_text())
-    ext = load(src, "sim", quiet=True)
-    x = torch.randn(10)
-    torch.testing.assert_close(ext.add_new(x, x), 2 * x)
-    pch = _sim_pch(SIM_FLAGS)
-    assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
-    src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
-    again = load(src, "sim", quiet=True)
-    torch.testing.assert_close(again.add_new(x, x), 2 * x)
-    ninja = (Path(again.so).parent / "build.ninja").read_text()
+    so = Path(getattr(ext, "so", None) or ext.__file__)
+    ninja = (so.parent / "build.ninja").read_text()
     cxx = shlex.split(re.search(r"^cxx = (.+)$", ninja, re.M).group(1))
     cflags = shlex.split(re.search(r"^cflags = (.+)$", ninja, re.M).group(1))
     assert "-include" in cflags
-    translated = next((Path(again.so).parent / "sim_src").glob("sim_0_*.cpp"))
+    translated = next((so.parent / "sim_src").glob("sim_0_*.cpp"))
     run = subprocess.run([*cxx, *cflags, "-Winvalid-pch", "-Werror=invalid-pch", "-fsyntax-only", str(translated)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe, headers", [("vector_add.cu", "SIM_PCH_HEADERS"), ("pybind_square.cu", "SIM_TORCH_PCH_HEADERS")])
+def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch, probe, headers):
+    """The first sim build precompiles the headers it needs (helpers.cuh's, plus torch/extension.h's
+    for a file that includes it); a later build includes that file, and gcc accepts it."""
+    mod = sys.modules["kernels.build"]
+
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
+    src = tmp_path / f"pch_probe_{probe}"
+    src.write_text((HERE / probe).read_text())
+    x = torch.randn(10)
+
+    def works(ext):
+        if hasattr(ext, "square"):
+            torch.testing.assert_close(ext.square(x), x * x)
+        else:
+            torch.testing.assert_close(ext.add_new(x, x), 2 * x)
+
+    works(load(src, "sim", quiet=True))
+    pch = mod._sim_pch(mod.SIM_FLAGS, getattr(mod, headers))
+    assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
+    assert pch.read_text().count("#include") == len(getattr(mod, headers))
+    src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
+    again = load(src, "sim", quiet=True)
+    works(again)
+    _assert_gcc_accepts_the_precompiled_header(again)
 
 # --- the build cache under concurrency and crashes ----------------------------------------------
 
@@ -357,3 +370,22 @@ def test_second_library_for_one_op_namespace_is_refused_not_a_crash(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "refused: the op namespace 'toolkit_fixed_ns' is already registered in this process (by " in run.stdout
     assert "first.cu" in run.stdout
+
+
+# --- the precompiled headers -----------------------------------------------------------------------
+
+def test_files_reaching_torch_extension_h_get_the_precompiled_header_that_covers_it(tmp_path):
+    from kernels.build import SIM_PCH_HEADERS, SIM_TORCH_PCH_HEADERS, pch_headers
+
+    lesson = tmp_path / "lesson.cu"
+    lesson.write_text('#include "helpers.cuh"\n// #include <torch/extension.h> (a comment, not an include)\n'
+                      'const char* s = "#include <torch/all.h>";\n')
+    assert pch_headers([lesson]) == SIM_PCH_HEADERS
+    for header in ("torch/extension.h", "torch/all.h", "torch/python.h"):
+        ext = tmp_path / "ext.cu"
+        ext.write_text(f'#include <{header}>\n#include "helpers.cuh"\n')
+        assert pch_headers([ext]) == SIM_TORCH_PCH_HEADERS
+    local = tmp_path / "bindings.h"  # reached through a local header of the file
+    local.write_text("#pragma once\n  #  include <torch/extension.h>\n")
+    assert pch_headers([lesson, local]) == SIM_TORCH_PCH_HEADERS
+    assert SIM_TORCH_PCH_HEADERS[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS
