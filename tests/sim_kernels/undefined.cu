@@ -65,23 +65,24 @@ at::Tensor exited_lane_vote(const at::Tensor& x, int64_t n) {
 }
 
 // each call keeps 8 KB of locals (volatile, so the compiler keeps them): depth calls need about
-// depth * 8 KB of stack
-__device__ float recurse(const float* x, int n, int depth) {
+// depth * 8 KB of stack. `len` is 2048, passed at run time so that no compiler unrolls the loop.
+__device__ float recurse(const float* x, int n, int len, int depth) {
   volatile float local[2048];
-  for (int i = 0; i < 2048; ++i) local[i] = x[(i + depth) % n];
-  float here = local[depth % 2048];
-  return depth == 0 ? here : here + recurse(x, n, depth - 1);
+#pragma unroll 1
+  for (int i = 0; i < len; ++i) local[i] = x[(i + depth) % n];
+  float here = local[depth % len];
+  return depth == 0 ? here : here + recurse(x, n, len, depth - 1);
 }
 
-__global__ void deep_recursion_kernel(const float* x, float* out, int n, int depth) {
-  out[threadIdx.x] = recurse(x, n, depth);
+__global__ void deep_recursion_kernel(const float* x, float* out, int n, int len, int depth) {
+  out[threadIdx.x] = recurse(x, n, len, depth);
 }
 
 // out[t] = sum over d = 0..depth of x[(d % 2048 + d) % n], for two threads
 at::Tensor deep_recursion(const at::Tensor& x, int64_t depth) {
   CHECK_INPUT(x);
   auto out = at::empty({2}, x.options());
-  deep_recursion_kernel<<<1, 2>>>(x.data_ptr<float>(), out.data_ptr<float>(), static_cast<int>(x.numel()),
+  deep_recursion_kernel<<<1, 2>>>(x.data_ptr<float>(), out.data_ptr<float>(), static_cast<int>(x.numel()), 2048,
                                   static_cast<int>(depth));
   CHECK_LAUNCH();
   return out;

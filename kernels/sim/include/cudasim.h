@@ -4,8 +4,9 @@
 // and a kernel's `return;`, little else) and compiled as ordinary C++ with this header in front.
 // Every CUDA thread of a block is a fiber with its own stack; one block runs at a time and its
 // fibers switch only at __syncthreads, warp operations, an atomic repeated without changing
-// memory (a poll), __nanosleep or the end of the thread. That gives CUDA's semantics for everything a correct kernel may rely on, and turns
-// the usual bugs into wrong answers or clear errors instead of lucky passes:
+// memory (a poll), __nanosleep or the end of the thread. That gives CUDA's semantics for
+// everything a correct kernel may rely on, and turns the usual bugs into wrong answers or clear
+// errors instead of lucky passes:
 //   - shared memory is poisoned (all bytes 0xFF, a NaN for floats) at every block start;
 //   - threads can run forward, in reverse or in random order, blocks can be shuffled
 //     (CUDASIM_ORDER=forward|reverse|random, CUDASIM_SHUFFLE_BLOCKS=1, CUDASIM_SEED=n);
