@@ -1,7 +1,8 @@
 """Translate CUDA C++ into C++ for the simulator: launches, __shared__, #pragma unroll, dispatch keys.
 
-Only five things change (the fifth: a `return;` in a kernel first notes its line); everything else is the learner's code, and `#line` directives plus
-newline-preserving rewrites keep compiler errors pointing at the learner's own file and line.
+Only five things change (the fifth: a `return;` in a kernel first notes its line); everything
+else is the learner's code, and `#line` directives plus newline-preserving rewrites keep compiler
+errors pointing at the learner's own file and line.
 """
 from __future__ import annotations
 
@@ -236,6 +237,8 @@ def _top_level(text: str, chars: str) -> list[int]:
         elif c in chars and depth == 0:
             found.append(i)
     return found
+
+
 _ALIGN_RE = re.compile(r"\b(?:__align__|alignas)\s*\(\s*([^)]*)\)")
 _DECL_RE = re.compile(r"^(?P<type>.*?[\w>*&\s])\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$", re.S)
 
