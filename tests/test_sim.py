@@ -689,6 +689,12 @@ def test_votes_and_syncwarp_count_only_the_lanes_that_have_not_exited(undefined)
     assert (out.long() & 0xFFFFFFFF).tolist() == [_ballot(x[:20] > 0)] * 20
 
 
+def test_a_spin_on_a_lock_that_another_block_never_frees_is_reported(undefined):
+    with pytest.raises(RuntimeError, match=r"seems to spin forever: this thread repeated an atomic on the same "
+                       r"address a million times.*blocks run one at a time.*kernel lock_never_freed_kernel, block \(1,0,0\)"):
+        undefined.lock_never_freed(torch.empty(0))
+
+
 _OVERFLOW_SCRIPT = textwrap.dedent("""
     import os, sys, torch
     from kernels import load

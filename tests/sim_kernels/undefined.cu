@@ -10,9 +10,12 @@
 //                       votes wait for the lanes that have not exited and count only those)
 //   deep_recursion      a recursive device function with an 8 KB local array per call, deeper
 //                       than the simulator's fiber stack unless CUDASIM_STACK_KB raises it
+//   lock_never_freed    block 0 takes a lock and leaves without freeing it; block 1 spins on it
+//                       (hangs forever on a GPU; a reported spin here)
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 
 // one warp; lanes >= n leave, the rest take the maximum with a butterfly over all 32 lanes
 __global__ void exited_lane_max_kernel(const float* x, float* out, int n) {
@@ -88,11 +91,30 @@ at::Tensor deep_recursion(const at::Tensor& x, int64_t depth) {
   return out;
 }
 
+// block 0 takes the lock and never frees it; every thread of block 1 waits for it
+__global__ void lock_never_freed_kernel(int* lock) {
+  if (blockIdx.x == 0) {
+    if (threadIdx.x == 0) atomicCAS(lock, 0, 1);
+    return;
+  }
+  while (atomicCAS(lock, 0, 1) != 0) {
+  }
+  atomicExch(lock, 0);
+}
+
+at::Tensor lock_never_freed(const at::Tensor& like) {
+  auto lock = at::zeros({1}, like.options().dtype(at::kInt));
+  lock_never_freed_kernel<<<2, 64>>>(lock.data_ptr<int>());
+  CHECK_LAUNCH();
+  return lock;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("exited_lane_max(Tensor x, int n) -> Tensor");
   m.def("missing_lane_sum(Tensor x) -> Tensor");
   m.def("exited_lane_vote(Tensor x, int n) -> Tensor");
   m.def("deep_recursion(Tensor x, int depth) -> Tensor");
+  m.def("lock_never_freed(Tensor like) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -100,4 +122,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("missing_lane_sum", &missing_lane_sum);
   m.impl("exited_lane_vote", &exited_lane_vote);
   m.impl("deep_recursion", &deep_recursion);
+  m.impl("lock_never_freed", &lock_never_freed);
 }
