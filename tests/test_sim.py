@@ -1,14 +1,19 @@
 """The simulator (sim backend): every CUDA feature it supports, checked against PyTorch.
 
 The kernels live in tests/sim_kernels/ (features.cu: TORCH_LIBRARY style; host_api.cu:
-PYBIND11_MODULE style). Translator tests at the top need no build. Tests marked `slow` take a
-few seconds each (a spin detector, a failing build).
+PYBIND11_MODULE style; public_styles.cu: CUDA written as published code writes it, run on the
+default backend, so on a GPU too; undefined.cu: what a GPU leaves undefined, which the simulator
+refuses). Translator tests at the top need no build. Tests marked `slow` take a few seconds each
+(a spin detector, a failing build, a subprocess).
 """
 from __future__ import annotations
 
 import os
 import re
 import struct
+import subprocess
+import sys
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,6 +25,8 @@ from kernels.sim.translate import TranslateError, translate_source
 
 HERE = Path(__file__).parent / "sim_kernels"
 FEATURES = HERE / "features.cu"
+PUBLIC = HERE / "public_styles.cu"
+UNDEFINED = HERE / "undefined.cu"
 
 
 def _line_of(marker: str, path: Path = FEATURES) -> int:
@@ -53,6 +60,16 @@ def ext():
 @pytest.fixture(scope="module")
 def host():
     return load(HERE / "host_api.cu", "sim")
+
+
+@pytest.fixture(scope="module")
+def styles(backend):
+    return load(PUBLIC, backend)
+
+
+@pytest.fixture(scope="module")
+def undefined():
+    return load(UNDEFINED, "sim")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +128,74 @@ def test_extern_shared_becomes_the_dynamic_buffer():
     assert "float* buf = ::cudasim::dynamic_shared<float>()" in out
     with pytest.raises(TranslateError, match="extern __shared__ must be an array of unknown size"):
         _tr("__global__ void k() { extern __shared__ float buf[4]; }")
+
+
+def test_file_scope_extern_shared_is_the_dynamic_buffer_at_load_time():
+    out = _tr("extern __shared__ float sdata[];\n__global__ void k() { sdata[0] = 1; }\n")
+    assert "static float* const sdata = ::cudasim::file_dynamic_shared<float>();" in out
+    assert "__global__ void k() { sdata[0] = 1; }" in out
+
+
+@pytest.mark.parametrize("src, name, typ", [
+    ("__shared__ float tile[32][33];", "tile", "float[32][33]"),
+    ("static __shared__ int count;", "count", "int"),
+    ("namespace a { namespace b {\n__shared__ double v[4];\n} }", "v", "double[4]"),
+    ('extern "C" {\n__shared__ int w;\n}', "w", "int"),
+])
+def test_file_scope_static_shared_gets_a_fixed_slot(src, name, typ):
+    out = _tr(src)
+    assert f"using cudasim_t_{name} = {typ}; static cudasim_t_{name}& {name} = " \
+           f"::cudasim::file_shared<cudasim_t_{name}, 0>(\"{name}\")" in out
+    assert "shared_var" not in out
+
+
+def test_shared_inside_a_function_in_a_namespace_stays_per_block():
+    out = _tr("namespace a {\n__global__ void k() {\n  __shared__ int v;\n}\n}\n")
+    assert "shared_var<cudasim_t_v, 0>" in out and "file_shared" not in out
+
+
+@pytest.mark.parametrize("src, expect", [
+    ("__global__ void k() { __shared__ float /* a; b; */ tile[16]; }", "using cudasim_t_tile = float[16];"),
+    ("__global__ void k() { __shared__ float // the tile;\n tile[16]; }", "using cudasim_t_tile = float[16];"),
+    ("__global__ void k() { __shared__ Pair<float, int> best[32]; }", "using cudasim_t_best = Pair<float, int>[32];"),
+    ("__global__ void k() { __shared__ std::pair<float, std::tuple<int, int>> p; }",
+     "using cudasim_t_p = std::pair<float, std::tuple<int, int>>;"),
+    ("__global__ void k() { __shared__ float t[N<2, 3>::v]; }", "using cudasim_t_t = float[N<2,3>::v];"),
+])
+def test_shared_declarations_are_read_without_comments_and_with_template_commas(src, expect):
+    assert expect in _tr(src)
+
+
+@pytest.mark.parametrize("src, message", [
+    ("__shared__ float a[32], b[32];", "declares 2 variables (a, b); the simulator needs one __shared__ variable per statement"),
+    ("__shared__ Pair<int, int> a, *b, c[4];", "declares 3 variables (a, b, c)"),
+    ("__shared__ float total = 0.0f;", "a __shared__ variable cannot have an initializer (nvcc refuses it too)"),
+    ("__shared__ int n{0};", "a __shared__ variable cannot have an initializer"),
+])
+def test_refused_shared_declarations_say_exactly_why(src, message):
+    with pytest.raises(TranslateError, match=re.escape(f"t.cu:2: ") + ".*" + re.escape(message)):
+        _tr("__global__ void k() {\n  " + src + "\n}\n")
+
+
+@pytest.mark.parametrize("literal", ["1'048'576", "0x'FF'FF", "0b1010'1010", "1'000.5'0f", "10'0ull"])
+def test_digit_separators_leave_the_rest_of_the_line_visible(literal):
+    out = _tr(f"void f() {{ auto n = {literal}; k<<<1, 2>>>(n); // k<<<3, 4>>>(n);\n}}\n")
+    assert "::cudasim::config(1, 2)" in out and "k<<<3, 4>>>" in out and out.count("<<<") == 1
+
+
+def test_character_literals_still_hide_their_contents():
+    src = "char a = 'x'; char b = u8';'; wchar_t c = L'<'; char d = '\\''; const char* s = \"k<<<1, 1>>>(x)\";\n"
+    assert _tr(src).split("\n", 2)[2] == src
+
+
+def test_return_in_a_kernel_notes_where_the_thread_left():
+    src = ("__device__ int f(int v) { return v; }\n"
+           "__global__ void k(int n) {\n  if (n) return;\n  auto g = [](int v) { return v; };\n}\n"
+           "__global__ void declared_only(int);\nvoid host() { return; }\n")
+    out = _tr(src).split("\n", 2)[2]
+    assert out.splitlines()[2] == "  if (n) { ::cudasim::exiting(__FILE__, __LINE__); return; }"
+    assert out.count("exiting") == 1  # not in device or host functions, nor a lambda's `return v;`
+    assert out.count("\n") == src.count("\n")
 
 
 def test_pragma_unroll_and_cuda_dispatch_key_are_rewritten():
@@ -517,3 +602,137 @@ def test_compiler_errors_point_at_the_learners_line():
         load(HERE / "syntax_error.cu", "sim")
     line = _line_of("SYNTAX-ERROR-LINE", HERE / "syntax_error.cu")
     assert re.search(rf"syntax_error\.cu:{line}:\d+: error", str(e.value)), str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# published styles (public_styles.cu), on the default backend: the same results on a GPU
+def test_file_scope_extern_shared_is_each_launchs_dynamic_memory(styles, dev):
+    x = torch.randn(1000, device=dev)
+    out = styles.samples_reduce(x)
+    torch.testing.assert_close(out[:-1], torch.nn.functional.pad(x, (0, 24)).view(-1, 256).sum(1))
+    torch.testing.assert_close(out[-1], x.sum(), rtol=1e-5, atol=1e-4)
+
+
+def test_file_scope_static_shared_is_per_block(styles, dev):
+    x = torch.randn(45, 70, device=dev)
+    x[x.abs() < 0.5] = 0
+    out, counts = styles.samples_transpose(x)
+    torch.testing.assert_close(out, x.t().contiguous())
+    tiles = torch.nn.functional.pad(x != 0, (0, 26, 0, 19)).view(2, 32, 3, 32)
+    assert torch.equal(counts.cpu(), tiles.sum((1, 3)).int().cpu())
+
+
+def test_host_code_may_name_its_launch_shapes_gridDim_and_blockDim(styles, dev):
+    a, b = torch.randn(70, 50, device=dev), torch.randn(50, 33, device=dev)
+    torch.testing.assert_close(styles.sgemm_runner(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_shared_array_of_a_template_type_declared_with_a_comment(styles, dev):
+    x = torch.randn(5000, device=dev)
+    out = styles.argmax(x).cpu()
+    assert out[0].item() == x.max().item()
+    assert out[1:].view(torch.int32).item() == x.argmax().item()
+
+
+def test_reduce_min_max_compare_unsigned_values_as_unsigned(styles, dev):
+    v = torch.randint(-2**31, 2**31 - 1, (64,), dtype=torch.int32)
+    v[3], v[40] = -1, 0  # 0xFFFFFFFF: the largest unsigned value, the smallest int
+    out = styles.reduce_unsigned(v.to(dev)).cpu().long()
+    u = v.long() & 0xFFFFFFFF
+    for w in range(2):
+        seg, useg = v[32 * w:32 * (w + 1)].long(), u[32 * w:32 * (w + 1)]
+        assert (out[w, :2] & 0xFFFFFFFF).tolist() == [useg.min().item(), useg.max().item()]
+        assert out[w, 2:].tolist() == [seg.min().item(), seg.max().item()]
+
+
+def test_an_atomic_that_changes_nothing_is_work_not_a_spin(styles, dev):
+    # 256 threads each add 0.0f to one address 100,000 times, then 1.0f once
+    assert styles.zero_adds(torch.empty(0, device=dev), 256, 100_000).item() == 256.0
+
+
+def test_a_lock_between_threads_of_one_block_works_in_every_order(styles, dev):
+    for order in ("forward", "reverse", "random"):
+        with sim_env(CUDASIM_ORDER=order, CUDASIM_SEED="5"):
+            assert styles.block_lock(torch.empty(0, device=dev), 64, 10).tolist() == [0, 640], order
+
+
+# ---------------------------------------------------------------------------------------------
+# what a GPU leaves undefined (undefined.cu), refused here
+def test_shuffle_naming_an_exited_lane_raises_with_the_exit_and_the_shuffle(undefined):
+    x = torch.randn(32)
+    exit_line, shfl_line = _line_of("EXIT-LINE", UNDEFINED), _line_of("SHFL-LINE", UNDEFINED)
+    for order in ("forward", "reverse"):
+        with sim_env(CUDASIM_ORDER=order):
+            with pytest.raises(RuntimeError, match=re.escape(
+                    f"__shfl_xor_sync at undefined.cu:{shfl_line} with mask 0xffffffff names lane 20 (thread (20,0,0)), "
+                    f"which has exited (returned at undefined.cu:{exit_line})") + ".*undefined on a GPU.*"
+                    r"kernel exited_lane_max_kernel"):
+                undefined.exited_lane_max(x, 20)
+
+
+def test_shuffle_over_lanes_that_all_stay_still_works(undefined):
+    x = torch.randn(32)
+    assert undefined.exited_lane_max(x, 32).item() == x.max().item()
+
+
+def test_shuffle_naming_a_lane_beyond_a_partial_warp_raises(undefined):
+    line = _line_of("MISSING-LINE", UNDEFINED)
+    with pytest.raises(RuntimeError, match=re.escape(
+            f"__shfl_down_sync at undefined.cu:{line} with mask 0xffffffff names lane 8 of warp 1, which does not "
+            "exist: the block has 40 threads, so its last warp has 8 lanes")):
+        undefined.missing_lane_sum(torch.randn(40))
+
+
+def test_votes_and_syncwarp_count_only_the_lanes_that_have_not_exited(undefined):
+    x = torch.randn(32)
+    out = undefined.exited_lane_vote(x, 20)
+    assert (out.long() & 0xFFFFFFFF).tolist() == [_ballot(x[:20] > 0)] * 20
+
+
+def test_a_spin_on_a_lock_that_another_block_never_frees_is_reported(undefined):
+    with pytest.raises(RuntimeError, match=r"seems to spin forever: this thread repeated an atomic on the same "
+                       r"address a million times.*blocks run one at a time.*kernel lock_never_freed_kernel, block \(1,0,0\)"):
+        undefined.lock_never_freed(torch.empty(0))
+
+
+_OVERFLOW_SCRIPT = textwrap.dedent("""
+    import os, sys, torch
+    from kernels import load
+    ext = load(sys.argv[1], "sim", quiet=True)
+    x = torch.arange(300, dtype=torch.float32)
+    try:
+        ext.deep_recursion(x, 100)
+        print("NO ERROR")
+    except RuntimeError as e:
+        print("ERROR", e)
+    os.environ["CUDASIM_STACK_KB"] = "2048"
+    print("SUM", ext.deep_recursion(x, 100).tolist())
+    os.environ["CUDASIM_STACK_KB"] = "lots"
+    try:
+        ext.deep_recursion(x, 1)
+    except RuntimeError as e:
+        print("BAD KNOB", e)
+""")
+
+
+@pytest.mark.slow
+def test_stack_overflow_in_a_thread_raises_and_the_stack_size_is_a_knob(undefined):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env.pop("CUDASIM_STACK_KB", None)
+    run = subprocess.run([sys.executable, "-c", _OVERFLOW_SCRIPT, str(UNDEFINED)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = {l.split(" ", 1)[0]: l for l in run.stdout.splitlines()}
+    assert re.search(r"^ERROR cudasim: stack overflow: the thread used more than its 256 KB stack .*"
+                     r"CUDASIM_STACK_KB.*kernel deep_recursion_kernel, block \(0,0,0\), thread \(\d,0,0\)",
+                     lines["ERROR"]), run.stdout
+    expect = float(sum(2 * d % 300 for d in range(101)))  # x[i] = i; call d reads x[2d mod 300]
+    assert lines["SUM"] == f"SUM {[expect, expect]}"
+    assert "CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got 'lots'" in lines["BAD"]
+
+
+def test_a_launch_that_failed_midway_leaves_nothing_behind_for_a_smaller_block(undefined):
+    with pytest.raises(RuntimeError, match="which does not exist"):
+        undefined.missing_lane_sum(torch.randn(40))  # 40 threads, abandoned in a shuffle
+    x = torch.randn(32)
+    assert (undefined.exited_lane_vote(x, 20).long() & 0xFFFFFFFF).tolist() == [_ballot(x[:20] > 0)] * 20

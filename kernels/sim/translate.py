@@ -1,7 +1,8 @@
 """Translate CUDA C++ into C++ for the simulator: launches, __shared__, #pragma unroll, dispatch keys.
 
-Only four things change; everything else is the learner's code, and `#line` directives plus
-newline-preserving rewrites keep compiler errors pointing at the learner's own file and line.
+Only five things change (the fifth: a `return;` in a kernel first notes its line); everything
+else is the learner's code, and `#line` directives plus newline-preserving rewrites keep compiler
+errors pointing at the learner's own file and line.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-TRANSLATOR_VERSION = "1"
+TRANSLATOR_VERSION = "2"
 
 
 class TranslateError(ValueError):
@@ -36,7 +37,7 @@ def code_mask(src: str) -> bytearray:
             end = src.find(")" + m.group(1) + '"', i)
             j = n if end < 0 else end + len(m.group(1)) + 2
         elif c in "\"'":
-            if c == "'" and i > 0 and (src[i - 1].isalnum()) and src[i - 1] not in "uUL8":
+            if c == "'" and _is_digit_separator(src, i):
                 i += 1  # a digit separator such as 1'000'000
                 continue
             j = i + 1
@@ -50,6 +51,19 @@ def code_mask(src: str) -> bytearray:
             mask[k] = 0
         i = j
     return mask
+
+
+def _is_digit_separator(src: str, i: int) -> bool:
+    """Whether the quote at `i` sits inside a number (1'048'576, 0x'FF), not before a char literal."""
+    j = i
+    while j > 0 and (src[j - 1].isalnum() or src[j - 1] in "_.'"):
+        j -= 1
+    return j < i and (src[j].isdigit() or (src[j] == "." and j + 1 < i and src[j + 1].isdigit()))
+
+
+def masked_text(src: str, mask: bytearray) -> str:
+    """`src` with comments, strings and character literals replaced by blanks (newlines kept)."""
+    return "".join(c if mask[i] or c == "\n" else " " for i, c in enumerate(src))
 
 
 def line_of(src: str, pos: int) -> int:
@@ -182,12 +196,63 @@ def _launch_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
 
 
 _SHARED_RE = re.compile(r"\b__shared__\b")
+_NAMESPACE_OPEN_RE = re.compile(r'(?:\binline\s+)?\bnamespace\b[\w:\s]*$|\bextern\s*"C(?:\+\+)?"\s*$')
+
+
+def _code_brace_depths(src: str, mask: bytearray) -> list[int]:
+    """For each character, how many braces other than namespace and extern "C" braces enclose it."""
+    depths = [0] * (len(src) + 1)
+    stack: list[bool] = []  # True for a brace that opens code (a function, class or block)
+    depth, stmt_start = 0, 0
+    for i, c in enumerate(src):
+        depths[i] = depth
+        if not mask[i]:
+            continue
+        if c == "{":
+            head = src[stmt_start:i]
+            is_code = not _NAMESPACE_OPEN_RE.search(head)
+            stack.append(is_code)
+            depth += is_code
+            stmt_start = i + 1
+        elif c == "}":
+            if stack and stack.pop():
+                depth -= 1
+            stmt_start = i + 1
+        elif c == ";":
+            stmt_start = i + 1
+        elif c == "\n" and src[stmt_start:i].lstrip().startswith("#"):
+            stmt_start = i + 1  # a directive line ends there
+    depths[len(src)] = depth
+    return depths
+
+
+def _top_level(text: str, chars: str) -> list[int]:
+    """Positions of any of `chars` outside (), [], {} and template <> brackets."""
+    found, depth = [], 0
+    for i, c in enumerate(text):
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c in chars and depth == 0:
+            found.append(i)
+    return found
+
+
 _ALIGN_RE = re.compile(r"\b(?:__align__|alignas)\s*\(\s*([^)]*)\)")
 _DECL_RE = re.compile(r"^(?P<type>.*?[\w>*&\s])\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$", re.S)
 
 
+def _declared_name(declarator: str) -> str:
+    """The name in one declarator of a declaration (`float a[4]` or `*b[2]` -> a, b)."""
+    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", declarator.split("=")[0].strip())
+    return m.group(1) if m else "?"
+
+
 def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
     edits = []
+    depths = None
+    code = masked_text(src, mask)
     for m in _SHARED_RE.finditer(src):
         if not mask[m.start()]:
             continue
@@ -209,7 +274,10 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
             raise TranslateError(f"{path}:{line_of(src, m.start())}: a __shared__ declaration without ';'")
         decl = src[s:e]
         line = line_of(src, m.start())
-        text = " ".join(_SHARED_RE.sub(" ", decl).split())
+        if depths is None:
+            depths = _code_brace_depths(src, mask)
+        file_scope = depths[m.start()] == 0
+        text = " ".join(_SHARED_RE.sub(" ", code[s:e]).split())  # comments are blanks here
         align = "0"
         am = _ALIGN_RE.search(text)
         if am:
@@ -219,8 +287,16 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
         extern = "extern" in words
         words = [w for w in words if w not in ("extern", "static")]
         text = " ".join(words)
-        if "," in text.split("[")[0] or "=" in text:
-            raise TranslateError(f"{path}:{line}: declare one __shared__ variable per statement, without an initializer")
+        commas = _top_level(text, ",")
+        if commas:
+            bounds = [0, *[c + 1 for c in commas], len(text) + 1]
+            names = [_declared_name(text[a:b - 1]) for a, b in zip(bounds, bounds[1:])]
+            raise TranslateError(
+                f"{path}:{line}: this __shared__ statement declares {len(names)} variables "
+                f"({', '.join(names)}); the simulator needs one __shared__ variable per statement")
+        if _top_level(text, "=") or re.search(r"[\w\]]\s*\{", text):
+            raise TranslateError(f"{path}:{line}: a __shared__ variable cannot have an initializer "
+                                 "(nvcc refuses it too); assign it in the kernel, then __syncthreads()")
         dm = _DECL_RE.match(text)
         if not dm:
             raise TranslateError(f"{path}:{line}: cannot read this __shared__ declaration: {decl.strip()!r}")
@@ -228,11 +304,53 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
         if extern:
             if dims != "[]":
                 raise TranslateError(f"{path}:{line}: extern __shared__ must be an array of unknown size, such as `extern __shared__ float buf[];`")
-            new = f"{typ}* {name} = ::cudasim::dynamic_shared<{typ}>()"
+            if file_scope:
+                new = f"static {typ}* const {name} = ::cudasim::file_dynamic_shared<{typ}>()"
+            else:
+                new = f"{typ}* {name} = ::cudasim::dynamic_shared<{typ}>()"
+        elif file_scope:
+            new = (f"using cudasim_t_{name} = {typ}{dims}; "
+                   f"static cudasim_t_{name}& {name} = ::cudasim::file_shared<cudasim_t_{name}, {align}>(\"{name}\")")
         else:
             new = (f"static ::cudasim::SharedSlot cudasim_slot_{name}; using cudasim_t_{name} = {typ}{dims}; "
                    f"cudasim_t_{name}& {name} = ::cudasim::shared_var<cudasim_t_{name}, {align}>(cudasim_slot_{name}, \"{name}\")")
         edits.append(_Edit(s, e, _keep_newlines(decl, new)))
+    return edits
+
+
+_GLOBAL_RE = re.compile(r"\b__global__\b")
+_RETURN_RE = re.compile(r"\breturn\s*;")
+
+
+def _kernel_return_edits(src: str, mask: bytearray) -> list[_Edit]:
+    """`return;` in a __global__ function's body also notes where the thread left the kernel."""
+    edits = []
+    end = 0
+    for m in _GLOBAL_RE.finditer(src):
+        if not mask[m.start()] or m.start() < end:
+            continue
+        # the body is the first '{' outside parentheses; a ';' first means a declaration
+        i, depth = m.end(), 0
+        while i < len(src):
+            if mask[i]:
+                c = src[i]
+                if c == "(":
+                    depth += 1
+                elif c == ")":
+                    depth -= 1
+                elif depth == 0 and c in "{;":
+                    break
+            i += 1
+        if i >= len(src) or src[i] == ";":
+            continue
+        close = _match_forward(src, mask, i + 1, "}")
+        if close < 0:
+            continue
+        end = close
+        for r in _RETURN_RE.finditer(src, i, close):
+            if mask[r.start()]:
+                edits.append(_Edit(r.start(), r.end(), _keep_newlines(
+                    r.group(0), "{ ::cudasim::exiting(__FILE__, __LINE__); return; }")))
     return edits
 
 
@@ -280,7 +398,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     """Translate one file's text; `include_map` maps quoted include names to translated files."""
     src = _cuda_device_as_cpu(src)
     mask = code_mask(src)
-    edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path)
+    edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
     edits += _simple_edits(src, mask, _IMPL_RE, lambda m: m.group(1) + "CPU" + m.group(2))
     if include_map:

@@ -1,16 +1,18 @@
 // cudasim.h: the runtime of the CPU simulator (the `sim` backend).
 //
-// A .cu file is translated (kernels/sim/translate.py rewrites launches and __shared__
-// declarations, nothing else) and compiled as ordinary C++ with this header in front.
+// A .cu file is translated (kernels/sim/translate.py rewrites launches, __shared__ declarations
+// and a kernel's `return;`, little else) and compiled as ordinary C++ with this header in front.
 // Every CUDA thread of a block is a fiber with its own stack; one block runs at a time and its
-// fibers switch only at __syncthreads, warp operations, a failed atomicCAS or the end of the
-// thread. That gives CUDA's semantics for everything a correct kernel may rely on, and turns
-// the usual bugs into wrong answers or clear errors instead of lucky passes:
+// fibers switch only at __syncthreads, warp operations, an atomic repeated without changing
+// memory (a poll), __nanosleep or the end of the thread. That gives CUDA's semantics for
+// everything a correct kernel may rely on, and turns the usual bugs into wrong answers or clear
+// errors instead of lucky passes:
 //   - shared memory is poisoned (all bytes 0xFF, a NaN for floats) at every block start;
 //   - threads can run forward, in reverse or in random order, blocks can be shuffled
 //     (CUDASIM_ORDER=forward|reverse|random, CUDASIM_SHUFFLE_BLOCKS=1, CUDASIM_SEED=n);
 //   - a barrier reached at different places, a warp operation that waits for a lane that never
-//     comes, and a deadlock raise an error naming the kernel, the block and the line.
+//     comes, a shuffle naming a lane that has exited, a deadlock, a spin that never ends and a
+//     stack overflow raise an error naming the kernel, the block and the line.
 // See kernels/sim/README.md for what is supported and what is not.
 #pragma once
 
@@ -37,6 +39,8 @@
 #include <utility>
 #include <vector>
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #if !(defined(__x86_64__) && defined(__linux__))
 #define CUDASIM_UCONTEXT 1
@@ -186,7 +190,9 @@ __attribute__((naked, noinline)) static void switch_stack(void** save_sp, void* 
 
 enum class State : unsigned char { Ready, Barrier, Warp, Yield, Done };
 enum class WarpOp : unsigned char { Active, Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All,
-                                    ReduceAdd, ReduceMin, ReduceMax, ReduceAnd, ReduceOr, ReduceXor };
+                                    ReduceAdd, ReduceMin, ReduceMax, ReduceAnd, ReduceOr, ReduceXor,
+                                    ReduceUMin, ReduceUMax };  // the last two: unsigned compare
+inline bool is_shuffle(WarpOp op) { return op >= WarpOp::ShflIdx && op <= WarpOp::ShflXor; }
 enum class BarKind : unsigned char { Plain, Count, And, Or };
 
 struct Thread {
@@ -195,6 +201,7 @@ struct Thread {
   ucontext_t uc;
 #endif
   char* stack = nullptr;
+  size_t stack_size = 0;
   uint3 idx{0, 0, 0};
   int linear = 0;
   State state = State::Ready;
@@ -214,6 +221,13 @@ struct Thread {
   unsigned long long wres = 0;
   const char* wfile = nullptr;
   int wline = 0;
+  // where the thread left the kernel: a `return;` in the kernel's body (the translator marks
+  // each one), or nullptr for the end of the body
+  const char* exit_file = nullptr;
+  int exit_line = 0;
+  // the atomic this thread repeats without changing memory (a poll): address, value seen, count
+  const void* spin_addr = nullptr;
+  unsigned long long spin_value = 0, spin_count = 0, spin_progress = 0;
 };
 
 struct SharedSlot {
@@ -224,6 +238,7 @@ struct SharedSlot {
 struct Sim {
   // the running launch
   Thread* cur = nullptr;
+  uint3 thread_idx{0, 0, 0};  // the running thread's threadIdx, refreshed at every switch
   uint3 block_idx{0, 0, 0};
   dim3 block_dim, grid_dim;
   const char* kernel = "";
@@ -243,7 +258,6 @@ struct Sim {
   void* body_ctx = nullptr;
   std::exception_ptr error;
   // shared memory
-  std::vector<unsigned char> smem_storage;
   unsigned char* smem = nullptr;
   size_t dyn_bytes = 0, static_base = 0, static_used = 0, static_limit = kStaticSharedLimit;
   unsigned long long block_gen = 0;
@@ -253,12 +267,29 @@ struct Sim {
   std::mt19937_64 rng{0};
   // spinning detection: yields in a row without any thread finishing or passing a barrier
   unsigned long long idle_yields = 0;
+  // bumped whenever the block visibly moves on: an atomic that changes memory, a barrier or warp
+  // operation that completes, a thread that finishes
+  unsigned long long progress = 0;
+  // a stack overflow caught by the SIGSEGV handler: the thread, or -1
+  volatile int overflow_thread = -1;
   // the sticky and the last error, as cudaGetLastError reports them
   cudaError_t last_error = cudaSuccess;
   // opt-in dynamic shared memory, recorded by kernel name
   std::vector<std::pair<std::string, int>> max_dynamic_smem;
-  size_t stack_bytes = 256 * 1024;
+  size_t stack_bytes = 256 * 1024;  // CUDASIM_STACK_KB
+  // file-scope __shared__ variables: fixed offsets in their own region of the arena
+  size_t file_static_used = 0;
+  const char* file_static_overflow = nullptr;  // the first one past the limit, reported at launch
 };
+
+constexpr size_t kGuardBytes = 64 * 1024;  // below each fiber stack: an overflow faults here
+constexpr size_t kDynRegion = (kOptinSharedLimit + kCanary + 127) / 128 * 128;
+constexpr size_t kFileRegion = kOptinSharedLimit;
+// All shared memory lives at one fixed address, so that a file-scope `extern __shared__` array
+// or `__shared__` variable can be bound once, when the library loads:
+// [dynamic, canary | function-scope static, from static_base | file-scope static]
+alignas(128) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
+constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
 
@@ -305,6 +336,7 @@ inline void to_scheduler() {
   }
   t->state = State::Done;
   g.idle_yields = 0;
+  g.progress += 1;
   to_scheduler();
   __builtin_trap();  // a finished fiber is never resumed
 }
@@ -313,23 +345,35 @@ inline void to_scheduler() {
 inline void fiber_entry_uc() { fiber_main(); }
 #endif
 
+// A fiber's mapping: kGuardBytes of PROT_NONE guard, then g.stack_bytes of stack (it grows down
+// towards the guard). `stack` points at the guard; `stack_size` is what it was mapped with.
 inline void start_fiber(Thread& t) {
-  if (!t.stack) {
-    void* p = mmap(nullptr, g.stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::runtime_error("cudasim: cannot allocate a fiber stack");
-    mprotect(p, 4096, PROT_NONE);  // a guard page: a stack overflow faults instead of corrupting
-    t.stack = static_cast<char*>(p);
+  if (t.stack && t.stack_size != g.stack_bytes) {  // CUDASIM_STACK_KB changed since
+    munmap(t.stack, kGuardBytes + t.stack_size);
+    t.stack = nullptr;
   }
+  if (!t.stack) {
+    void* p = mmap(nullptr, kGuardBytes + g.stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("cudasim: cannot allocate a fiber stack");
+    mprotect(p, kGuardBytes, PROT_NONE);  // an overflow faults here instead of corrupting memory
+    t.stack = static_cast<char*>(p);
+    t.stack_size = g.stack_bytes;
+  }
+  t.exit_file = nullptr;
+  t.exit_line = 0;
+  t.spin_addr = nullptr;
+  t.spin_count = 0;
 #ifdef CUDASIM_UCONTEXT
   getcontext(&t.uc);
-  t.uc.uc_stack.ss_sp = t.stack;
+  t.uc.uc_stack.ss_sp = t.stack + kGuardBytes;
   t.uc.uc_stack.ss_size = g.stack_bytes;
   t.uc.uc_link = nullptr;
   makecontext(&t.uc, fiber_entry_uc, 0);
 #else
   // Build the frame that switch_stack pops: six registers, then fiber_main as the return
   // address, then a dummy return address so fiber_main starts with the ABI's alignment.
-  uintptr_t top = (reinterpret_cast<uintptr_t>(t.stack) + g.stack_bytes) & ~uintptr_t(15);
+  uintptr_t top = (reinterpret_cast<uintptr_t>(t.stack) + kGuardBytes + g.stack_bytes) & ~uintptr_t(15);
   void** sp = reinterpret_cast<void**>(top);
   *--sp = nullptr;                                          // fiber_main's return address
   *--sp = reinterpret_cast<void*>(&fiber_main);             // where `ret` goes
@@ -340,6 +384,7 @@ inline void start_fiber(Thread& t) {
 
 inline void resume(Thread& t) {
   g.cur = &t;
+  g.thread_idx = t.idx;
 #ifdef CUDASIM_UCONTEXT
   swapcontext(&g.sched_uc, &t.uc);
 #else
@@ -433,14 +478,68 @@ inline void resolve_block() {
              : first->bar_kind == BarKind::Or    ? (count > 0) : 0;
   for (int id : at_barrier) g.threads[id].bar_result = result;
   g.idle_yields = 0;
+  g.progress += 1;
   queue_in_order(at_barrier);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Warp operations: the lanes named in the mask meet; the last to arrive computes every lane's
-// result. Lanes that do not exist (a partial last warp) or have exited are not waited for, and
-// a value read from them is poison.
+// result. Lanes that have exited or do not exist (a partial last warp) are not waited for: votes,
+// __reduce_*_sync and __syncwarp count only the lanes that take part, as PTX defines them. A
+// shuffle whose mask names such a lane is an error: what it reads from there is undefined on a
+// GPU. A shuffle reading a live lane outside its mask gets poison (0xFF bytes, a NaN).
 inline int lane_id() { return g.cur->linear & 31; }
+
+// The translator puts this in front of every `return;` in a kernel's body, so that an error
+// about an exited lane can say where it left.
+inline void exiting(const char* file, int line) {
+  if (g.cur) {
+    g.cur->exit_file = file;
+    g.cur->exit_line = line;
+  }
+}
+
+inline const char* shuffle_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::ShflIdx: return "__shfl_sync";
+    case WarpOp::ShflUp: return "__shfl_up_sync";
+    case WarpOp::ShflDown: return "__shfl_down_sync";
+    default: return "__shfl_xor_sync";
+  }
+}
+
+// A shuffle's mask may name only lanes that exist and are still running.
+inline void check_shuffle_lanes(int warp, const Thread& t) {
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!(t.wmask >> lane & 1u)) continue;
+    int id = warp * 32 + lane;
+    char buf[600];
+    if (id >= g.nthreads) {
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d with mask 0x%08x names lane %d of warp %d, which does not exist: the block has "
+                    "%d threads, so its last warp has %d lanes. Reading a lane that does not exist is undefined "
+                    "on a GPU; shuffle with a mask of the lanes that exist (__activemask() or "
+                    "__ballot_sync(0xffffffff, threadIdx.x < n) taken where all lanes are present)",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, warp, g.nthreads,
+                    g.nthreads - warp * 32);
+      fail(buf);
+    }
+    const Thread& o = g.threads[id];
+    if (o.state != State::Done) continue;
+    char exit_at[200];
+    if (o.exit_file)
+      std::snprintf(exit_at, sizeof exit_at, "returned at %s:%d", base_name(o.exit_file).c_str(), o.exit_line);
+    else
+      std::snprintf(exit_at, sizeof exit_at, "reached the end of the kernel");
+    std::snprintf(buf, sizeof buf,
+                  "%s at %s:%d with mask 0x%08x names lane %d (thread (%u,%u,%u)), which has exited (%s). What a "
+                  "shuffle reads from an exited lane is undefined on a GPU; leave exited lanes out of the mask "
+                  "(take it with __ballot_sync before the return) or keep every lane until the shuffle",
+                  shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, o.idx.x, o.idx.y, o.idx.z,
+                  exit_at);
+    fail(buf);
+  }
+}
 
 inline void complete_warp(int warp, unsigned mask) {
   int ids[32];
@@ -454,6 +553,7 @@ inline void complete_warp(int warp, unsigned mask) {
   }
   const Thread& any = g.threads[ids[__builtin_ctz(present)]];
   WarpOp op = any.wop;
+  if (is_shuffle(op)) check_shuffle_lanes(warp, any);
   for (int lane = 0; lane < 32; ++lane) {
     if (!(present >> lane & 1u)) continue;
     const Thread& t = g.threads[ids[lane]];
@@ -466,7 +566,7 @@ inline void complete_warp(int warp, unsigned mask) {
   unsigned long long ballot = 0;
   int pcount = 0;
   long long radd = 0, rmin = LLONG_MAX, rmax = LLONG_MIN;
-  unsigned rand_ = ~0u, ror = 0, rxor = 0;
+  unsigned rand_ = ~0u, ror = 0, rxor = 0, rumin = ~0u, rumax = 0;
   for (int lane = 0; lane < 32; ++lane) {
     if (!(present >> lane & 1u)) continue;
     const Thread& t = g.threads[ids[lane]];
@@ -479,6 +579,8 @@ inline void complete_warp(int warp, unsigned mask) {
     rand_ &= static_cast<unsigned>(v);
     ror |= static_cast<unsigned>(v);
     rxor ^= static_cast<unsigned>(v);
+    rumin = std::min(rumin, static_cast<unsigned>(v));
+    rumax = std::max(rumax, static_cast<unsigned>(v));
   }
   for (int lane = 0; lane < 32; ++lane) {
     if (!(present >> lane & 1u)) continue;
@@ -494,6 +596,8 @@ inline void complete_warp(int warp, unsigned mask) {
       case WarpOp::ReduceAnd: t.wres = rand_; break;
       case WarpOp::ReduceOr: t.wres = ror; break;
       case WarpOp::ReduceXor: t.wres = rxor; break;
+      case WarpOp::ReduceUMin: t.wres = rumin; break;
+      case WarpOp::ReduceUMax: t.wres = rumax; break;
       default: {
         int w = t.wwidth;
         int base = lane & ~(w - 1);
@@ -513,6 +617,7 @@ inline void complete_warp(int warp, unsigned mask) {
   for (int lane = 0; lane < 32; ++lane)
     if ((present >> lane & 1u) && &g.threads[ids[lane]] != g.cur) wake.push_back(ids[lane]);
   queue_in_order(wake);
+  g.progress += 1;
 }
 
 inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int arg, int width,
@@ -622,6 +727,45 @@ inline void yield_thread() {
   to_scheduler();
 }
 
+// An atomic that left memory unchanged may be a poll (a failed atomicCAS on a taken lock,
+// atomicAdd(p, 0) on a flag) or ordinary work (adding 0.0f). The thread keeps running through
+// the first few repeats; from the fourth repeat at the same address, seeing the same value with
+// nothing else in the block moving on, it lets the others run (at first every time, after 64
+// repeats every 64th time). A million such repeats is a spin that can never end here.
+constexpr unsigned long long kPollYieldFrom = 4;
+constexpr unsigned long long kSpinLimit = 1000000;
+
+inline void unchanged_atomic(const void* p, unsigned long long seen) {
+  Thread* t = g.cur;
+  if (!t) return;
+  if (t->spin_addr != p || t->spin_value != seen || t->spin_progress != g.progress) {
+    t->spin_addr = p;
+    t->spin_value = seen;
+    t->spin_progress = g.progress;
+    t->spin_count = 0;
+  }
+  unsigned long long n = ++t->spin_count;
+  if (n > kSpinLimit)
+    fail("the kernel seems to spin forever: this thread repeated an atomic on the same address a million times "
+         "without changing it while nothing else in the block moved on (is it waiting for another block? "
+         "blocks run one at a time here)");
+  if (n >= kPollYieldFrom && (n < 64 || n % 64 == 0)) {
+    t->state = State::Yield;
+    to_scheduler();
+  }
+}
+
+template <class T>
+inline void atomic_done(const T* p, const T& before, const T& after) {
+  if (std::memcmp(&before, &after, sizeof(T)) != 0) {
+    g.progress += 1;
+    return;
+  }
+  unsigned long long seen = 0;
+  std::memcpy(&seen, &before, sizeof(T) < 8 ? sizeof(T) : 8);
+  unchanged_atomic(p, seen);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Shared memory.
 template <class T, size_t Align>
@@ -630,12 +774,13 @@ inline T& shared_var(SharedSlot& slot, const char* name) {
   if (slot.gen != g.block_gen) {
     size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
     size_t off = (g.static_used + align - 1) / align * align;
-    if (off + sizeof(T) > g.static_limit) {
-      char buf[300];
+    if (g.file_static_used + off + sizeof(T) > g.static_limit) {
+      char buf[400];
       std::snprintf(buf, sizeof buf,
                     "static __shared__ memory exceeds the limit: '%s' needs %zu bytes at offset %zu, the "
                     "limit is %zu bytes (48 KB; larger tiles need dynamic shared memory and "
-                    "cudaFuncSetAttribute)", name, sizeof(T), off, g.static_limit);
+                    "cudaFuncSetAttribute)%s", name, sizeof(T), g.file_static_used + off, g.static_limit,
+                    g.file_static_used ? "; the file-scope __shared__ variables take the first bytes" : "");
       fail(buf);
     }
     g.static_used = off + sizeof(T);
@@ -650,6 +795,27 @@ template <class T>
 inline T* dynamic_shared() {
   if (!g.running) fail("extern __shared__ memory used outside a kernel");
   return reinterpret_cast<T*>(g.smem);
+}
+
+// File scope: `extern __shared__ T buf[];` is the start of the arena, whichever kernel runs.
+template <class T>
+inline T* file_dynamic_shared() { return reinterpret_cast<T*>(arena); }
+
+// File scope: `__shared__ T v;` gets a fixed place in the arena's file-scope region when the
+// library loads (every kernel of the file counts it against its static limit, where a GPU counts
+// it only for the kernels that use it). It is poisoned at every block start like the rest. This
+// runs before any launch, so it must not throw: an overflow is reported at the next launch.
+template <class T, size_t Align>
+inline T& file_shared(const char* name) {
+  size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
+  size_t off = (g.file_static_used + align - 1) / align * align;
+  if (off + sizeof(T) > kFileRegion) {
+    if (!g.file_static_overflow) g.file_static_overflow = name;
+    off = 0;  // never used: the first launch fails
+  } else {
+    g.file_static_used = off + sizeof(T);
+  }
+  return *reinterpret_cast<T*>(arena + kFileBase + off);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -714,6 +880,12 @@ inline void read_knobs() {
   if (o && std::strcmp(o, "random") == 0) g.order = 2;
   const char* sb = std::getenv("CUDASIM_SHUFFLE_BLOCKS");
   g.shuffle_blocks = sb && *sb && std::strcmp(sb, "0") != 0;
+  const char* kb = std::getenv("CUDASIM_STACK_KB");
+  long long stack_kb = kb && *kb ? std::strtoll(kb, nullptr, 10) : 256;
+  if (stack_kb < 16 || stack_kb > 1024 * 1024)
+    throw std::runtime_error("cudasim: CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got '" +
+                             std::string(kb) + "'");
+  g.stack_bytes = static_cast<size_t>(stack_kb) * 1024;
   const char* seed = std::getenv("CUDASIM_SEED");
   static unsigned long long launches = 0;
   g.rng.seed(seed ? std::strtoull(seed, nullptr, 10) + launches : 0x5eed + launches);
@@ -725,11 +897,82 @@ inline cudaError_t record(cudaError_t e) {
   return e;
 }
 
+// Stack overflow. Fiber stacks are small (CUDASIM_STACK_KB, 256 KB by default), and a deep
+// recursion or a large local array runs into the guard below the stack. While a launch runs, a
+// SIGSEGV handler on its own stack checks whether the fault lies in the running fiber's guard; if
+// so it abandons the fiber and switches to the scheduler, which raises the error. Any other fault
+// goes to the handler that was installed before (the process dies as it would have).
+struct OverflowGuard {
+  struct sigaction old_action {};
+  stack_t old_stack{};
+  bool installed = false;
+};
+inline OverflowGuard overflow_guard;
+alignas(16) inline char signal_stack[64 * 1024];
+
+inline void on_segv(int sig, siginfo_t* info, void* uctx) {
+  Thread* t = g.cur;
+  char* addr = static_cast<char*>(info->si_addr);
+  if (t && t->stack && addr >= t->stack && addr < t->stack + kGuardBytes) {
+#ifndef CUDASIM_UCONTEXT
+    g.overflow_thread = t->linear;
+    t->state = State::Done;
+    switch_stack(&t->sp, g.sched_sp);  // never comes back: the fiber is restarted at the next block
+#endif
+  }
+  // not ours: hand it to the previous handler, or let the default action end the process
+  const struct sigaction& old = overflow_guard.old_action;
+  if (old.sa_flags & SA_SIGINFO) {
+    if (old.sa_sigaction) { old.sa_sigaction(sig, info, uctx); return; }
+  } else if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
+    old.sa_handler(sig);
+    return;
+  }
+  signal(sig, SIG_DFL);  // returning re-runs the faulting instruction, which now ends the process
+}
+
+inline void install_overflow_guard() {
+  stack_t ss{};
+  ss.ss_sp = signal_stack;
+  ss.ss_size = sizeof signal_stack;
+  ss.ss_flags = 0;
+  sigaltstack(&ss, &overflow_guard.old_stack);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_segv;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigaction(SIGSEGV, &sa, &overflow_guard.old_action);
+  overflow_guard.installed = true;
+}
+
+inline void remove_overflow_guard() {
+  if (!overflow_guard.installed) return;
+  sigaction(SIGSEGV, &overflow_guard.old_action, nullptr);
+  sigaltstack(&overflow_guard.old_stack, nullptr);
+  overflow_guard.installed = false;
+}
+
+[[noreturn]] inline void report_overflow() {
+  g.cur = &g.threads[g.overflow_thread];
+  g.overflow_thread = -1;
+  sigset_t segv;  // the handler never returned: make sure SIGSEGV is not left blocked
+  sigemptyset(&segv);
+  sigaddset(&segv, SIGSEGV);
+  pthread_sigmask(SIG_UNBLOCK, &segv, nullptr);
+  char buf[300];
+  std::snprintf(buf, sizeof buf,
+                "stack overflow: the thread used more than its %zu KB stack (deep recursion or large local "
+                "arrays); raise it with the environment variable CUDASIM_STACK_KB, e.g. CUDASIM_STACK_KB=%zu",
+                g.stack_bytes / 1024, g.stack_bytes / 1024 * 4);
+  fail(buf);
+}
+
 inline void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
   g.block_gen += 1;
   g.static_used = 0;
   std::memset(g.smem, kPoison, g.dyn_bytes + kCanary);
+  std::memset(arena + kFileBase, kPoison, g.file_static_used);
   g.runq.clear();
   g.runq_head = 0;
   std::vector<int> all(g.nthreads);
@@ -747,6 +990,7 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
       Thread& t = g.threads[id];
       if (t.state != State::Ready) continue;
       resume(t);
+      if (g.overflow_thread >= 0) report_overflow();
       if (g.error) return;
       if (t.state == State::Yield) make_ready(id);
     }
@@ -805,14 +1049,22 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
   g.block_dim = bl;
   g.nthreads = static_cast<int>(threads);
   if (g.threads.size() < threads) g.threads.resize(threads);
+  // threads beyond this launch's block may be left mid-way by an earlier launch that failed: the
+  // scheduler's loops over g.threads must see them as finished
+  for (size_t i = threads; i < g.threads.size(); ++i) g.threads[i].state = State::Done;
   g.dyn_bytes = (c.smem + 15) / 16 * 16;
   g.static_base = (g.dyn_bytes + kCanary + 127) / 128 * 128;
   g.static_limit = opt >= 0 ? std::max<size_t>(kStaticSharedLimit, static_cast<size_t>(opt))
                             : kStaticSharedLimit;
-  size_t need = g.static_base + kOptinSharedLimit + 128;
-  if (g.smem_storage.size() < need) g.smem_storage.resize(need);
-  g.smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(g.smem_storage.data()) + 127) & ~uintptr_t(127));
+  g.smem = arena;
+  if (g.file_static_overflow || g.file_static_used > g.static_limit) {
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "static __shared__ memory exceeds the limit: the file-scope __shared__ "
+                  "variables need more than the limit of %zu bytes%s%s%s", g.static_limit,
+                  g.file_static_overflow ? " ('" : "", g.file_static_overflow ? g.file_static_overflow : "",
+                  g.file_static_overflow ? "' does not fit)" : "");
+    fail(buf);
+  }
   g.body = &body_trampoline<decltype(body)>;
   g.body_ctx = &body;
   g.error = nullptr;
@@ -825,6 +1077,7 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
     for (unsigned long long i = 0; i < nblocks; ++i) blocks[i] = i;
     std::shuffle(blocks.begin(), blocks.end(), g.rng);
   }
+  install_overflow_guard();
   try {
     for (unsigned long long b = 0; b < nblocks; ++b) {
       unsigned long long lin = g.shuffle_blocks ? blocks[b] : b;
@@ -833,10 +1086,12 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
       if (g.error) break;
     }
   } catch (...) {
+    remove_overflow_guard();
     g.running = false;
     g.cur = nullptr;
     throw;
   }
+  remove_overflow_guard();
   g.running = false;
   g.cur = nullptr;
   std::fflush(stdout);  // kernel printf shows up by the time the launch returns, as after a sync
@@ -894,10 +1149,13 @@ inline T shuffle(WarpOp op, unsigned mask, T var, int arg, int width, const char
 
 // ---------------------------------------------------------------------------------------------
 // Built-in variables.
-#define threadIdx (::cudasim::g.cur->idx)
-#define blockIdx (::cudasim::g.block_idx)
-#define blockDim (::cudasim::g.block_dim)
-#define gridDim (::cudasim::g.grid_dim)
+// Real names, not macros, so that host code may declare its own (`dim3 gridDim(...)`, a parameter
+// named blockDim). Each is a constant reference to the runtime's copy: threadIdx reads a value
+// that the scheduler refreshes at every switch to a fiber, so `threadIdx.x` is one load.
+inline constexpr const uint3& threadIdx = ::cudasim::g.thread_idx;
+inline constexpr const uint3& blockIdx = ::cudasim::g.block_idx;
+inline constexpr const dim3& blockDim = ::cudasim::g.block_dim;
+inline constexpr const dim3& gridDim = ::cudasim::g.grid_dim;
 constexpr int warpSize = 32;
 
 // Barriers and warp operations carry their source line for error messages.
@@ -940,6 +1198,10 @@ inline unsigned long long vote_(WarpOp op, unsigned mask, int pred, const char* 
 template <class T>
 inline T reduce_(WarpOp op, unsigned mask, T v, const char* file, int line) {
   static_assert(std::is_integral_v<T> && sizeof(T) == 4, "__reduce_*_sync takes int or unsigned");
+  if constexpr (std::is_unsigned_v<T>) {
+    if (op == WarpOp::ReduceMin) op = WarpOp::ReduceUMin;
+    if (op == WarpOp::ReduceMax) op = WarpOp::ReduceUMax;
+  }
   warp_op(op, mask, nullptr, 0, static_cast<int>(v), 32, file, line);
   return static_cast<T>(g.cur->wres);
 }
@@ -970,15 +1232,12 @@ inline long long clock64() {
 // Each takes exactly the types CUDA has it for, so code that nvcc rejects (atomicMax on a
 // float, atomicAdd on a long) fails to compile here too, with a hint.
 // An atomic that leaves memory as it was (a failed atomicCAS, atomicAdd(p, 0), a spin lock's
-// atomicExch(p, 1) on a taken lock) is usually a thread polling for another: it yields, so the
-// others run. A poll on a plain volatile load cannot be seen and spins forever.
+// atomicExch(p, 1) on a taken lock) may be a thread polling for another: repeated at one address,
+// it lets the others run (cudasim::atomic_done). A poll on a plain volatile load cannot be seen
+// and spins forever.
 namespace cudasim {
 template <class T, class... Ts>
 inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
-template <class T>
-inline void yield_if_unchanged(const T& before, const T& after) {
-  if (std::memcmp(&before, &after, sizeof(T)) == 0) yield_thread();
-}
 }  // namespace cudasim
 #define CUDASIM_ATOMIC(name, expr, ok, types)                                                  \
   template <class T, class U>                                                                  \
@@ -987,7 +1246,7 @@ inline void yield_if_unchanged(const T& before, const T& after) {
     T v = static_cast<T>(v_);                                                                  \
     T old = *p;                                                                                \
     *p = (expr);                                                                               \
-    ::cudasim::yield_if_unchanged(old, *p);                                                    \
+    ::cudasim::atomic_done(p, old, *p);                                                        \
     return old;                                                                                \
   }                                                                                            \
   template <class T, class U> inline T name##_block(T* p, U v) { return name(p, v); }          \
@@ -1007,8 +1266,18 @@ CUDASIM_ATOMIC(atomicOr, old | v, CUDASIM_INTS, "int, unsigned int or unsigned l
 CUDASIM_ATOMIC(atomicXor, old ^ v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
 #undef CUDASIM_ATOMIC
 #undef CUDASIM_INTS
-inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned o = *p; *p = (o >= v) ? 0 : o + 1; return o; }
-inline unsigned atomicDec(unsigned* p, unsigned v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
+inline unsigned atomicInc(unsigned* p, unsigned v) {
+  unsigned o = *p;
+  *p = (o >= v) ? 0 : o + 1;
+  ::cudasim::atomic_done(p, o, *p);
+  return o;
+}
+inline unsigned atomicDec(unsigned* p, unsigned v) {
+  unsigned o = *p;
+  *p = (o == 0 || o > v) ? v : o - 1;
+  ::cudasim::atomic_done(p, o, *p);
+  return o;
+}
 template <class T, class U, class V>
 inline T atomicCAS(T* p, U compare_, V val_) {
   static_assert(::cudasim::one_of<T, int, unsigned int, unsigned long long, unsigned short>,
@@ -1016,7 +1285,7 @@ inline T atomicCAS(T* p, U compare_, V val_) {
   T compare = static_cast<T>(compare_), val = static_cast<T>(val_);
   T old = *p;
   if (old == compare) *p = val;
-  if (old != compare || compare == val) ::cudasim::yield_thread();  // a poll: let the others run
+  ::cudasim::atomic_done(p, old, *p);  // a failed swap, repeated, is a poll: let the others run
   return old;
 }
 
