@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-TRANSLATOR_VERSION = "2"
 
 
 class TranslateError(ValueError):
