@@ -8,7 +8,7 @@ import torch
 from kernels import load
 from kernels.check import check, like
 from kernels.exercises import check_exercise
-from kernels.exercises.lesson07 import SHAPES, awkward_rows, check_softmax, register_softmax, softmax_ref
+from kernels.exercises.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
 from planting import plant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,10 +31,11 @@ def test_every_variant_matches_torch_softmax_on_awkward_rows_in_float32_and_bflo
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_softmax6_keeps_rows_longer_than_1024_threads_registers_in_shared_memory(ext, dtype):
-    # 40000 float32 = 10000 packs and 70000 bf16 = 8750 packs: more than 1024 threads x 8 packs
-    cols = 40000 if dtype == torch.float32 else 70000
-    check_softmax(ext.softmax6, [(2, cols)], dtypes=(dtype,), quiet=True, raise_on_fail=True)
+def test_softmax6_holds_long_rows_in_1024_threads_registers_and_then_shared_memory(ext, dtype):
+    # 3000 packs: 1024 threads' registers alone; 10000 float32 / 8750 bf16 packs: more than their 4096 register packs
+    pack = 4 if dtype == torch.float32 else 8
+    check_softmax(ext.softmax6, [(2, 3000 * pack), (2, 40000 if dtype == torch.float32 else 70000)],
+                  dtypes=(dtype,), quiet=True, raise_on_fail=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -95,6 +96,27 @@ def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
         pytest.skip("the simulator takes CPU tensors; there is no wrong device to pass")
     with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
         ext.softmax6(torch.randn(4, 8), torch.empty(4, 8, device=dev))
+
+
+CAUSAL_CASES = [(4, 4), (6, 3), (33, 33), (64, 100), (2 * 300, 300), (3, 1), (20, 0), (0, 5)]  # (rows, cols)
+
+
+@pytest.mark.parametrize("q_len", [1, 3, "rows"])
+def test_the_fused_causal_softmax_matches_scale_mask_then_softmax(ext, q_len):
+    for rows_, cols in CAUSAL_CASES:
+        q = rows_ if q_len == "rows" else q_len
+        if q == 0 or rows_ % q:
+            continue
+        check(lambda x, out: ext.softmax7(x, 0.125, q, out), lambda x: causal_ref(x, 0.125, q), awkward_rows(),
+              out=like(0), sizes=[(rows_, cols)], dtypes=DTYPES, name="softmax7", quiet=True, raise_on_fail=True)
+
+
+def test_the_fused_causal_softmax_refuses_a_q_len_that_does_not_divide_the_rows(ext, dev):
+    x = torch.randn(6, 4, device=dev)
+    with pytest.raises(RuntimeError, match=r"q_len must be positive and divide the rows of x \(6\), got 4"):
+        ext.softmax7(x, 1.0, 4, torch.empty_like(x))
+    with pytest.raises(RuntimeError, match="q_len must be positive"):
+        ext.softmax7(x, 1.0, 0, torch.empty_like(x))
 
 
 def _backward_ref(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:

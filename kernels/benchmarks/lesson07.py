@@ -4,7 +4,8 @@ Shapes 8192x8192 (square), 65536x1024 (many short rows) and 2048x65536 (long row
 bfloat16. GB/s count the fewest bytes a softmax must move: x read once and y written once; a
 variant that reads x two or three times shows it as a lower GB/s. softmax1 (a thread per row) is
 left out at 2048x65536: 2048 threads striding through 512 MiB take seconds per call.
-Then the backward at 8192x8192 (y and dy read, dx written) and a training-style step, forward and
+The fused scale + causal mask + softmax (softmax7) at 8192x8192 counts the kept half read and the
+whole output written. Then the backward at 8192x8192 (y and dy read, dx written) and a training-style step, forward and
 backward through autograd, against eager autograd and torch.compile.
 """
 from __future__ import annotations
@@ -64,6 +65,32 @@ def _forward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
     return rows
 
 
+def _causal_benches(ext, copy: float, out_dir: Path) -> list[Row]:
+    r = c = 8192
+    scale = 0.125
+    keep = torch.ones(r, c, device="cuda", dtype=torch.bool).tril()
+
+    def eager(x):
+        return torch.softmax((x * scale).masked_fill(~keep, float("-inf")), dim=-1)
+
+    rows = []
+    for dt in DTYPES:
+        x = torch.randn(r, c, device="cuda", dtype=dt)
+        out = torch.empty_like(x)
+
+        def causal_ok() -> bool:
+            ext.softmax7(x, scale, r, out)
+            return _close(out, eager(x.float()))
+
+        rows += bench(f"scale + causal mask + softmax {r}x{c} {SHORT[dt]}",
+                      {"softmax7": lambda: ext.softmax7(x, scale, r, out)}, bytes=x.nbytes // 2 + x.nbytes,
+                      torch_fn=eager, args=(x,), copy_gbps=copy, check=causal_ok, csv_path=out_dir / "lesson07.csv",
+                      plot_path=out_dir / f"lesson07_causal_{SHORT[dt]}.png", show=False)
+        del x, out
+        torch.cuda.empty_cache()
+    return rows
+
+
 def _train_step(fn: Callable, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], object]:
     return lambda: torch.autograd.grad(fn(x), (x,), grad)
 
@@ -96,11 +123,12 @@ def _backward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
 
 
 def run(out_dir: Path) -> list[Row]:
-    """Every forward variant, the backward and the training step, fp32 and bf16; CSV and plots into out_dir."""
+    """Every forward variant, the fused causal softmax, the backward and the training step, fp32 and bf16; CSV and plots into out_dir."""
     ext = load("07", "cuda")
     register_softmax(ext)
     copy = copy_bandwidth()
     rows = _forward_benches(ext, copy, out_dir)
+    rows += _causal_benches(ext, copy, out_dir)
     rows += _backward_benches(ext, copy, out_dir)
     labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson07_all.png", show=False)

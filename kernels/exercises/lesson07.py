@@ -26,6 +26,14 @@ def softmax_ref(x: torch.Tensor) -> torch.Tensor:
     return torch.where(masked, torch.zeros_like(y), y).to(x.dtype)
 
 
+def causal_ref(x: torch.Tensor, scale: float, q_len: int) -> torch.Tensor:
+    """softmax_ref of x * scale with column j of query i = row % q_len masked where j > i."""
+    rows, cols = x.shape
+    i = torch.arange(rows, device=x.device).remainder(q_len)[:, None]
+    j = torch.arange(cols, device=x.device)[None, :]
+    return softmax_ref((x.float() * scale).masked_fill(j > i, float("-inf"))).to(x.dtype)
+
+
 def awkward_rows(scale: float = 1.0) -> Callable:
     """Inputs for check(): standard-normal rows times `scale`; row 0 all negative, row 1 constant, row 2 all -inf."""
     make = rows(1, neg_inf=True)

@@ -7,6 +7,7 @@
 //   softmax4          one block per row; shuffles in each warp, shared memory across warps (block_reduce_*)
 //   softmax5          online softmax: the max and the sum in one pass by merging (max, sum) pairs; 2 passes, not 3
 //   softmax6          16-byte loads and the row kept on chip (registers, then shared memory): one read of DRAM
+//   softmax7          fused scale + causal mask + softmax (attention scores): masked columns are never read
 //   softmax_backward  dx = y * (dy - sum(dy * y)), one block per row, with 16-byte loads where the rows allow
 //   softmax           functional form of softmax6 (returns y), the op registered with autograd
 //
@@ -29,8 +30,9 @@
 
 constexpr int BLOCK = 256;  // threads per block: 8 warps
 constexpr int WARPS = BLOCK / 32;
-constexpr int REGS = 8;        // softmax6: 16-byte vectors of its row each thread keeps in registers
-constexpr int WIDE = 1024;     // softmax6: threads per row for rows too long for 256 threads
+constexpr int REGS = 8;        // softmax6, backward: at most 8 16-byte packs of a row per thread in registers
+constexpr int WIDE = 1024;     // softmax6: threads per row for rows too long for 256 threads ...
+constexpr int WIDE_REGS = 4;   // ... with 4 packs each in registers: 1024 threads get at most 64 registers
 
 // ---------------------------------------------------------------------------------------------
 // Device helpers: float conversion, 16-byte packs, the softmax of one value, (max, sum) pairs.
@@ -336,6 +338,26 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__
   }
 }
 
+// softmax_causal_kernel7: attention scores. Row r is query i = r % q_len; column j is kept as
+// x * scale where j <= i and masked (-inf, so 0 out) where j > i. Block b owns row b, with
+// softmax_kernel5's online pairs over the kept columns only: the masked ones are never read, just
+// written as 0. Reads the kept part twice and writes the whole row: about 2/3 of softmax5's traffic
+// on a square causal matrix.
+template <typename T>
+__global__ void __launch_bounds__(BLOCK) softmax_causal_kernel7(const T* __restrict__ x, T* __restrict__ out, int64_t cols,
+                                                                float scale, int64_t q_len) {
+  __shared__ MaxSum scratch[WARPS];
+  const T* r = x + blockIdx.x * cols;
+  T* o = out + blockIdx.x * cols;
+  const int64_t kept = std::min<int64_t>(blockIdx.x % q_len + 1, cols);  // columns 0..i
+  MaxSum p = {-INFINITY, 0.0f};
+  for (int64_t c = threadIdx.x; c < kept; c += BLOCK) p = online_add(p, to_float(r[c]) * scale);
+  p = block_merge(p, scratch);
+  const float inv = 1.0f / p.s;
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK)
+    o[c] = from_float<T>(c < kept ? softmax_at(to_float(r[c]) * scale, p.m, inv) : 0.0f);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels: the backward.
 
@@ -478,8 +500,10 @@ static void launch_warp6(const at::Tensor& x, at::Tensor& out, cudaStream_t stre
 }
 
 // softmax6 picks the layout by row length in packs (n): a warp per row while the row fits in 32 lanes'
-// registers, a block of 256 or 1024 threads per row above that, shared memory for what 1024 threads' registers
-// cannot hold. A ragged or misaligned row, or one too long for the chip, takes softmax_kernel5 (two reads).
+// registers, a block of 256 threads per row up to 2048 packs, 1024 threads above that with shared memory
+// for what their registers cannot hold. Each thread gets only as many register packs as the row needs
+// (registers are what limits how many threads an SM runs). A ragged or misaligned row, or one too long
+// for the chip, takes softmax_kernel5 (two reads).
 void softmax6(const at::Tensor& x, at::Tensor& out) {
   if (!forward_args(x, out)) return;
   CHECK_GRID(x.size(0));
@@ -487,7 +511,7 @@ void softmax6(const at::Tensor& x, at::Tensor& out) {
   dispatch(x, [&](auto t) {
     using T = decltype(t);
     const int64_t rows = x.size(0), cols = x.size(1), n = cols / kVec<T>;
-    const int64_t spill_bytes = std::max<int64_t>(0, n - (int64_t)WIDE * REGS) * 16;
+    const int64_t spill_bytes = std::max<int64_t>(0, n - (int64_t)WIDE * WIDE_REGS) * 16;
     const bool packed = cols % kVec<T> == 0 && aligned16(x) && aligned16(out);
     if (!packed || (spill_bytes > 0 && spill_bytes > max_shared_bytes())) {
       softmax_kernel5<T><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
@@ -499,14 +523,34 @@ void softmax6(const at::Tensor& x, at::Tensor& out) {
       launch_warp6<T, 4>(x, out, stream);
     } else if (n <= 256) {
       launch_warp6<T, 8>(x, out, stream);
+    } else if (n <= (int64_t)BLOCK * 4) {
+      softmax_kernel6<T, BLOCK, 4><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
     } else if (n <= (int64_t)BLOCK * REGS) {
       softmax_kernel6<T, BLOCK, REGS><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
     } else {
-      auto kernel = softmax_kernel6<T, WIDE, REGS>;
+      auto kernel = softmax_kernel6<T, WIDE, WIDE_REGS>;
       if (spill_bytes > 48 * 1024)  // above 48 KB a kernel must opt in to more dynamic shared memory
         C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)spill_bytes));
       kernel<<<rows, WIDE, spill_bytes, stream>>>(ptr<T>(x), mut<T>(out), cols);
     }
+  });
+  CHECK_LAUNCH();
+}
+
+// softmax(x * scale with columns j > row % q_len set to -inf): x holds the scores of q_len queries
+// (rows) against cols keys, for any number of (batch, head) blocks stacked along the rows.
+void softmax7(const at::Tensor& x, double scale, int64_t q_len, at::Tensor& out) {
+  check_x(x, "x");
+  check_like(x, out, "out");
+  TORCH_CHECK(q_len > 0 && x.size(0) % q_len == 0, "q_len must be positive and divide the rows of x (",
+              std::to_string(x.size(0)), "), got ", std::to_string(q_len));
+  TORCH_CHECK(std::isfinite(scale), "scale must be a finite number, got ", std::to_string(scale));
+  if (x.size(0) == 0 || x.size(1) == 0) return;
+  CHECK_GRID(x.size(0));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(x, [&](auto t) {
+    using T = decltype(t);
+    softmax_causal_kernel7<T><<<x.size(0), BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), x.size(1), (float)scale, q_len);
   });
   CHECK_LAUNCH();
 }
@@ -530,9 +574,11 @@ at::Tensor softmax_backward(const at::Tensor& y, const at::Tensor& dy) {
   auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch(y, [&](auto t) {
     using T = decltype(t);
-    const bool packed = cols % kVec<T> == 0 && aligned16(y) && aligned16(dy) && aligned16(dx) &&
-                        cols / kVec<T> <= (int64_t)BLOCK * REGS;
-    if (packed) {
+    const int64_t n = cols / kVec<T>;
+    const bool packed = cols % kVec<T> == 0 && aligned16(y) && aligned16(dy) && aligned16(dx);
+    if (packed && n <= (int64_t)BLOCK * 4) {
+      softmax_backward_kernel<T, 4><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+    } else if (packed && n <= (int64_t)BLOCK * REGS) {
       softmax_backward_kernel<T, REGS><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
     } else {
       softmax_backward_kernel<T, 0><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
@@ -552,6 +598,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("softmax4(Tensor x, Tensor(a!) out) -> ()");
   m.def("softmax5(Tensor x, Tensor(a!) out) -> ()");
   m.def("softmax6(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax7(Tensor x, float scale, int q_len, Tensor(a!) out) -> ()");
   m.def("softmax(Tensor x) -> Tensor");
   m.def("softmax_backward(Tensor y, Tensor dy) -> Tensor");
 }
@@ -563,6 +610,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("softmax4", &softmax4);
   m.impl("softmax5", &softmax5);
   m.impl("softmax6", &softmax6);
+  m.impl("softmax7", &softmax7);
   m.impl("softmax", &softmax);
   m.impl("softmax_backward", &softmax_backward);
 }
