@@ -1,9 +1,12 @@
 # CUDA kernels for PyTorch, lesson by lesson.
 #   make lessons      set up, build every lesson's kernels, run every notebook headlessly
 #   make test-all     set up, then every test: pytest, compile check, notebooks under nbval
-# Other targets: setup lab test check bench doctor compile-check clean (see `make help`).
+#   make lab          JupyterLab, opened on lessons/ (the repository is its root)
+#   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
+# Other targets: setup test bench doctor compile-check clean (README.md says what each does).
 #
-# By default everything runs in .venv, which `make setup` creates. In an environment that already
+# By default everything runs in .venv, which `make setup` creates (`make setup TORCH=cpu`: the
+# smaller CPU-only torch, for a machine without an NVIDIA GPU). In an environment that already
 # has the dependencies (Colab, a GPU machine), pass its interpreter: `make test-all PY=python3`;
 # then nothing is installed and the network is not touched.
 
@@ -21,30 +24,49 @@ endif
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 LESSON ?=
+TORCH ?=
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+ifneq ($(filter-out cpu,$(TORCH)),)
+$(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
+endif
 PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 
-.PHONY: help setup lessons lab test test-all check bench doctor compile-check nbval nbval-lessons clean
+.PHONY: help setup lessons lab test test-all check hint bench doctor compile-check nbval nbval-lessons clean
 
 help:
-	@sed -n '2,9p' Makefile | sed 's/^# \{0,1\}//'
+	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
 
 setup: $(SETUP)
 	@$(PYTHON) -c "import torch, ninja, nbval, matplotlib" || \
 	  (echo "missing dependencies in $(PYTHON): run 'make setup' without PY=, or install torch ninja jupyterlab nbval matplotlib pytest"; exit 1)
 
+# pip install $(1), its whole output kept in $(VENV)/pip-install.log; on the screen one line per
+# large download (so a long install shows what it is doing) and a count at the end.
+PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.pip-status; } | tee -a $(VENV)/pip-install.log | \
+	awk '/^ *Downloading .*[0-9.]+ [kMG]B\)$$/ { size = $$(NF-1); unit = $$NF; sub(/^\(/, "", size); \
+	       if (unit ~ /^GB/ || (unit ~ /^MB/ && size + 0 >= 5)) { name = $$2; sub(/.*\//, "", name); print "  downloading " name " (" size " " unit; fflush() } } \
+	     /^Successfully installed/ { print "  installed " NF - 2 (NF == 3 ? " package" : " packages"); fflush() } \
+	     /^ERROR/ { print; fflush() }'; \
+	status=$$(cat $(VENV)/.pip-status); test "$$status" = 0 || \
+	  { echo "pip install failed (exit $$status): the last lines of $(VENV)/pip-install.log:"; tail -n 15 $(VENV)/pip-install.log; exit 1; }
+
 # A venv that sees the base interpreter's packages, so a torch that is already there is kept.
+# TORCH=cpu installs torch from PyTorch's CPU-only wheels first (a fraction of the CUDA build's size).
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(BASE_PYTHON) -m venv --system-site-packages $(VENV)
-	@echo "installing the dependencies into $(VENV) (torch is large: a few minutes the first time) ..."
-	@$(VENV)/bin/python -m pip install -q --upgrade pip
-	@$(VENV)/bin/python -m pip install -q -e .
+	@echo "setting up $(VENV): torch is large, so the first time takes a few minutes (log: $(VENV)/pip-install.log)"
+	@$(VENV)/bin/python -m pip install -q --upgrade pip >>$(VENV)/pip-install.log 2>&1 || \
+	  echo "  (pip could not be upgraded; going on with the one there)"
+	$(if $(filter cpu,$(TORCH)),@echo "  torch: the CPU-only build from $(TORCH_CPU_INDEX)"; $(call PIP_INSTALL,torch --index-url $(TORCH_CPU_INDEX)))
+	@$(call PIP_INSTALL,-e .)
 	@touch $@
+	@echo "set up: $$($(VENV)/bin/python -c 'import torch; print("torch", torch.__version__, "(CUDA build)" if torch.version.cuda else "(CPU only)")')"
 
 lessons: setup
 	$(PYTHON) -m kernels.run_notebooks lessons solutions
 
 lab: setup
-	$(PYTHON) -m jupyter lab --ServerApp.root_dir=lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 test: setup
 	$(PYTEST) tests
@@ -72,7 +94,12 @@ test-all: setup
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)
-	$(PYTHON) -m kernels.exercises $(LESSON)
+	$(PYTHON) -m kernels.exercises $(LESSON) $(EX)
+
+# make hint LESSON=02 N=2 prints hint 2 of the lesson's exercise (EX=name picks one of several).
+hint: setup
+	@test -n "$(LESSON)" || (echo "which lesson? make hint LESSON=02 N=1"; exit 2)
+	@$(PYTHON) -m kernels.exercises $(LESSON) $(EX) --hint $(or $(N),1)
 
 # RECORD=1 also copies each lesson's CSV, with date and torch version, to kernels/benchmarks/recorded/
 # (committed, so that notebooks on the simulator can show the GPU figures with show_recorded).

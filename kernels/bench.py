@@ -197,9 +197,9 @@ def roofline(points: dict[str, tuple[float, float]], peak_tflops: float, bandwid
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    ai = [2 ** k for k in range(-6, 10)]
-    ax.loglog(ai, [min(peak_tflops, a * bandwidth_gbps / 1e3) for a in ai], color="#333333")
     ridge = peak_tflops * 1e3 / bandwidth_gbps
+    ai = [2.0 ** -6, ridge, 2.0 ** 10]  # the roof is straight on a log-log plot but for its corner at the ridge
+    ax.loglog(ai, [min(peak_tflops, a * bandwidth_gbps / 1e3) for a in ai], color="#333333")
     ax.axvline(ridge, color="#999999", linestyle=":", linewidth=1)
     ax.text(ridge, peak_tflops / 8, f" ridge: {ridge:.0f} FLOP/B", color="#666666")
     for label, (x, y) in points.items():

@@ -6,27 +6,37 @@ For every case (a size and a dtype) it draws new random inputs, carves inputs an
 larger buffers whose margins hold canary values, fills the outputs with NaN, runs the kernel,
 and then checks: the margins are intact (no write past either end), no output element is NaN
 (every element was written), the inputs are unchanged, and the values match the reference within
-a tolerance scaled to the dtype. On the simulator every case also runs with the threads of each
-block in reverse and in random order, so a missing barrier shows up.
+a tolerance scaled to the dtype, with torch.testing.assert_close's rules (the dtype must be the
+reference's, an infinity matches only the same infinity, NaN only where the reference has NaN).
+On the simulator every case also runs with the threads of each block in reverse and in random
+order, so a missing barrier shows up.
 
 The printed report is the same on both backends and on every run (pass/fail per case); error
-sizes and mismatching indices appear only for failing cases.
+sizes and mismatching indices appear only for failing cases, in full for the first few. After an
+error that leaves the CUDA context unusable the check stops and says to restart the process.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import os
+import sysconfig
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from . import backend as _backend
+from .build import PACKAGE, ROOT
 
 # Sizes that are not multiples of any block size, plus one and empty.
 SIZES = (0, 1, 31, 33, 1000, 2**20 + 3)
 ROWS = ((1, 1), (3, 31), (7, 33), (33, 1000), (64, 1024), (5, 4097))
+# Shapes for row reductions: ROWS plus several rows of one column (a reduction of one value,
+# where 31 lanes of a warp, or 255 threads of a block, hold only the start value).
+REDUCTION_ROWS = ROWS + ((5, 1),)
 
 # (rtol, atol) per dtype: about 10 ulps of the type for a few roundings.
 TOLERANCE = {
@@ -38,6 +48,21 @@ TOLERANCE = {
 
 MARGIN = 64  # elements of canary on each side of every tensor: 256 bytes for fp32, so alignment is kept
 SIM_ORDERS = ("forward", "reverse", "random")
+DETAILED = 4  # failing cases whose details a report prints; the others get their one line
+
+# CUDA errors that leave the context unusable: every later CUDA call in the process fails too.
+STICKY_CUDA_ERRORS = (
+    "an illegal memory access was encountered",
+    "unspecified launch failure",
+    "device-side assert triggered",
+    "misaligned address",
+    "an illegal instruction was encountered",
+    "invalid program counter",
+    "hardware stack error",
+    "the launch timed out and was terminated",
+    "operation not supported on global/shared address space",
+    "uncorrectable ECC error",
+)
 
 
 class CheckFailed(AssertionError):
@@ -66,18 +91,30 @@ class Report:
     name: str
     cases: list[Case] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
+    stopped: str = ""  # why the check stopped before its last case (the CUDA context is unusable)
 
     @property
     def passed(self) -> bool:
-        return bool(self.cases) and all(c.passed for c in self.cases)
+        return bool(self.cases) and all(c.passed for c in self.cases) and not self.stopped
 
     def __str__(self) -> str:
+        """A line per case; the details of the first DETAILED failing cases; each hint once."""
         ok = sum(c.passed for c in self.cases)
         lines = [f"{self.name}: {ok}/{len(self.cases)} cases passed"]
+        failing, left_out = 0, 0
         for c in self.cases:
             lines.append(f"  {'PASS' if c.passed else 'FAIL'}  {c.label()}" + ("" if c.passed else f"   {c.problem}"))
-            if not c.passed and c.detail:
-                lines.extend("          " + d for d in c.detail.splitlines())
+            if not c.passed:
+                failing += 1
+                if c.detail and failing <= DETAILED:
+                    lines.extend("          " + d for d in c.detail.splitlines())
+                elif c.detail:
+                    left_out += 1
+        if left_out:
+            lines.append(f"  (details of {left_out} more failing case{'s' if left_out > 1 else ''} left out: "
+                         "fix the first ones and run again)")
+        if self.stopped:
+            lines.append(f"  STOPPED: {self.stopped}")
         if not self.passed:
             for h in dict.fromkeys(self.hints):
                 lines.append(f"  hint: {h}")
@@ -90,6 +127,16 @@ class Report:
         if not self.passed:
             raise CheckFailed(str(self))
         return self
+
+
+def merge(name: str, reports: Iterable[Report]) -> Report:
+    """One report of several: their cases and hints in order, and the first reason one of them stopped."""
+    merged = Report(name)
+    for r in reports:
+        merged.cases += r.cases
+        merged.hints += r.hints
+        merged.stopped = merged.stopped or r.stopped
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,6 +221,10 @@ def _margins_intact(buf: torch.Tensor, n: int) -> tuple[bool, str]:
     return True, ""
 
 
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 def _first_mismatches(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, limit: int = 5) -> str:
     idx = bad.nonzero()
     lines = []
@@ -185,25 +236,76 @@ def _first_mismatches(got: torch.Tensor, want: torch.Tensor, bad: torch.Tensor, 
     return "\n".join(lines)
 
 
+def _widened(t: torch.Tensor) -> torch.Tensor:
+    """t in a type that holds every value of its dtype exactly (float64, complex128, or itself)."""
+    if t.dtype.is_complex:
+        return t.to(torch.complex128)
+    if t.dtype.is_floating_point:
+        return t.double()
+    return t
+
+
+def _nan_mask(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return torch.isnan(t)
+    return torch.zeros_like(t, dtype=torch.bool)
+
+
 def compare(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> tuple[bool, str, str]:
-    """(ok, problem, detail) for one output against its reference; NaN never passes."""
+    """(ok, problem, detail) for one output against its reference, by torch.testing.assert_close's rules.
+
+    The dtype and shape must be the reference's (nothing is cast); |got - want| <= atol + rtol * |want|
+    elementwise; an infinity matches only the same infinity; a NaN in the reference is matched only by
+    NaN, and a NaN in the output only by a NaN in the reference. Integers must be equal.
+    """
+    if not isinstance(got, torch.Tensor):
+        return False, f"returned a {type(got).__name__}, expected a tensor", ""
     got, want = got.detach().cpu(), want.detach().cpu()
+    if got.dtype != want.dtype:
+        return (False, f"dtype {_dtype_name(got.dtype)}, expected {_dtype_name(want.dtype)}",
+                "the output must have the reference's dtype: the checker does not cast it")
     if got.shape != want.shape:
         return False, f"shape {tuple(got.shape)}, expected {tuple(want.shape)}", ""
     if got.numel() == 0:
         return True, "", ""
-    g64, w64 = got.double(), want.double()
-    nan = torch.isnan(g64)
-    if nan.any():
-        first = nan.flatten().nonzero()[0].item()
-        count = int(nan.sum())
-        what = "never written (still the NaN poison)" if not torch.isnan(w64).flatten()[first] else "NaN"
-        return False, f"{count} of {got.numel()} elements are NaN", f"first at flat index {first}: {what}"
-    bad = (g64 - w64).abs() > atol + rtol * w64.abs()
+    g, w = _widened(got), _widened(want)
+    got_nan, want_nan = _nan_mask(g), _nan_mask(w)
+    unwritten = got_nan & ~want_nan
+    if unwritten.any():
+        first = unwritten.flatten().nonzero()[0].item()
+        return (False, f"{int(unwritten.sum())} of {got.numel()} elements are NaN",
+                f"first at flat index {first}: never written (still the NaN poison)")
+    lost_nan = want_nan & ~got_nan
+    if lost_nan.any():
+        return (False, f"{int(lost_nan.sum())} of {got.numel()} elements are numbers where the reference is NaN",
+                _first_mismatches(got, want, lost_nan))
+    if got.dtype.is_floating_point or got.dtype.is_complex:
+        bad = ~torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        bad = g != w
     if bad.any():
-        err = (g64 - w64).abs().max().item()
-        return False, f"{int(bad.sum())} of {got.numel()} elements differ (max abs error {err:.3g})", _first_mismatches(got, want, bad)
+        exact = got.dtype.is_floating_point or got.dtype.is_complex
+        err = ((g[bad] - w[bad]) if exact else (g[bad].double() - w[bad].double())).abs().max().item()
+        return (False, f"{int(bad.sum())} of {got.numel()} elements differ (max abs error {err:.3g})",
+                _first_mismatches(got, want, bad))
     return True, "", ""
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same shape, dtype and bits: NaN equals the same NaN, -0.0 differs from 0.0."""
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def _first_change(now: torch.Tensor, before: torch.Tensor) -> str:
+    """Where an input first differs from its pristine copy, bit for bit."""
+    n, b = now.detach().cpu().reshape(-1), before.detach().cpu().reshape(-1)
+    size = n.element_size()
+    changed = (n.view(torch.uint8).view(-1, size) != b.view(torch.uint8).view(-1, size)).any(dim=1)
+    i = int(changed.nonzero()[0].item())
+    return f"first change at flat index {i}: was {b[i].item():.6g}, now {n[i].item():.6g}"
 
 
 @contextlib.contextmanager
@@ -234,11 +336,99 @@ def _name_of(fn) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
+def _output_names(fn, out_names: Sequence[str] | None, n_in: int, n_out: int) -> list[str]:
+    """What the report calls each output: out_names, else the names in the op's schema, else `output i`."""
+    if out_names is not None:
+        if len(out_names) != n_out:
+            raise ValueError(f"out_names has {len(out_names)} names ({', '.join(out_names)}), "
+                             f"but the op has {n_out} outputs")
+        return list(out_names)
+    schema = getattr(getattr(fn, "default", None), "_schema", None) or getattr(fn, "_schema", None)
+    if schema is not None:
+        if len(schema.arguments) == n_in + n_out:  # an out-variant op: its outputs are its last arguments
+            return [a.name for a in schema.arguments[n_in:]]
+        if len(schema.returns) == n_out and all(r.name for r in schema.returns):
+            return [r.name for r in schema.returns]
+    return [f"output {i}" for i in range(n_out)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: where a Python exception was raised, and whether a CUDA error broke the context.
+
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def _in_learner_code(filename: str) -> bool:
+    """True for a file of the learner's: not the toolkit, not Python's library, not an installed package."""
+    if filename.startswith("<"):
+        return False
+    path = Path(filename).resolve()
+    if "site-packages" in path.parts or "dist-packages" in path.parts:
+        return False
+    return not (path.is_relative_to(PACKAGE) or path.is_relative_to(_STDLIB))
+
+
+def _shown_path(filename: str) -> str:
+    """A file as the report names it: relative to the repository, else by its name alone."""
+    if "ipykernel_" in filename:  # the code of a notebook cell
+        return "a notebook cell"
+    path = Path(filename).resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+
+
+def where_raised(error: BaseException) -> str:
+    """'lessons/03_pytorch_op/fma_op.py, line 36, in backward': the innermost frame of `error` (or of
+    the error that caused it) in the learner's code, or "" when it was raised elsewhere (in C++)."""
+    chain, e = [], error
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+    for e in reversed(chain):  # the root cause first
+        for frame in reversed(traceback.extract_tb(e.__traceback__)):
+            if _in_learner_code(frame.filename):
+                return f"{_shown_path(frame.filename)}, line {frame.lineno}, in {frame.name}"
+    return ""
+
+
+def cuda_context_lost(error: BaseException | None, backend: str) -> str:
+    """Why the CUDA context can no longer be used after `error` (or now, for None); "" while it works.
+
+    Some CUDA errors (an illegal memory access, a device-side assert, ...) are sticky: the context is
+    broken and every later CUDA call in the process fails with the same error. They are told by
+    their text, or by a trivial CUDA call (a synchronize) that fails too. Never on the simulator.
+    """
+    if backend != "cuda":
+        return ""
+    text = str(error) if error is not None else ""
+    for sticky in STICKY_CUDA_ERRORS:
+        if sticky in text:
+            return sticky
+    try:
+        torch.cuda.synchronize()
+    except Exception as e:  # the probe failed: the context is unusable, whatever the first error said
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        return (lines[0] if lines else type(e).__name__).removeprefix("CUDA error: ")
+    return ""
+
+
+def _restart_line(reason: str, ran: int, total: int) -> str:
+    """The one line a report ends with when the CUDA context broke: restart the process."""
+    when = "before the first case" if ran == 0 else f"after case {ran} of {total}"
+    return (f"the CUDA context is broken ({reason}) and every later CUDA call in this process fails, so the "
+            f"check stopped {when}. Restart the Python process (in Jupyter: Kernel > Restart) and run it again.")
+
+
 def _hint_for(problem: str) -> str:
     if problem.startswith("wrote past the end"):
         return "a write past the end usually means a missing or off-by-one bounds check: `if (i < n)`, not `i <= n`"
     if problem.startswith("wrote before"):
         return "a write before the start means a negative index: check how the index is computed"
+    if problem.startswith("dtype "):
+        return ("the output's dtype is not the reference's: allocate it with the input's dtype "
+                "(torch.empty_like(x) or at::empty_like(x)) and convert the result to it before storing")
+    if "where the reference is NaN" in problem:
+        return ("the reference gives NaN there (an undefined result) and the kernel a number: "
+                "compute that case as the reference does")
     if "NaN" in problem:
         return ("unwritten elements mean the grid does not cover the whole tensor (use ceil_div for the number "
                 "of blocks) or a loop stops early (the ragged tail)")
@@ -254,54 +444,69 @@ def _hint_for(problem: str) -> str:
 
 
 def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None = None,
-          sizes: Iterable = SIZES, dtypes: Sequence[torch.dtype] = (torch.float32,),
-          tolerance: dict | None = None, name: str | None = None, backend: str | None = None,
-          orders: Sequence[str] | None = None, raise_on_fail: bool = False, quiet: bool = False,
-          seed: int | None = None) -> Report:
+          out_names: Sequence[str] | None = None, sizes: Iterable = SIZES,
+          dtypes: Sequence[torch.dtype] = (torch.float32,), tolerance: dict | None = None,
+          name: str | None = None, backend: str | None = None, orders: Sequence[str] | None = None,
+          raise_on_fail: bool = False, quiet: bool = False, seed: int | None = None) -> Report:
     """Check `fn` against `ref` on every size and dtype; print and return the report.
 
     fn:      the kernel, called as fn(*inputs, *outputs) when `out` is given (an out-variant op),
              else fn(*inputs), returning a tensor or a tuple of tensors.
-    ref:     the PyTorch reference, ref(*inputs) -> tensor or tuple of tensors.
-    inputs:  inputs(size, dtype, device) -> list of tensors, e.g. elementwise(2).
+    ref:     the PyTorch reference, ref(*inputs) -> tensor or tuple of tensors, in the dtypes the
+             outputs must have (they are compared as they are, never cast).
+    inputs:  inputs(size, dtype, device) -> list of tensors, e.g. elementwise(2) or rows(1).
     out:     out(inputs) -> [(shape, dtype), ...] for an out-variant op, e.g. like(0).
+    out_names: what the report calls the outputs, e.g. ("da", "db"); by default the names in the
+             op's schema, else "output 0", "output 1", ...
     tolerance: {dtype: (rtol, atol)} overriding TOLERANCE.
     """
     be = _backend.resolve(backend)
-    device = torch.device("cuda" if be == "cuda" else "cpu")
+    device = _backend.device(be)
     tol = {**TOLERANCE, **(tolerance or {})}
+    for dtype in dtypes:
+        if dtype not in tol and (dtype.is_floating_point or dtype.is_complex):
+            raise ValueError(f"no tolerance for {dtype}: pass tolerance={{{dtype}: (rtol, atol)}}")
     orders = tuple(orders) if orders is not None else (SIM_ORDERS if be == "sim" else ("forward",))
     report = Report(name or _name_of(fn))
+    todo = [(size, dtype) for dtype in dtypes for size in sizes]
     gen_state = torch.random.get_rng_state()
     if seed is not None:
         torch.manual_seed(seed)
-    for dtype in dtypes:
-        for size in sizes:
-            case = Case(size, dtype)
-            report.cases.append(case)
-            # Run the orders until one fails; after a failure, go on only until one passes, to
-            # tell a race (the result depends on the order) from a plain bug (wrong in every order).
-            # The same inputs for every order, so that only the order differs between the runs.
-            failure, passed_in = None, []
-            raw = [t for t in inputs(size, dtype, device)]
-            for order in orders:
-                ok, problem, detail = _run_case(fn, ref, raw, out, size, dtype, device, tol[dtype], be, order)
-                if ok:
-                    passed_in.append(order)
-                elif failure is None:
-                    failure = (order, problem, detail)
-                if failure and passed_in:
-                    break
-            if failure:
-                order, problem, detail = failure
-                case.passed, case.problem, case.detail = False, problem, detail
-                if passed_in:
-                    case.detail = (detail + "\n" if detail else "") + (
-                        f"(wrong with the threads of each block in {order} order, right in {passed_in[0]} "
-                        "order: a race between threads)")
-                    report.hints.append("results that depend on thread order mean a missing __syncthreads() "
-                                        "(or __syncwarp) between a write and a read of shared memory")
-                report.hints.append(_hint_for(problem))
+    lost = cuda_context_lost(None, be)  # broken by an earlier error: no case can run
+    for size, dtype in [] if lost else todo:
+        case = Case(size, dtype)
+        report.cases.append(case)
+        # Run the orders until one fails; after a failure, go on only until one passes, to
+        # tell a race (the result depends on the order) from a plain bug (wrong in every order).
+        # The same inputs for every order, so that only the order differs between the runs.
+        failure, passed_in = None, []
+        raw = [t for t in inputs(size, dtype, device)]
+        for order in orders:
+            outcome = _run_case(fn, ref, raw, out, out_names, device, tol.get(dtype, (0.0, 0.0)), be, order)
+            if outcome.ok:
+                passed_in.append(order)
+            elif failure is None:
+                failure = (order, outcome)
+            lost = outcome.lost
+            if lost or (failure and passed_in):
+                break
+        if failure:
+            order, outcome = failure
+            case.passed, case.problem, case.detail = False, outcome.problem, outcome.detail
+            if passed_in:
+                case.detail = (case.detail + "\n" if case.detail else "") + (
+                    f"(wrong with the threads of each block in {order} order, right in {passed_in[0]} "
+                    "order: a race between threads)")
+                report.hints.append("results that depend on thread order mean a missing __syncthreads() "
+                                    "(or __syncwarp) between a write and a read of shared memory")
+            report.hints.append(_hint_for(case.problem))
+        if lost:
+            break
+    if lost:
+        report.stopped = _restart_line(lost, len(report.cases), len(todo))
+        if "illegal memory access" in lost or "misaligned address" in lost:
+            report.hints.append("an illegal memory access means a thread read or wrote outside a tensor: check "
+                                "every index against its bound (`if (i < n)`) and the pointer casts")
     if seed is not None:
         torch.random.set_rng_state(gen_state)
     report.hints = [h for h in report.hints if h]
@@ -312,7 +517,17 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
     return report
 
 
-def _run_case(fn, ref, raw, out, size, dtype, device, tol, be, order) -> tuple[bool, str, str]:
+@dataclass
+class _Outcome:
+    """One run of one case: whether it passed, why not, and whether it broke the CUDA context."""
+
+    ok: bool
+    problem: str = ""
+    detail: str = ""
+    lost: str = ""  # why the CUDA context is unusable after this run; "" when it is fine
+
+
+def _run_case(fn, ref, raw, out, out_names, device, tol, be, order) -> _Outcome:
     rtol, atol = tol
     # inputs live inside canary-guarded buffers; a pristine copy checks they are unchanged
     guarded_in = [guarded(tuple(t.shape), t.dtype, device, t) for t in raw]
@@ -333,25 +548,29 @@ def _run_case(fn, ref, raw, out, size, dtype, device, tol, be, order) -> tuple[b
             torch.cuda.synchronize()
     except Exception as e:  # the report shows the message; the notebook keeps running
         msg = str(e).strip().splitlines()
-        return False, "raised " + type(e).__name__, "\n".join(msg[:6])
+        where = where_raised(e)
+        detail = "\n".join(msg[:6] + ([f"at {where}"] if where else []))
+        return _Outcome(False, "raised " + type(e).__name__, detail, cuda_context_lost(e, be))
     got = outs if out is not None else _as_list(result)
     if len(got) != len(want):
-        return False, f"returned {len(got)} outputs, expected {len(want)}", ""
-    for i, (g, b) in enumerate(zip(outs, out_bufs)):
+        return _Outcome(False, f"returned {len(got)} outputs, expected {len(want)}")
+    names = _output_names(fn, out_names, len(ins), len(got))
+    named = out_names is not None or len(got) > 1
+    for g, b, label in zip(outs, out_bufs, names):
         ok, why = _margins_intact(b, g.numel())
         if not ok:
-            return False, why + (f" of output {i}" if len(outs) > 1 else ""), ""
+            return _Outcome(False, why + (f" of {label}" if named else ""))
     for i, ((view, buf), p) in enumerate(zip(guarded_in, pristine)):
         ok, why = _margins_intact(buf, view.numel())
         if not ok:
-            return False, why + f" of input {i}", ""
-        if not torch.equal(view.cpu(), p.cpu()) and not (torch.isnan(p).any() and torch.allclose(view.cpu(), p.cpu(), equal_nan=True)):
-            return False, f"input {i} was modified", ""
-    for i, (g, w) in enumerate(zip(got, want)):
-        ok, problem, detail = compare(g, w.to(g.dtype) if g.dtype != w.dtype else w, rtol, atol)
+            return _Outcome(False, why + f" of input {i}")
+        if not _identical(view, p):
+            return _Outcome(False, f"input {i} was modified", _first_change(view, p))
+    for g, w, label in zip(got, want, names):
+        ok, problem, detail = compare(g, w, rtol, atol)
         if not ok:
-            return False, problem + (f" in output {i}" if len(got) > 1 else ""), detail
-    return True, "", ""
+            return _Outcome(False, problem + (f" in {label}" if named else ""), detail)
+    return _Outcome(True)
 
 
 @contextlib.contextmanager

@@ -15,10 +15,11 @@ import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .backend import resolve
-from .build import ROOT, BuildError, _cuda_home, build, compile_only, display_path
+from .build import ROOT, BuildError, build, compile_only, cuda_home, display_path
 
 FOLDERS = ("kernels", "lessons", "solutions", "tests")
 SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
@@ -35,17 +36,17 @@ def why_not() -> str | None:
     """The reason compile checking is impossible here, or None when it can run."""
     import torch
 
-    _cuda_home()
     if torch.version.cuda is None:
         return f"torch {torch.__version__} is a CPU build (it has no CUDA headers)"
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    if not CUDA_HOME or not shutil.which("nvcc", path=f"{CUDA_HOME}/bin"):
+    home = cuda_home()
+    if not home or not shutil.which("nvcc", path=f"{home}/bin"):
         return "nvcc was not found (set CUDA_HOME to the CUDA toolkit)"
     return None
 
 
 def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
+    """Build one file; returns it, the backend, the seconds taken and the error ('' when it built).
+    Any failure is reported, not raised, so that one file cannot stop the check of the others."""
     path, backend = job
     t0 = time.perf_counter()
     try:
@@ -54,8 +55,9 @@ def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
         else:
             build(path, backend, quiet=True)
         return path, backend or "nvcc", time.perf_counter() - t0, ""
-    except BuildError as e:
-        return path, backend or "nvcc", time.perf_counter() - t0, str(e)
+    except Exception as e:  # noqa: BLE001 (a BuildError, or a bug that the report must show, not raise)
+        msg = str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}"
+        return path, backend or "nvcc", time.perf_counter() - t0, msg
 
 
 def _run(todo: list[tuple[Path, str | None]], what: str) -> int:
@@ -64,12 +66,19 @@ def _run(todo: list[tuple[Path, str | None]], what: str) -> int:
     failed = []
     # a compiler uses one core per file: run one file per core, each in its own process
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for i, (path, be, secs, err) in enumerate(pool.map(_compile, todo), 1):
-            label = display_path(path) + ("" if be == "nvcc" else f" ({be})")
-            print(f"[{i}/{len(todo)}] {label} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
-            if err:
-                print(err)
-                failed.append(path)
+        results = pool.map(_compile, todo)
+        done = 0
+        try:
+            for done, (path, be, secs, err) in enumerate(results, 1):
+                label = display_path(path) + ("" if be == "nvcc" else f" ({be})")
+                print(f"[{done}/{len(todo)}] {label} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
+                if err:
+                    print(err)
+                    failed.append(path)
+        except BrokenProcessPool:  # a build process died (a crash while loading a library)
+            rest = [p for p, _ in todo[done:]]
+            print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
+            failed += rest
     print(f"{len(todo) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
 

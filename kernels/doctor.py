@@ -44,11 +44,9 @@ def report() -> list[tuple[str, str]]:
                             f"{p.total_memory / 2**30:.0f} GiB"))
     else:
         rows.append(("GPU", "no GPU visible to torch"))
-    from .build import _cuda_home, build_root
+    from .build import build_root, cuda_home, nvcc_version
 
-    _cuda_home()
-    nvcc = shutil.which("nvcc") or (os.environ.get("CUDA_HOME", "") + "/bin/nvcc")
-    out = _run([nvcc, "--version"]) if nvcc and os.path.exists(nvcc) else ""
+    out = nvcc_version() if cuda_home() else _run([shutil.which("nvcc") or "nvcc", "--version"])
     m = re.search(r"release (\d+\.\d+)", out)
     if m:
         match = ""

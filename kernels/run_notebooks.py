@@ -16,6 +16,13 @@ from .backend import reason
 from .build import ROOT
 
 OUT = ROOT / "build" / "executed"
+NEXT_STEPS = """
+Next: learn by running them yourself.
+  make lab                  opens JupyterLab in your browser, on the lessons/ folder
+  then open 01_thread_model/01_thread_model.ipynb and read and run it cell by cell
+  (Shift+Enter); its exercise is scale.cu, next to it, marked FILL ME IN.
+  make check LESSON=01      checks your exercise from a terminal (make hint LESSON=01 N=1 for a hint)
+The executed copies of every notebook, with their outputs, are in build/executed/."""
 
 
 def notebooks(folders: list[str]) -> list[Path]:
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print("failed:", *failed, sep="\n  ")
         return 1
     print("all notebooks ran")
+    print(NEXT_STEPS)
     return 0
 
 

@@ -1,7 +1,15 @@
-"""Planted bugs: a copy of a solution file with one small, named change, so the bug never drifts from it."""
+"""Planted bugs: a copy of a solution file with one small, named change, so the bug never drifts from it.
+
+    report = self_check_of_planted("01", "scale", SOLUTION / "scale.cu", "lesson01_scale_off_by_one.cu",
+                                   "if (i < n)", "if (i <= n)")
+    assert_diagnosis(report, "wrote past the end")
+"""
 from __future__ import annotations
 
 from pathlib import Path
+
+from kernels import load
+from kernels.exercises import check_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = ROOT / "build" / "planted"
@@ -23,3 +31,25 @@ def plant(source: Path, old: str, new: str, name: str) -> Path:
     if not dest.exists() or dest.read_text() != planted:
         dest.write_text(planted)
     return dest
+
+
+def built(path: Path) -> Path:
+    """`path`, after building it: a file that does not build fails the test here (BuildError), so a
+    toolkit change that breaks every build cannot pass for a self-check that caught a bug."""
+    load(path, quiet=True)
+    return path
+
+
+def assert_diagnosis(report, *expected: str) -> None:
+    """The report fails, no case is a failed build, and each `expected` text is in a failing case."""
+    failing = [c for c in report.cases if not c.passed]
+    assert failing, f"expected a failing report, got:\n{report}"
+    assert all(c.size != "build" for c in failing), f"the file did not build:\n{report}"
+    text = "\n".join(f"{c.problem}\n{c.detail}" for c in failing)
+    for e in expected:
+        assert e in text, f"expected {e!r} in a failing case, got:\n{report}"
+
+
+def self_check_of_planted(lesson: str, exercise: str, solution: Path, name: str, old: str, new: str):
+    """The exercise's self-check report on `solution` with `old` replaced by `new`, after building it."""
+    return check_exercise(lesson, exercise, path=built(plant(solution, old, new, name)))

@@ -1,5 +1,8 @@
 """The loader: both binding styles, readable build errors, caching, and input checks."""
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ from kernels import BuildError, load
 from kernels.build import _ext_name, _key, find_source
 
 HERE = Path(__file__).parent / "toolkit"
+ROOT = HERE.parent.parent
 
 
 def test_torch_library_file_exposes_its_ops(dev):
@@ -109,33 +113,279 @@ def test_environment_variable_picks_the_backend(monkeypatch):
         resolve()
 
 
-@pytest.mark.slow
-def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch):
-    """The first sim build precompiles helpers.cuh's headers; gcc must accept that file for the
-    flags of a later build (-Werror=invalid-pch turns a silent fallback into a failure here)."""
+def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
+    """The build included a precompiled header, and gcc accepts it for the build's flags
+    (-Werror=invalid-pch turns a silent fallback to parsing the headers into a failure)."""
     import re
     import shlex
-    import subprocess
 
-    from kernels.build import SIM_FLAGS, _sim_pch
-
-    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
-    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
-    src = tmp_path / "pch_probe.cu"
-    src.write_text((HERE / "vector_add.cu").read_text())
-    ext = load(src, "sim", quiet=True)
-    x = torch.randn(10)
-    torch.testing.assert_close(ext.add_new(x, x), 2 * x)
-    pch = _sim_pch(SIM_FLAGS)
-    assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
-    src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
-    again = load(src, "sim", quiet=True)
-    torch.testing.assert_close(again.add_new(x, x), 2 * x)
-    ninja = (Path(again.so).parent / "build.ninja").read_text()
+    so = Path(getattr(ext, "so", None) or ext.__file__)
+    ninja = (so.parent / "build.ninja").read_text()
     cxx = shlex.split(re.search(r"^cxx = (.+)$", ninja, re.M).group(1))
     cflags = shlex.split(re.search(r"^cflags = (.+)$", ninja, re.M).group(1))
     assert "-include" in cflags
-    translated = next((Path(again.so).parent / "sim_src").glob("sim_0_*.cpp"))
+    translated = next((so.parent / "sim_src").glob("sim_0_*.cpp"))
     run = subprocess.run([*cxx, *cflags, "-Winvalid-pch", "-Werror=invalid-pch", "-fsyntax-only", str(translated)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("probe, headers", [("vector_add.cu", "SIM_PCH_HEADERS"), ("pybind_square.cu", "SIM_TORCH_PCH_HEADERS")])
+def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch, probe, headers):
+    """The first sim build precompiles the headers it needs (helpers.cuh's, plus torch/extension.h's
+    for a file that includes it); a later build includes that file, and gcc accepts it."""
+    mod = sys.modules["kernels.build"]
+
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
+    src = tmp_path / f"pch_probe_{probe}"
+    src.write_text((HERE / probe).read_text())
+    x = torch.randn(10)
+
+    def works(ext):
+        if hasattr(ext, "square"):
+            torch.testing.assert_close(ext.square(x), x * x)
+        else:
+            torch.testing.assert_close(ext.add_new(x, x), 2 * x)
+
+    works(load(src, "sim", quiet=True))
+    pch = mod._sim_pch(mod.SIM_FLAGS, getattr(mod, headers))
+    assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
+    assert pch.read_text().count("#include") == len(getattr(mod, headers))
+    src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
+    again = load(src, "sim", quiet=True)
+    works(again)
+    _assert_gcc_accepts_the_precompiled_header(again)
+
+# --- the build cache under concurrency and crashes ----------------------------------------------
+
+def _isolated_build_dir(tmp_path: Path) -> Path:
+    """A build folder of its own that shares the precompiled headers of the usual one, so a sim
+    build in it takes seconds, as in a learner's checkout."""
+    from kernels.build import build_root
+
+    root = tmp_path / "build"
+    root.mkdir()
+    shared = build_root() / "sim-pch"
+    shared.mkdir(parents=True, exist_ok=True)
+    (root / "sim-pch").symlink_to(shared, target_is_directory=True)
+    return root
+
+
+def _run_loader(src: Path, build_dir: Path, *, wait_for: Path | None = None) -> subprocess.Popen:
+    """A fresh Python process that loads `src` on the simulator and prints what its op computes."""
+    script = (
+        "import sys, time, pathlib, torch\n"
+        f"go = pathlib.Path({str(wait_for)!r}) if {wait_for is not None} else None\n"
+        "while go is not None and not go.exists(): time.sleep(0.01)\n"
+        "from kernels import load\n"
+        f"ext = load({str(src)!r}, 'sim')\n"
+        "print('result', ext.add_new(torch.ones(5), torch.full((5,), 2.0)).tolist(), flush=True)\n")
+    env = {**os.environ, "KERNELS_BUILD_DIR": str(build_dir), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", script], env=env, cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert "result [3.0, 3.0, 3.0, 3.0, 3.0]" in out, out[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_two_processes_loading_one_new_file_build_it_once_and_both_load_it(tmp_path):
+    root = _isolated_build_dir(tmp_path)
+    src = tmp_path / "raced.cu"
+    src.write_text((HERE / "vector_add.cu").read_text())
+    go = tmp_path / "go"
+    procs = [_run_loader(src, root, wait_for=go) for _ in range(2)]
+    time.sleep(3)  # both import torch, then start at one signal
+    go.touch()
+    outs = [_finish(p) for p in procs]
+    assert sum("building raced for sim" in o for o in outs) == 1, outs
+    [folder] = [d for d in root.iterdir() if d.name.startswith("raced_sim_")]
+    assert (folder / f"{folder.name}.ok").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated library", "missing stamp"])
+def test_an_interrupted_build_is_rebuilt_never_loaded(tmp_path, damage):
+    """A build killed while linking leaves a truncated library, or one without a stamp."""
+    root = _isolated_build_dir(tmp_path)
+    src = tmp_path / "interrupted.cu"
+    src.write_text((HERE / "vector_add.cu").read_text())
+    _finish(_run_loader(src, root))
+    [folder] = [d for d in root.iterdir() if d.name.startswith("interrupted_sim_")]
+    so, stamp = folder / f"{folder.name}.so", folder / f"{folder.name}.ok"
+    if damage == "truncated library":
+        so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])
+    else:
+        stamp.unlink()
+    out = _finish(_run_loader(src, root))
+    assert "building interrupted for sim" in out
+    assert stamp.read_text().split()[0] == str(so.stat().st_size)
+
+
+def test_cached_library_is_used_only_when_its_stamp_matches(tmp_path):
+    from kernels.build import _cached_library, _stamp
+
+    so, stamp, obj = tmp_path / "ext.so", tmp_path / "ext.ok", tmp_path / "ext.o"
+    so.write_bytes(b"\x7fELF" + bytes(1000))
+    stamp.write_text(_stamp(so))
+    assert _cached_library(tmp_path, "ext") == so
+    so.write_bytes(b"\x7fELF" + bytes(500))  # truncated after its stamp was written
+    obj.write_bytes(b"half an object file")
+    assert _cached_library(tmp_path, "ext") is None
+    assert not so.exists() and not stamp.exists() and not obj.exists()  # the rebuild starts from the sources
+    so.write_bytes(b"\x7fELF" + bytes(1000))  # complete, but no stamp: its build+load never finished
+    assert _cached_library(tmp_path, "ext") is None
+
+
+# --- what the cache key covers --------------------------------------------------------------------
+
+def _copy_of_the_simulator(tmp_path: Path, monkeypatch) -> Path:
+    """A copy of kernels/sim's translator and headers that the key reads instead of the real ones."""
+    import shutil
+
+    mod = sys.modules["kernels.build"]
+    pkg = tmp_path / "pkg"
+    shutil.copytree(mod.PACKAGE / "sim", pkg / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(mod, "PACKAGE", pkg)
+    monkeypatch.setattr(mod, "SIM_INCLUDE", pkg / "sim" / "include")
+    return pkg / "sim"
+
+
+def test_cache_key_changes_with_the_translator_and_the_simulator_headers(tmp_path, monkeypatch):
+    sim = _copy_of_the_simulator(tmp_path, monkeypatch)
+    src = HERE / "vector_add.cu"
+    k1 = _key(src, "sim", [])
+    with open(sim / "translate.py", "a") as f:
+        f.write("\n# an edit of the translator\n")
+    k2 = _key(src, "sim", [])
+    with open(sim / "include" / "cudasim.h", "a") as f:
+        f.write("\n// an edit of a simulator header\n")
+    k3 = _key(src, "sim", [])
+    assert len({k1, k2, k3}) == 3
+    assert _key(src, "cuda", []) == _key(src, "cuda", [])  # the cuda key does not read the simulator
+
+
+@pytest.mark.parametrize("backend, query", [("sim", "cxx_version"), ("cuda", "cxx_version"), ("cuda", "nvcc_version")])
+def test_cache_key_changes_with_the_compiler_versions(monkeypatch, backend, query):
+    mod = sys.modules["kernels.build"]
+    src = HERE / "vector_add.cu"
+    monkeypatch.setattr(mod, query, lambda: "compiler 12.2.0")
+    k1 = _key(src, backend, [])
+    monkeypatch.setattr(mod, query, lambda: "compiler 13.1.0")
+    assert _key(src, backend, []) != k1
+
+
+def test_cache_key_changes_with_the_target_gpu_architecture(monkeypatch):
+    mod = sys.modules["kernels.build"]
+    src = HERE / "vector_add.cu"
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setattr(mod, "_visible_gpu_archs", lambda: ((9, 0),))
+    h100 = mod.compile_flags("cuda")
+    assert "-gencode=arch=compute_90,code=sm_90" in h100
+    monkeypatch.setattr(mod, "_visible_gpu_archs", lambda: ((8, 6),))
+    a10 = mod.compile_flags("cuda")
+    assert "-gencode=arch=compute_86,code=sm_86" in a10 and not any("sm_90" in f for f in a10)
+    monkeypatch.setattr(mod, "_visible_gpu_archs", lambda: ())  # no GPU: compile for sm_90
+    assert "-gencode=arch=compute_90,code=sm_90" in mod.compile_flags("cuda")
+    assert _key(src, "cuda", h100) != _key(src, "cuda", a10)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")  # named by the user: cpp_extension reads it, the key hashes it
+    assert not any("gencode" in f for f in mod.compile_flags("cuda"))
+    k80 = _key(src, "cuda", mod.compile_flags("cuda"))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    assert _key(src, "cuda", mod.compile_flags("cuda")) != k80
+
+
+def test_compiler_version_is_asked_once_per_process(monkeypatch):
+    mod = sys.modules["kernels.build"]
+    calls = []
+    real = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
+    mod._tool_version.cache_clear()
+    try:
+        first = mod.cxx_version()
+        assert mod.cxx_version() == first and len(calls) == 1
+    finally:
+        mod._tool_version.cache_clear()
+
+
+# --- load-time failures ---------------------------------------------------------------------------
+
+def test_undefined_symbol_is_a_build_error_that_names_it_first(capsys):
+    with pytest.raises(BuildError) as e:
+        load(HERE / "undefined_symbol.cu")
+    msg = str(e.value)
+    first = msg.splitlines()[0]
+    assert first.startswith("undefined symbol probe::scale_factor(int)"), msg
+    assert "tests/toolkit/undefined_symbol.cu" in msg
+    assert str(ROOT) not in msg  # paths relative to the repository, not the machine
+    out = capsys.readouterr().out
+    assert "building undefined_symbol for" in out and out.rstrip().endswith("failed"), out
+
+
+def test_exercise_check_and_compile_check_report_a_file_that_cannot_load(capsys):
+    from kernels.compile_check import _compile
+    from kernels.exercises import check_exercise
+
+    report = check_exercise("04", path=HERE / "undefined_symbol.cu")
+    assert not report.passed
+    out = capsys.readouterr().out
+    assert "does not build yet\nundefined symbol probe::scale_factor(int)" in out, out
+    path, _, _, err = _compile((HERE / "undefined_symbol.cu", "sim"))
+    assert err.startswith("undefined symbol probe::scale_factor(int)"), err
+
+
+def test_demangling_without_cxxfilt_recovers_the_qualified_name(monkeypatch):
+    import shutil
+
+    from kernels.build import demangle
+
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "c++filt" else real(name, *a, **k))
+    assert demangle("_ZN5probe12scale_factorEi") == "probe::scale_factor(...)"
+    assert demangle("_Z4stepv") == "step(...)"
+    assert demangle("plain_c_name") == "plain_c_name"
+
+
+@pytest.mark.slow
+def test_second_library_for_one_op_namespace_is_refused_not_a_crash(tmp_path):
+    """PyTorch aborts the process when a second TORCH_LIBRARY registers a namespace; load refuses it."""
+    body = (HERE / "vector_add.cu").read_text().replace("TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m)",
+                                                         "TORCH_LIBRARY(toolkit_fixed_ns, m)")
+    body = body.replace("TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m)", "TORCH_LIBRARY_IMPL(toolkit_fixed_ns, CUDA, m)")
+    first, second = tmp_path / "first.cu", tmp_path / "second.cu"
+    first.write_text(body)
+    second.write_text(body + "\n// another file, same namespace\n")
+    script = (
+        "from kernels import BuildError, load\n"
+        f"load({str(first)!r}, 'sim', quiet=True)\n"
+        f"try:\n    load({str(second)!r}, 'sim', quiet=True)\nexcept BuildError as e:\n    print('refused:', e)\n")
+    env = {**os.environ, "KERNELS_BUILD_DIR": str(_isolated_build_dir(tmp_path)), "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "refused: the op namespace 'toolkit_fixed_ns' is already registered in this process (by " in run.stdout
+    assert "first.cu" in run.stdout
+
+
+# --- the precompiled headers -----------------------------------------------------------------------
+
+def test_files_reaching_torch_extension_h_get_the_precompiled_header_that_covers_it(tmp_path):
+    from kernels.build import SIM_PCH_HEADERS, SIM_TORCH_PCH_HEADERS, pch_headers
+
+    lesson = tmp_path / "lesson.cu"
+    lesson.write_text('#include "helpers.cuh"\n// #include <torch/extension.h> (a comment, not an include)\n'
+                      'const char* s = "#include <torch/all.h>";\n')
+    assert pch_headers([lesson]) == SIM_PCH_HEADERS
+    for header in ("torch/extension.h", "torch/all.h", "torch/python.h"):
+        ext = tmp_path / "ext.cu"
+        ext.write_text(f'#include <{header}>\n#include "helpers.cuh"\n')
+        assert pch_headers([ext]) == SIM_TORCH_PCH_HEADERS
+    local = tmp_path / "bindings.h"  # reached through a local header of the file
+    local.write_text("#pragma once\n  #  include <torch/extension.h>\n")
+    assert pch_headers([lesson, local]) == SIM_TORCH_PCH_HEADERS
+    assert SIM_TORCH_PCH_HEADERS[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS

@@ -7,9 +7,17 @@ import torch
 from kernels import load
 from kernels.check import SIZES, check, elementwise, like
 from kernels.exercises import check_exercise
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANTED = Path(__file__).parent / "planted"
+LESSON = ROOT / "lessons" / "01_thread_model"
+SOLUTION = ROOT / "solutions" / "01_thread_model"
+# Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give).
+PLANTED_BUGS = {
+    "lesson01_scale_no_block_offset.cu": ("const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;",
+                                          "const int64_t i = threadIdx.x;", "never written (still the NaN poison)"),
+    "lesson01_scale_off_by_one.cu": ("if (i < n) out[i]", "if (i <= n) out[i]", "wrote past the end"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +93,16 @@ def test_add_loop1_rejects_gpu_tensors(ext, dev):
         ext.add_loop1(x, y, out)
 
 
-def test_scale_stub_fails_its_self_check():
-    assert not check_exercise("01", "scale", path=ROOT / "lessons/01_thread_model/scale.cu").passed
+def test_scale_stub_builds_and_fails_its_self_check_with_unwritten_elements():
+    report = check_exercise("01", "scale", path=built(LESSON / "scale.cu"))
+    assert_diagnosis(report, "never written (still the NaN poison)")
 
 
 def test_scale_solution_passes_its_self_check():
-    assert check_exercise("01", "scale", solution=True).passed
+    assert check_exercise("01", "scale", path=built(SOLUTION / "scale.cu")).passed
 
 
-@pytest.mark.parametrize("bug", ["lesson01_scale_no_block_offset.cu", "lesson01_scale_off_by_one.cu"])
-def test_scale_self_check_catches_a_planted_bug(bug):
-    assert not check_exercise("01", "scale", path=PLANTED / bug).passed
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_scale_self_check_names_a_planted_bug(bug):
+    old, new, diagnosis = PLANTED_BUGS[bug]
+    assert_diagnosis(self_check_of_planted("01", "scale", SOLUTION / "scale.cu", bug, old, new), diagnosis)

@@ -7,9 +7,16 @@ import torch
 from kernels import load
 from kernels.check import SIZES, check, elementwise, like
 from kernels.exercises import check_exercise
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANTED = Path(__file__).parent / "planted"
+LESSON = ROOT / "lessons" / "02_first_kernel"
+SOLUTION = ROOT / "solutions" / "02_first_kernel"
+# Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give).
+PLANTED_BUGS = {
+    "lesson02_saxpy_off_by_one.cu": ("if (i < n) {", "if (i <= n) {", "wrote past the end"),
+    "lesson02_saxpy_floor_grid.cu": ("ceil_div(n, THREADS)", "n / THREADS", "never written (still the NaN poison)"),
+}
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
@@ -105,14 +112,16 @@ def test_wrong_device_is_rejected(ext, dev):
         ext.add2(x.cpu(), y, out)
 
 
-def test_saxpy_stub_fails_its_self_check():
-    assert not check_exercise("02", "saxpy", path=ROOT / "lessons/02_first_kernel/saxpy.cu").passed
+def test_saxpy_stub_builds_and_fails_its_self_check_with_the_error_of_a_launch_of_0_blocks():
+    report = check_exercise("02", "saxpy", path=built(LESSON / "saxpy.cu"))
+    assert_diagnosis(report, "raised RuntimeError", "CUDA error: invalid")
 
 
 def test_saxpy_solution_passes_its_self_check():
-    assert check_exercise("02", "saxpy", solution=True).passed
+    assert check_exercise("02", "saxpy", path=built(SOLUTION / "saxpy.cu")).passed
 
 
-@pytest.mark.parametrize("bug", ["lesson02_saxpy_off_by_one.cu", "lesson02_saxpy_floor_grid.cu"])
-def test_saxpy_self_check_catches_a_planted_bug(bug):
-    assert not check_exercise("02", "saxpy", path=PLANTED / bug).passed
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_saxpy_self_check_names_a_planted_bug(bug):
+    old, new, diagnosis = PLANTED_BUGS[bug]
+    assert_diagnosis(self_check_of_planted("02", "saxpy", SOLUTION / "saxpy.cu", bug, old, new), diagnosis)

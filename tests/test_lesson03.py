@@ -11,11 +11,11 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise
 from kernels.exercises import check_exercise
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "03_pytorch_op"
 SOLUTION = ROOT / "solutions" / "03_pytorch_op"
-PLANTED = Path(__file__).resolve().parent / "planted"
 DTYPES = (torch.float32, torch.float64)
 SIZES = (0, 1, 31, 33, 1000, 2**20 + 3)
 
@@ -129,46 +129,66 @@ def test_package_declares_a_cuda_extension_built_by_build_extension():
     assert "TORCH_LIBRARY(mulop, m)" in (LESSON / "package" / "mulop" / "csrc" / "mulop.cu").read_text()
 
 
-def test_self_check_fails_on_the_stub(capsys):
-    assert not check_exercise("03", "fma", path=LESSON / "fma.cu").passed
+def test_self_check_of_the_stub_builds_and_fails_on_unwritten_elements_and_the_missing_op(capsys):
+    report = check_exercise("03", "fma", path=built(LESSON / "fma.cu"))
+    assert_diagnosis(report, "never written (still the NaN poison)", "fma_backward does not exist")
 
 
 def test_self_check_passes_on_the_solution(capsys):
-    assert check_exercise("03", "fma", path=SOLUTION / "fma.cu").passed
+    assert check_exercise("03", "fma", path=built(SOLUTION / "fma.cu")).passed
 
 
-@pytest.mark.parametrize("planted", sorted(p.name for p in PLANTED.glob("lesson03_*.cu")))
-def test_self_check_catches_planted_bug(planted, capsys):
-    report = check_exercise("03", "fma", path=PLANTED / planted)
-    assert not report.passed
+# Bugs planted in the solution's fma.cu, one change each: (old, new, the diagnoses the self-check must give).
+PLANTED_BUGS = {
+    "lesson03_fma_grads_swapped.cu": ("grad_x[i] = g * y[i];\n    grad_y[i] = g * x[i];",
+                                      "grad_x[i] = g * x[i];\n    grad_y[i] = g * y[i];",
+                                      ("elements differ", "in grad_x", "raised GradcheckError")),
+    "lesson03_fma_last_element.cu": ("if (i < n) out[i] = x[i] * y[i] + z[i];",
+                                     "if (i < n - 1) out[i] = x[i] * y[i] + z[i];",
+                                     ("never written (still the NaN poison)",)),
+}
 
 
-# Bugs in the Python half (fma_op.py), each planted in a copy of the solution. The copied fma.cu
-# gets a comment naming the bug, so each copy builds under its own namespace and no registration
-# of one case leaks into another.
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_self_check_names_a_planted_bug(bug, capsys):
+    old, new, diagnoses = PLANTED_BUGS[bug]
+    assert_diagnosis(self_check_of_planted("03", "fma", SOLUTION / "fma.cu", bug, old, new), *diagnoses)
+
+
+# Bugs in the Python half (fma_op.py), each planted in a copy of the solution: (old, new, the
+# diagnoses the self-check must give). The copied fma.cu gets a comment naming the bug, so each copy
+# builds under its own namespace and no registration of one case leaks into another.
 PYTHON_HALF_BUGS = {
-    "fake kernel of the wrong shape": ("return torch.empty_like(x)\n", "return torch.empty_like(x)[:1]\n"),
-    "gradients of x and y swapped": ("return grad_x, grad_y, grad", "return grad_y, grad_x, grad"),
-    "strided grad passed to the kernel": ("ops.fma_backward(grad.contiguous(), x, y)", "ops.fma_backward(grad, x, y)"),
-    "y not saved for backward": ("ctx.save_for_backward(x, y)", "ctx.save_for_backward(x, x)"),
+    "fake kernel of the wrong shape": ("return torch.empty_like(x)\n", "return torch.empty_like(x)[:1]\n",
+                                       ("raised OpCheckError", "test_faketensor failed")),
+    "gradients of x and y swapped": ("return grad_x, grad_y, grad", "return grad_y, grad_x, grad",
+                                     ("elements differ", "in grad_x")),
+    "strided grad passed to the kernel": ("ops.fma_backward(grad.contiguous(), x, y)", "ops.fma_backward(grad, x, y)",
+                                          ("raised OpCheckError", "grad must be contiguous")),
+    "y not saved for backward": ("ctx.save_for_backward(x, y)", "ctx.save_for_backward(x, x)",
+                                 ("elements differ", "in grad_x")),
 }
 
 
 @pytest.mark.parametrize("bug", sorted(PYTHON_HALF_BUGS))
-def test_self_check_catches_planted_bug_in_the_python_half(bug, tmp_path, capsys):
-    good, bad = PYTHON_HALF_BUGS[bug]
+def test_self_check_names_a_planted_bug_in_the_python_half(bug, tmp_path, capsys):
+    good, bad, diagnoses = PYTHON_HALF_BUGS[bug]
     source = (SOLUTION / "fma_op.py").read_text()
     assert source.count(good) == 1, f"the solution no longer contains {good!r}: update the planted bug"
     (tmp_path / "fma_op.py").write_text(source.replace(good, bad))
     (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + f"// planted: {bug}\n")
-    assert not check_exercise("03", "fma", path=tmp_path / "fma.cu").passed
+    assert_diagnosis(check_exercise("03", "fma", path=built(tmp_path / "fma.cu")), *diagnoses)
 
 
 def test_self_check_says_which_part_of_the_python_half_is_unwritten(tmp_path, capsys):
     # the kernels done, fma_op.py still the stub: the hints name what is missing
     (tmp_path / "fma_op.py").write_text((LESSON / "fma_op.py").read_text())
     (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + "// python half unwritten\n")
-    report = check_exercise("03", "fma", path=tmp_path / "fma.cu")
-    assert not report.passed
+    report = check_exercise("03", "fma", path=built(tmp_path / "fma.cu"))
+    assert_diagnosis(report, "raised NotImplementedError")
     assert "fma_op.py is not finished: the backward of fma is not written yet" in report.hints
     assert "fma_op.py is not finished: the fake kernel of fma is not written yet" in report.hints
+    # the exception raised inside the op names the line of fma_op.py that raised it
+    line = (LESSON / "fma_op.py").read_text().splitlines().index(
+        '        raise NotImplementedError("the backward of fma is not written yet")') + 1
+    assert any(c.detail.endswith(f"at fma_op.py, line {line}, in backward") for c in report.cases)

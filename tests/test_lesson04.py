@@ -1,4 +1,7 @@
 """Lesson 04, memory-bound kernels: every copy and scale-add variant against PyTorch, bad inputs, the exercise."""
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -7,8 +10,11 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise, like
 from kernels.exercises import check_exercise
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
+LESSON = ROOT / "lessons" / "04_memory_bound"
+SOLUTION = ROOT / "solutions" / "04_memory_bound"
 A = 1.5
 # Empty, one element, every remainder n % 4 with and without whole float4s, ragged block edges.
 SIZES = (0, 1, 2, 3, 4, 5, 31, 33, 1000, 4099, 2**20 + 3)
@@ -133,14 +139,55 @@ def test_rejects_a_tensor_on_another_device(ext, name, dev, backend):
 # ---------------------------------------------------------------------------------------------
 # The exercise: its self-check fails on the stub and on typical bugs, and passes on the solution.
 
-def test_exercise_self_check_fails_on_the_stub():
-    assert not check_exercise("04", "scale_add_vec4", path=ROOT / "lessons/04_memory_bound/scale_add_vec4.cu").passed
+# Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give).
+PLANTED_BUGS = {
+    "lesson04_notail.cu": ("  if (j < n) out[j] = a * x[j] + y[j];\n", "", "never written (still the NaN poison)"),
+    "lesson04_noloop.cu": ("for (int64_t i = t; i < n4; i += stride) {", "if (int64_t i = t; i < n4) {",
+                           "never written (still the NaN poison)"),
+}
+
+
+def test_exercise_stub_builds_and_fails_its_self_check_with_unwritten_elements():
+    report = check_exercise("04", "scale_add_vec4", path=built(LESSON / "scale_add_vec4.cu"))
+    assert_diagnosis(report, "never written (still the NaN poison)")
 
 
 def test_exercise_self_check_passes_on_the_solution():
-    assert check_exercise("04", "scale_add_vec4", path=ROOT / "solutions/04_memory_bound/scale_add_vec4.cu").passed
+    assert check_exercise("04", "scale_add_vec4", path=built(SOLUTION / "scale_add_vec4.cu")).passed
 
 
-@pytest.mark.parametrize("bug", ["lesson04_notail.cu", "lesson04_noloop.cu"])
-def test_exercise_self_check_catches_a_planted_bug(bug):
-    assert not check_exercise("04", "scale_add_vec4", path=ROOT / "tests/planted" / bug).passed
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_exercise_self_check_names_a_planted_bug(bug):
+    old, new, diagnosis = PLANTED_BUGS[bug]
+    report = self_check_of_planted("04", "scale_add_vec4", SOLUTION / "scale_add_vec4.cu", bug, old, new)
+    assert_diagnosis(report, diagnosis)
+
+
+# --- TORCH_CHECK messages with numbers streamed in (the evidence for how kernels/ formats them) -------
+
+# Each op runs in a child process: if streaming a number crashed the process, the test reports the
+# crash instead of taking pytest down with it.
+RAISE_ONE = """
+import sys, torch
+from kernels import device, load
+ext = load(sys.argv[1])
+try:
+    getattr(ext, sys.argv[2])(torch.zeros(2, 3, device=device()))
+    print("no error raised")
+except RuntimeError as e:
+    print(str(e).splitlines()[0])
+"""
+
+
+@pytest.mark.parametrize("op, message", [
+    ("fail_int64", "numel is 6, streamed as an int64_t"),
+    ("fail_int", "dim is 2, streamed as an int"),
+    ("fail_sizes", "sizes are [2, 3], streamed as sizes()"),
+    ("fail_dtype", "dtype is Float"),
+])
+def test_torch_check_message_takes_a_number_streamed_straight_in(op, message):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-c", RAISE_ONE, str(ROOT / "tests/toolkit/check_message.cu"), op],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert run.returncode == 0, f"{op}: the process died with exit code {run.returncode}\n{run.stderr[-2000:]}"
+    assert message in run.stdout, f"{op}: expected {message!r} in the error, got {run.stdout!r}"

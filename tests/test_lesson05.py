@@ -9,8 +9,11 @@ from kernels import load
 from kernels.check import ROWS, check, random_tensor
 from kernels.exercises import check_exercise
 from kernels.exercises.lesson05 import swiglu_backward_ref, swiglu_ref
+from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
+LESSON = ROOT / "lessons" / "05_fused"
+SOLUTION = ROOT / "solutions" / "05_fused"
 
 SHAPES = ROWS + ((0, 8),)  # ragged rows and columns, one element (1x1), and an empty tensor
 DTYPES = (torch.float32, torch.bfloat16)
@@ -113,6 +116,55 @@ def test_fused_autograd_functions_match_eager_autograd(ext, dev):
         torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
 
 
+def test_functional_ops_return_what_the_out_variants_write(ext, dev):
+    x, y, g = (torch.randn(7, 33, device=dev) for _ in range(3))
+    b = torch.randn(33, device=dev)
+    out = torch.empty_like(x)
+    ext.relu_add_bias2(x, y, b, out)
+    assert torch.equal(ext.relu_add_bias(x, y, b), out)
+    ext.bias_gelu3(x, b, False, out)
+    assert torch.equal(ext.bias_gelu(x, b, False), out)
+    dx, db = torch.empty_like(x), torch.empty_like(b)
+    ext.relu_add_bias_backward4(g, x, dx, db)
+    for got, want in zip(ext.relu_add_bias_backward(g, x), (dx, db)):
+        assert torch.equal(got, want)
+    ext.bias_gelu_backward5(g, x, b, True, dx, db)
+    for got, want in zip(ext.bias_gelu_backward(g, x, b, True), (dx, db)):
+        assert torch.equal(got, want)
+
+
+def test_fused_ops_pass_opcheck(ext, dev):
+    from kernels.benchmarks.lesson05 import register_fused_ops
+
+    register_fused_ops(ext)
+    x, y = torch.randn(5, 24, device=dev, requires_grad=True), torch.randn(5, 24, device=dev, requires_grad=True)
+    b = torch.randn(24, device=dev, requires_grad=True)
+    torch.library.opcheck(ext.relu_add_bias, (x, y, b))  # raises on a failed test
+    torch.library.opcheck(ext.bias_gelu, (x, b, True))
+
+
+def test_torch_compile_fullgraph_runs_a_training_step_through_the_fused_ops(ext, dev):
+    from kernels.benchmarks.lesson05 import fused_ops
+
+    fused = fused_ops(ext)
+
+    def layer(x, y, b):
+        return fused["bias_gelu"](fused["relu_add_bias"](x, y, b), b, True) * 2
+
+    compiled = torch.compile(layer, fullgraph=True)  # raises at the first call if the graph would break
+    x, y = torch.randn(9, 40, device=dev, requires_grad=True), torch.randn(9, 40, device=dev, requires_grad=True)
+    b = torch.randn(40, device=dev, requires_grad=True)
+    g = torch.randn(9, 40, device=dev)
+    got = torch.autograd.grad(compiled(x, y, b), (x, y, b), g)
+    eager = torch.autograd.grad(layer(x, y, b), (x, y, b), g)
+    for a, w in zip(got, eager):  # the same kernels: equal but for the order of dbias's atomics
+        torch.testing.assert_close(a, w, rtol=1e-5, atol=1e-5)
+    xd, yd, bd = (t.detach().double().requires_grad_() for t in (x, y, b))
+    want = torch.autograd.grad(F.gelu(torch.relu(xd) + yd + 2 * bd, approximate="tanh") * 2, (xd, yd, bd), g.double())
+    for a, w in zip(got, want):  # float32 inside against a float64 reference
+        torch.testing.assert_close(a, w.float(), rtol=1e-4, atol=1e-4)
+
+
 # --- bad inputs: the error says what was expected -------------------------------------------------
 
 def _args(dev, rows=4, cols=8, dtype=torch.float32):
@@ -166,17 +218,30 @@ def test_wrong_device_is_rejected(ext, dev):
 
 # --- the exercise -----------------------------------------------------------------------------------
 
-def test_swiglu_stub_fails_its_self_check():
-    assert not check_exercise("05", "swiglu", path=ROOT / "lessons/05_fused/swiglu.cu").passed
+# Bugs planted in the solution, one change each: (old, new, the diagnoses the self-check must give).
+PLANTED_BUGS = {
+    "lesson05_no_tail.cu": ("if (blockIdx.x == 0 && t < n) {\n    const float at = to_float(a[t]);",
+                            "if (false && t < n) {\n    const float at = to_float(a[t]);",
+                            ("never written (still the NaN poison)",)),
+    # da uses sigmoid(a) where silu'(a) belongs, in the vector path
+    "lesson05_silu_grad.cu": ("da_v.v[k] = from_float<T>(g * bk * s * (1.0f + ak * (1.0f - s)));",
+                              "da_v.v[k] = from_float<T>(g * bk * s);", ("elements differ", "in da")),
+}
+
+
+def test_swiglu_stub_builds_and_fails_its_self_check_with_unwritten_elements():
+    report = check_exercise("05", "swiglu", path=built(LESSON / "swiglu.cu"))
+    assert_diagnosis(report, "never written (still the NaN poison)")
 
 
 def test_swiglu_solution_passes_its_self_check():
-    assert check_exercise("05", "swiglu", path=ROOT / "solutions/05_fused/swiglu.cu").passed
+    assert check_exercise("05", "swiglu", path=built(SOLUTION / "swiglu.cu")).passed
 
 
-@pytest.mark.parametrize("planted", ["lesson05_no_tail.cu", "lesson05_silu_grad.cu"])
-def test_swiglu_self_check_catches_a_planted_bug(planted):
-    assert not check_exercise("05", "swiglu", path=ROOT / "tests/planted" / planted).passed
+@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+def test_swiglu_self_check_names_a_planted_bug(bug):
+    old, new, diagnoses = PLANTED_BUGS[bug]
+    assert_diagnosis(self_check_of_planted("05", "swiglu", SOLUTION / "swiglu.cu", bug, old, new), *diagnoses)
 
 
 def test_swiglu_solution_rejects_a_misaligned_view(dev):

@@ -5,14 +5,15 @@ import pytest
 import torch
 
 from kernels import load
-from kernels.check import ROWS, elementwise
-from kernels.exercises import check_exercise
+from kernels.check import ROWS, check, rows
+from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.exercises.lesson06 import check_row_sum, check_sum, row_max, rows_out
-from kernels.check import check
+from planting import plant
 
 ROOT = Path(__file__).resolve().parent.parent
-PLANTED = Path(__file__).resolve().parent / "planted"
-SUMS = [f"sum{k}" for k in range(1, 8)]
+LESSON = ROOT / "lessons" / "06_reductions"
+SOLUTION = ROOT / "solutions" / "06_reductions"
+SUMS = [f"sum{k}" for k in range(1, 8)] + ["sum2_noatomic", "sum3_noatomic"]
 ROW_SHAPES = (*ROWS, (0, 5), (4, 0))  # ragged widths, no rows, and rows of no columns
 MAX_SHAPES = (*ROWS, (0, 5))          # a max of no columns is an error (tested below)
 
@@ -43,7 +44,7 @@ def test_row_sums_match_the_float64_sum_on_ragged_shapes(ext, name):
 
 
 def test_row_max_matches_amax_exactly_on_ragged_shapes(ext):
-    check(ext.row_max2, row_max, elementwise(1), out=rows_out, sizes=MAX_SHAPES, tolerance={torch.float32: (0.0, 0.0)},
+    check(ext.row_max2, row_max, rows(1), out=rows_out, sizes=MAX_SHAPES, tolerance={torch.float32: (0.0, 0.0)},
           quiet=True, raise_on_fail=True)
 
 
@@ -113,33 +114,125 @@ def test_full_sums_reject_a_tensor_on_the_wrong_device(ext, dev):
         ext.sum6(torch.randn(64), torch.empty((), device=dev))
 
 
-def test_the_row_max_stub_fails_its_self_check():
-    assert not check_exercise("06", "row_max", path=ROOT / "lessons" / "06_reductions" / "row_max.cu").passed
+# ---------------------------------------------------------------------------------------------
+# The exercises: the stubs fail with their diagnosis, the solutions pass, planted bugs are caught.
+
+def failures(report) -> list:
+    return [c for c in report.cases if not c.passed]
 
 
-def test_the_row_max_solution_passes_its_self_check():
-    assert check_exercise("06", "row_max", solution=True).passed
+def first_hint_shown(name: str, report) -> int:
+    """The number of the hint a failing check prints first: the one tagged for the failure."""
+    return fitting_hint(find("06", name)[0], report)
 
 
-@pytest.mark.parametrize("planted", ["lesson06_row_max_first_32_only.cu", "lesson06_row_max_half_warp.cu"])
-def test_the_self_check_catches_a_planted_bug(planted):
-    assert not check_exercise("06", "row_max", path=PLANTED / planted).passed
+@pytest.mark.parametrize("name", ["row_max", "row_sum_block"])
+def test_the_stub_builds_and_fails_every_case_as_never_written(name):
+    report = check_exercise("06", name, path=LESSON / "row_reductions.cu")
+    assert report.cases and not any(c.problem == "build" for c in report.cases)
+    assert all("NaN" in c.problem and "never written" in c.detail for c in report.cases)
+    assert first_hint_shown(name, report) == 1  # the plan of the kernel
 
 
-def test_the_checker_catches_a_missing_syncthreads_on_the_simulator(backend):
+@pytest.mark.parametrize("name", ["row_max", "row_sum_block"])
+def test_the_solution_passes_its_self_check(name):
+    assert check_exercise("06", name, solution=True).passed
+
+
+def test_a_row_max_that_starts_from_zero_fails_every_case_on_every_run():
+    planted = plant(SOLUTION / "row_reductions.cu", "float m = -INFINITY;", "float m = 0.0f;", "lesson06_row_max_from_zero.cu")
+    for _ in range(3):  # fresh random inputs each run: row 0 is all negative in every one
+        report = check_exercise("06", "row_max", path=planted)
+        assert report.cases and all(not c.passed and "differ" in c.problem for c in report.cases)
+        assert not any("race" in c.detail for c in report.cases)  # wrong in every order: not a race
+
+
+@pytest.mark.parametrize("old, new, name", [
+    ("for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, r[c]);", "if (lane < cols) m = r[lane];",
+     "lesson06_row_max_first_32_only.cu"),
+    ("for (int offset = 16;", "for (int offset = 8;", "lesson06_row_max_half_warp.cu"),
+])
+def test_the_row_max_check_catches_a_wrong_value_bug(old, new, name):
+    report = check_exercise("06", "row_max", path=plant(SOLUTION / "row_reductions.cu", old, new, name))
+    assert failures(report) and all("differ" in c.problem for c in failures(report))
+
+
+def test_the_block_row_sum_check_names_a_missing_barrier_in_the_tree_a_race(backend):
     if backend != "sim":
         pytest.skip("on a GPU a missing barrier may or may not change the result: only the simulator is sure to show it")
-    racy = load(PLANTED / "lesson06_sum_no_sync.cu")
-    report = check_sum(racy.racy_sum, quiet=True)
+    planted = plant(SOLUTION / "row_reductions.cu", "    __syncthreads();  // this level is complete", "    // this level",
+                    "lesson06_row_sum_block_no_sync.cu")
+    report = check_exercise("06", "row_sum_block", path=planted)
+    assert failures(report)
+    assert all("race between threads" in c.detail for c in failures(report))
+    assert any("missing __syncthreads()" in h for h in report.hints)
+    assert first_hint_shown("row_sum_block", report) == 2  # the hint about where the barriers go
+
+
+def test_the_block_row_sum_check_catches_an_early_return_before_the_barrier(backend):
+    # threads without columns leave: their slots of partial are never written. On a GPU the tree
+    # then adds whatever the shared memory held; the simulator's NaN poison makes that visible.
+    if backend != "sim":
+        pytest.skip("stale shared memory on a GPU may hold anything: only the simulator's poison is sure to show it")
+    planted = plant(SOLUTION / "row_reductions.cu", "  const float* r = x + blockIdx.x * cols;",
+                    "  if (tid >= cols) return;  const float* r = x + blockIdx.x * cols;",
+                    "lesson06_row_sum_block_early_return.cu")
+    report = check_exercise("06", "row_sum_block", path=planted)
+    narrow = {c.size for c in report.cases if c.size[1] < 256}
+    assert {c.size for c in failures(report)} == narrow  # rows as wide as the block leave no thread idle
+    assert all("NaN" in c.problem for c in failures(report))
+
+
+def test_the_block_row_sum_check_catches_an_off_by_one_at_the_ragged_end():
+    planted = plant(SOLUTION / "row_reductions.cu", "c < cols; c += BLOCK", "c <= cols; c += BLOCK",
+                    "lesson06_row_sum_block_off_by_one.cu")
+    report = check_exercise("06", "row_sum_block", path=planted)
+    assert report.cases and all(not c.passed and "differ" in c.problem for c in report.cases)
+    assert first_hint_shown("row_sum_block", report) == 3  # the hint about the loop bound
+
+
+def test_the_checker_names_a_missing_syncthreads_in_sum3_a_race(backend):
+    if backend != "sim":
+        pytest.skip("on a GPU a missing barrier may or may not change the result: only the simulator is sure to show it")
+    reference = ROOT / "kernels" / "reference" / "06_reductions.cu"
+    old = ("    if (tid < s) partial[tid] += partial[tid + s];\n"
+           "    __syncthreads();  // this level is complete before the next level reads it\n  }\n"
+           "  if (tid == 0) emit_block_sum<ATOMIC>(out, partial[0]);\n}\n\n// sum_kernel4")
+    racy = load(plant(reference, old, old.replace("    __syncthreads();  // this level", "    // this level"),
+                      "lesson06_sum3_no_sync.cu"))
+    report = check_sum(racy.sum3, quiet=True)
     assert not report.passed
     # wrong in one thread order and right in another: the report names it a race
-    assert any("race between threads" in c.detail for c in report.cases if not c.passed)
+    assert any("race between threads" in c.detail for c in failures(report))
     assert any("missing __syncthreads()" in h for h in report.hints)
 
 
-def test_a_bug_that_is_wrong_in_every_order_is_not_called_a_race(backend):
-    if backend != "sim":
-        pytest.skip("thread orders exist only on the simulator")
-    report = check_exercise("06", "row_max", path=PLANTED / "lesson06_row_max_first_32_only.cu")
-    assert not report.passed
-    assert not any("race" in c.detail for c in report.cases)
+def test_the_lessons_race_demo_is_sum3_without_its_barrier_in_the_tree():
+    """race.cu, which the lesson runs, keeps sum_kernel3's body apart from the one deleted barrier."""
+    race = (LESSON / "race.cu").read_text()
+    assert race == (SOLUTION / "race.cu").read_text()
+    assert "    if (tid < s) partial[tid] += partial[tid + s];\n    // the __syncthreads() that was here" in race
+    assert race.count("__syncthreads();") == 1  # only the barrier after the load is left
+
+
+# ---------------------------------------------------------------------------------------------
+# The benchmark's control experiment: what the atomics cost sum2 and sum3.
+
+def test_atomic_cost_compares_each_tree_with_its_twin_without_atomics(capsys):
+    from kernels.bench import Row
+    from kernels.benchmarks.lesson06 import BENCH_1G, atomic_cost
+
+    times = {"sum2": 2.0, "sum2_noatomic": 1.0, "sum3": 1.9, "sum3_noatomic": 0.5, "sum4": 0.4}
+    atomic_cost([Row(BENCH_1G, v, ms, None, None, None, None, None) for v, ms in times.items()])
+    out = capsys.readouterr().out
+    assert "sum2: 2.000 ms with one atomic per block, 1.000 ms without (0.50 of the time)" in out
+    assert "sum3: 1.900 ms with one atomic per block, 0.500 ms without (0.26 of the time)" in out
+    assert "sum3 vs sum2: 1.05x faster with the atomics, 2.00x without" in out
+
+
+def test_atomic_cost_says_so_when_the_figures_lack_the_control_variants(capsys):
+    from kernels.bench import Row
+    from kernels.benchmarks.lesson06 import BENCH_1G, atomic_cost
+
+    atomic_cost([Row(BENCH_1G, "sum2", 2.0, None, None, None, None, None)])
+    assert capsys.readouterr().out.startswith("no timings of sum2, sum2_noatomic, sum3, sum3_noatomic on 1 GiB")

@@ -76,3 +76,42 @@ def test_no_machine_paths_in_notebooks(folder, name):
     for i, cell in enumerate(cells(folder, name)):
         found = MACHINE_PATH.search(text(cell) + "\n" + outputs_text(cell))
         assert not found, f"{folder}/{name} cell {i} mentions a machine path: {found.group(0)!r}"
+
+
+HINT_CELL = re.compile(r'# hint\("(\d\d)", "(\w+)", (\d+)\)   # remove the "# " and run this cell for hint (\d+) of (\d+)')
+
+
+@pytest.mark.parametrize("folder", ["lessons", "solutions"])
+@pytest.mark.parametrize("name", LESSONS)
+def test_notebook_metadata_names_its_language(folder, name):
+    # without language_info JupyterLab fills it in on opening, and the notebook shows as modified
+    meta = json.loads((ROOT / folder / name / f"{name}.ipynb").read_text())["metadata"]
+    assert meta.get("language_info", {}).get("name") == "python", f"{folder}/{name} has no language_info"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_hints_appear_only_when_asked_one_cell_per_hint(name):
+    from kernels.exercises import all_exercises
+
+    lesson = name[:2]
+    code = [text(c) for c in cells("lessons", name) if c["cell_type"] == "code"]
+    called = [line for src in code for line in src.splitlines() if re.match(r"\s*hint\(", line)]
+    assert not called, f"{name}: Run All would print a hint: {called[0]!r}"
+    offered = [HINT_CELL.fullmatch(src.strip()).groups() for src in code if HINT_CELL.fullmatch(src.strip())]
+    expected = [(lesson, ex.name, str(k), str(k), str(len(ex.hints)))
+                for ex in all_exercises().get(lesson, []) for k in range(1, len(ex.hints) + 1)]
+    assert offered == expected, f"{name}: hint cells {offered}, expected one per hint: {expected}"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_a_lesson_with_a_gpu_benchmark_shows_its_recorded_figures_on_the_simulator(name):
+    from kernels.benchmarks import lessons as benchmarked
+
+    shown = [c for c in cells("lessons", name) if c["cell_type"] == "code" and "show_recorded(" in text(c)]
+    if name[:2] not in benchmarked():
+        assert not shown, f"{name} shows recorded figures but has no benchmark in kernels/benchmarks/"
+        return
+    assert any(f'show_recorded("{name[:2]}")' in text(c) for c in shown), f"{name}: no show_recorded cell"
+    for c in shown:  # figures differ with each recording, so nbval must not compare them
+        assert "nbval-ignore-output" in c["metadata"].get("tags", []) or "NBVAL_IGNORE_OUTPUT" in text(c)
+        assert "cuda" in text(c), "the recorded figures are for the simulator: a GPU shows its own"

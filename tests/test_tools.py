@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -47,24 +48,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 @pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab is not installed here")
-def test_make_lab_starts_a_server_that_lists_the_lessons_and_stops():
+def test_make_lab_serves_the_repository_and_opens_on_the_lessons():
     port, token = _free_port(), "lessons-test"
     args = f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token={token} --ServerApp.port_retries=0"
     proc = subprocess.Popen(["make", "-s", "lab", f"PY={sys.executable}", f"LAB_ARGS={args}"], cwd=ROOT, env=ENV,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?token={token}", timeout=5) as r:
+            return r.read().decode()
     try:
         listing, deadline = None, time.time() + 90
         while time.time() < deadline and listing is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=5) as r:
-                    listing = r.read().decode()
+                listing = get("/api/contents/lessons")
             except OSError:
                 assert proc.poll() is None, "the Jupyter server exited early"
                 time.sleep(1)
         assert listing is not None, "the Jupyter server did not answer within 90 s"
         lessons = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
         assert lessons and all(name in listing for name in lessons)
+        # the files the notebooks point to are inside the server's root
+        assert "02_first_kernel.cu" in get("/api/contents/kernels/reference")
+        assert "01_thread_model.ipynb" in get("/api/contents/solutions/01_thread_model")
+        # and the browser opens on lessons/
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirect:
+            opener.open(f"http://127.0.0.1:{port}/?token={token}", timeout=5)
+        assert redirect.value.code == 302 and redirect.value.headers["Location"].startswith("/lab/tree/lessons")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -225,3 +242,178 @@ def test_benchmark_main_with_record_writes_the_recorded_csv(tmp_path, monkeypatc
     assert benchmarks.main(["--record", "2"]) == 0
     assert "recorded in recorded/lesson02.csv" in capsys.readouterr().out
     assert (tmp_path / "recorded" / "lesson02.csv").read_text().splitlines()[1].startswith("add,add2,0.29,2750,")
+
+
+def _ladder():
+    from kernels.exercises import Exercise, Hint
+
+    return Exercise("02", "saxpy", "saxpy.cu", run=None, hints=[
+        Hint("nudge", answers=("invalid argument",)), Hint("blocks", answers=("never written",)),
+        Hint("guard", answers=("wrote past the end", "differ")), "answer"])
+
+
+def _report(*problems):
+    from kernels.check import Case, Report
+
+    r = Report("saxpy", cases=[Case(1, torch.float32)])
+    for p, detail in problems:
+        r.cases.append(Case(100, torch.float32, False, p, detail))
+    return r
+
+
+def test_the_first_hint_shown_is_the_one_tagged_for_the_failure():
+    from kernels.exercises import fitting_hint
+
+    past_end = ("wrote past the end: element(s) 200 (size is 200)", "")
+    unwritten = ("56 of 1000 elements are NaN", "first at flat index 944: never written (still the NaN poison)")
+    raised = ("raised RuntimeError", "CUDA error: invalid argument")
+    assert fitting_hint(_ladder(), _report(past_end, past_end)) == 3
+    assert fitting_hint(_ladder(), _report(unwritten)) == 2
+    assert fitting_hint(_ladder(), _report(raised)) == 1
+    # the hint that answers most failing cases wins: one size with 0 blocks, three with a tail unwritten
+    assert fitting_hint(_ladder(), _report(raised, unwritten, unwritten, unwritten)) == 2
+    assert fitting_hint(_ladder(), _report(("WROTE PAST THE END", ""))) == 3  # case does not matter
+
+
+def test_without_a_tagged_hint_for_the_failure_the_first_hint_is_shown():
+    from kernels.exercises import fitting_hint
+
+    assert fitting_hint(_ladder(), _report(("shape (3,), expected (4,)", ""))) == 1
+
+
+def test_a_failing_check_shows_the_fitting_hint_and_the_command_for_the_next(capsys):
+    sys.path.insert(0, str(ROOT / "tests"))
+    from planting import plant
+
+    from kernels.exercises import check_exercise, lesson_dir
+
+    no_guard = plant(lesson_dir("02", solution=True) / "saxpy.cu", "if (i < n) {", "{", "saxpy_no_guard.cu")
+    report = check_exercise("02", "saxpy", path=no_guard, backend="sim", shell=True)
+    out = capsys.readouterr().out
+    assert not report.passed and "wrote past the end" in out
+    assert "  hint 3/4 (it fits this failure): Kernel: the index" in out
+    assert "  next hint: make hint LESSON=02 N=4" in out
+    assert "hint 1/4" not in out and "hint 2/4" not in out and "hint 4/4" not in out  # one hint, not the ladder
+    check_exercise("02", "saxpy", path=no_guard, backend="sim")
+    assert '  next hint: hint("02", "saxpy", 4)' in capsys.readouterr().out  # in a notebook, the call to run
+
+
+def test_a_passing_check_prints_no_hint(capsys):
+    from kernels.exercises import check_exercise
+
+    assert check_exercise("01", "scale", solution=True, backend="sim").passed
+    assert "hint" not in capsys.readouterr().out
+
+
+def test_make_hint_prints_that_hint_and_the_command_for_the_next():
+    from kernels.exercises import find
+
+    r = subprocess.run(["make", "-s", "hint", "LESSON=02", "N=2", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    n = len(find("02", "saxpy")[0].hints)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith(f"hint 2/{n}: Blocks: enough to give every element a thread")
+    assert r.stdout.splitlines()[-1] == "next hint: make hint LESSON=02 N=3"
+
+
+def test_the_last_hint_offers_no_next_one(capsys):
+    from kernels.exercises import find, hint
+
+    n = len(find("01", "scale")[0].hints)
+    hint("01", "scale", n)
+    out = capsys.readouterr().out
+    assert out.startswith(f"hint {n}/{n}: ") and "next hint" not in out
+
+
+@pytest.mark.parametrize("n", [0, 99, "2", 1.0, True])
+def test_hint_numbers_outside_the_ladder_are_refused_with_its_range(n):
+    from kernels.exercises import find, hint
+
+    with pytest.raises(ValueError, match=f"has hints 1 to {len(find('02', 'saxpy')[0].hints)}; got"):
+        hint("02", "saxpy", n)
+
+
+def test_make_hint_for_a_hint_that_does_not_exist_says_which_do():
+    r = subprocess.run(["make", "-s", "hint", "LESSON=02", "N=9", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "lesson 02's exercise saxpy has hints 1 to 4; got 9" in r.stdout
+
+
+def test_a_hint_in_a_lesson_of_several_exercises_needs_the_exercise_name(monkeypatch):
+    import kernels.exercises as exercises
+
+    two = [_ladder(), exercises.Exercise("02", "square", "square.cu", run=None, hints=["h"])]
+    monkeypatch.setattr(exercises, "all_exercises", lambda: {"02": two})
+    with pytest.raises(ValueError, match=r"several exercises \(saxpy, square\): say which, as in make hint "
+                                         r"LESSON=02 EX=<name> N=2"):
+        exercises.hint("02", None, 2, shell=True)
+    assert exercises.hint_command(two[1], 1, shell=True) == "make hint LESSON=02 EX=square N=1"
+    assert exercises.hint_command(two[1], 1) == 'hint("02", "square", 1)'
+
+
+def test_a_lesson_that_is_not_a_number_is_refused_clearly(capsys):
+    from kernels.exercises import find, main
+
+    with pytest.raises(KeyError) as e:
+        find("intro")
+    assert e.value.args[0] == 'expected a lesson number such as "04", got \'intro\''
+    assert main(["intro", "--hint", "1"]) == 2
+    assert capsys.readouterr().out == 'expected a lesson number such as "04", got \'intro\'\n'
+
+
+def test_make_check_says_how_to_get_the_next_hint_from_the_shell():
+    r = subprocess.run(["make", "-s", "check", "LESSON=01", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0  # the stub in lessons/ does not pass
+    assert "  hint 1/4: Start from add_kernel2" in r.stdout
+    assert "  next hint: make hint LESSON=01 N=2" in r.stdout
+
+
+def test_make_lessons_ends_by_saying_what_to_open_next(monkeypatch, capsys):
+    from kernels import run_notebooks
+
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda folders: [ROOT / "lessons" / "01_thread_model" / "x.ipynb"])
+    monkeypatch.setattr(run_notebooks, "run", lambda nb: (True, ""))
+    assert run_notebooks.main(["lessons"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("all notebooks ran") < out.index("make lab") < out.index("make check LESSON=01")
+    # the steps name files that exist
+    assert "01_thread_model/01_thread_model.ipynb" in out and (ROOT / "lessons/01_thread_model/01_thread_model.ipynb").is_file()
+    assert "scale.cu" in out and (ROOT / "lessons/01_thread_model/scale.cu").is_file()
+
+
+def test_make_lessons_with_a_failing_notebook_names_it_and_gives_no_next_steps(monkeypatch, capsys):
+    from kernels import run_notebooks
+
+    monkeypatch.setattr(run_notebooks, "notebooks", lambda folders: [ROOT / "lessons" / "01_thread_model" / "x.ipynb"])
+    monkeypatch.setattr(run_notebooks, "run", lambda nb: (False, "NameError: name 'y' is not defined"))
+    assert run_notebooks.main(["lessons"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "lessons/01_thread_model/x.ipynb" in out and "make lab" not in out
+
+
+@pytest.mark.slow
+def test_the_package_builds_without_setuptools_warnings_and_ships_its_data_files(tmp_path):
+    import shutil
+    import zipfile
+
+    import setuptools
+
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} here; the project builds with setuptools>=77")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src)
+    shutil.copytree(ROOT / "kernels", src / "kernels", ignore=shutil.ignore_patterns("__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--no-index",
+                        str(src), "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    log = r.stdout + r.stderr
+    for warning in ("BuildBackendWarning", "SetuptoolsDeprecationWarning", "would be ignored", "is deprecated"):
+        assert warning not in log, f"the build warns: {warning}"
+    names = zipfile.ZipFile(next((tmp_path / "dist").glob("*.whl"))).namelist()
+    for f in ("kernels/include/helpers.cuh", "kernels/reference/01_thread_model.cu", "kernels/sim/README.md",
+              "kernels/exercises/lesson01.py", "kernels/benchmarks/__init__.py"):
+        assert f in names, f"{f} is missing from the wheel"
+    assert not [n for n in names if "__pycache__" in n]

@@ -22,42 +22,64 @@ DTYPES = (torch.float32, torch.bfloat16)
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
 
+_REGISTERED: set[str] = set()  # the extension namespaces whose fused ops already have fake and autograd kernels
+
+
+def register_fused_ops(ext) -> None:
+    """Give lesson 05's functional ops fake kernels and derivatives (lesson 03's route), once per build."""
+    if ext.ns in _REGISTERED:
+        return
+    ns = ext.ns
+
+    @torch.library.register_fake(f"{ns}::relu_add_bias")
+    def _(x, y, bias):
+        return torch.empty_like(x)
+
+    @torch.library.register_fake(f"{ns}::relu_add_bias_backward")
+    def _(grad, x):
+        return torch.empty_like(x), x.new_empty(x.shape[-1])
+
+    @torch.library.register_fake(f"{ns}::bias_gelu")
+    def _(x, bias, tanh):
+        return torch.empty_like(x)
+
+    @torch.library.register_fake(f"{ns}::bias_gelu_backward")
+    def _(grad, x, bias, tanh):
+        return torch.empty_like(x), torch.empty_like(bias)
+
+    def relu_setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])  # x only: relu's gradient needs the sign of x
+
+    def relu_backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        grad = grad.contiguous()  # autograd may pass an expanded (stride-0) gradient
+        dx, dbias = ext.relu_add_bias_backward(grad, x)
+        return dx, grad, dbias  # d out / d y is 1: y's gradient is grad itself
+
+    def gelu_setup(ctx, inputs, output):
+        x, bias, tanh = inputs
+        ctx.save_for_backward(x, bias)  # not the output: the backward recomputes gelu'(x + bias)
+        ctx.tanh = tanh
+
+    def gelu_backward(ctx, grad):
+        x, bias = ctx.saved_tensors
+        dx, dbias = ext.bias_gelu_backward(grad.contiguous(), x, bias, ctx.tanh)
+        return dx, dbias, None  # no gradient for the flag
+
+    torch.library.register_autograd(f"{ns}::relu_add_bias", relu_backward, setup_context=relu_setup)
+    torch.library.register_autograd(f"{ns}::bias_gelu", gelu_backward, setup_context=gelu_setup)
+    _REGISTERED.add(ns)
+
+
 def fused_ops(ext, swiglu_ext=None) -> dict[str, Callable]:
-    """The fused kernels as autograd-aware functions: relu_add_bias(x, y, bias), bias_gelu(x, bias, tanh), swiglu(a, b)."""
+    """The fused kernels as differentiable functions: relu_add_bias(x, y, bias), bias_gelu(x, bias, tanh), swiglu(a, b).
 
-    class ReluAddBias(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, y, bias):
-            out = torch.empty_like(x)
-            ext.relu_add_bias2(x, y, bias, out)
-            ctx.save_for_backward(x)
-            return out
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            grad = grad.contiguous()
-            dx, dbias = torch.empty_like(x), x.new_empty(x.shape[-1])
-            ext.relu_add_bias_backward4(grad, x, dx, dbias)
-            return dx, grad, dbias  # d out / d y is 1: y's gradient is grad itself
-
-    class BiasGelu(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, bias, tanh):
-            out = torch.empty_like(x)
-            ext.bias_gelu3(x, bias, tanh, out)
-            ctx.save_for_backward(x, bias)
-            ctx.tanh = tanh
-            return out
-
-        @staticmethod
-        def backward(ctx, grad):
-            x, bias = ctx.saved_tensors
-            dx, dbias = torch.empty_like(x), torch.empty_like(bias)
-            ext.bias_gelu_backward5(grad.contiguous(), x, bias, ctx.tanh, dx, dbias)
-            return dx, dbias, None
-
-    ops = {"relu_add_bias": ReluAddBias.apply, "bias_gelu": BiasGelu.apply}
+    relu_add_bias and bias_gelu are the extension's functional ops with fake kernels and derivatives
+    registered, so torch.compile traces them; swiglu (the exercise's out-variant ops) is an eager-only
+    autograd.Function.
+    """
+    register_fused_ops(ext)
+    ops = {"relu_add_bias": ext.relu_add_bias, "bias_gelu": ext.bias_gelu}
     if swiglu_ext is not None:
         class SwiGLU(torch.autograd.Function):
             @staticmethod

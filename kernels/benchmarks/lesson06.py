@@ -1,7 +1,8 @@
 """Lesson 06 on the GPU: every full-vector sum and every row reduction against torch.sum, in one run.
 
 GB/s count the bytes read (a reduction writes one float per row, or one in all), so they can be
-set against the copy bandwidth measured in the same run.
+set against the copy bandwidth measured in the same run. sum2_noatomic and sum3_noatomic, timed
+beside sum2 and sum3, show what those two kernels' atomics cost (atomic_cost reads them back).
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ N = 2**28                # floats in the full-vector sum: 1 GiB
 N_SMALL = 2**26          # and 256 MiB, where a launch and its ramp weigh more
 ROWS, COLS = 8192, 8192  # the row reductions: 256 MiB
 SUMS = [f"sum{k}" for k in range(1, 8)]
+# the 1 GiB benchmark: every sum, with the control variants without atomics beside sum2 and sum3
+SUMS_1G = ["sum1", "sum2", "sum2_noatomic", "sum3", "sum3_noatomic", *SUMS[3:]]
+BENCH_1G = "sum of 2^28 floats (1 GiB)"
 
 
 def _sum_close(got: float, want: float, x: torch.Tensor) -> bool:
@@ -36,13 +40,13 @@ def run(out_dir: Path) -> list[Row]:
 
     def sums_still_correct() -> bool:
         results = []
-        for name in SUMS:
+        for name in SUMS_1G:
             getattr(ext, name)(x, out)
             results.append(_sum_close(out.item(), want, x))
         return all(results)
 
-    variants = {name: (lambda f=getattr(ext, name): f(x, out)) for name in SUMS}
-    rows = bench("sum of 2^28 floats (1 GiB)", variants, bytes=x.nbytes, torch_fn=torch.sum, args=(x,),
+    variants = {name: (lambda f=getattr(ext, name): f(x, out)) for name in SUMS_1G}
+    rows = bench(BENCH_1G, variants, bytes=x.nbytes, torch_fn=torch.sum, args=(x,),
                  copy_gbps=copy, check=sums_still_correct, csv_path=csv_path,
                  plot_path=out_dir / "lesson06_sum.png", show=False)
     del x
@@ -73,9 +77,23 @@ def run(out_dir: Path) -> list[Row]:
                   check=rows_still_correct, csv_path=csv_path, plot_path=out_dir / "lesson06_row_max.png", show=False)
 
     # every variant in one chart: the benchmark's name in front of each bar
-    short = {"sum of 2^28 floats (1 GiB)": "sum 1G", "sum of 2^26 floats (256 MiB)": "sum 256M",
+    short = {BENCH_1G: "sum 1G", "sum of 2^26 floats (256 MiB)": "sum 256M",
              f"row sum {ROWS}x{COLS}": "row sum", f"row max {ROWS}x{COLS}": "row max"}
     labelled = [dataclasses.replace(r, variant=f"{short[r.bench]}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson06_all.png", show=False)
     print(table(labelled, copy))
     return rows
+
+
+def atomic_cost(rows: list[Row]) -> None:
+    """Print what the atomics cost sum2 and sum3 on 1 GiB: each against its _noatomic twin, from timed rows."""
+    ms = {r.variant: r.ms for r in rows if r.bench == BENCH_1G}
+    needed = ["sum2", "sum2_noatomic", "sum3", "sum3_noatomic"]
+    if not all(v in ms for v in needed):
+        print(f"no timings of {', '.join(needed)} on 1 GiB in these figures")
+        return
+    for k in ("sum2", "sum3"):
+        print(f"{k}: {ms[k]:.3f} ms with one atomic per block, {ms[k + '_noatomic']:.3f} ms without "
+              f"({ms[k + '_noatomic'] / ms[k]:.2f} of the time)")
+    print(f"sum3 vs sum2: {ms['sum2'] / ms['sum3']:.2f}x faster with the atomics, "
+          f"{ms['sum2_noatomic'] / ms['sum3_noatomic']:.2f}x without")

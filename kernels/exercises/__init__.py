@@ -2,6 +2,10 @@
 
 A notebook's check cell and `make check LESSON=NN` both call `check_exercise`, so they print
 the same report. Each lesson module defines EXERCISES, a list of Exercise.
+
+Hints appear only when asked for: a failing check prints one hint, the one that fits the failure
+(a Hint names the diagnoses it answers, such as "wrote past the end"), and says how to ask for the
+next: `hint("02", "saxpy", 2)` in a notebook, `make hint LESSON=02 N=2` in a terminal.
 """
 from __future__ import annotations
 
@@ -12,10 +16,22 @@ from pathlib import Path
 from typing import Callable
 
 from ..build import ROOT, BuildError, load
-from ..check import Report
+from ..check import Report, merge
 
 LESSONS = ROOT / "lessons"
 SOLUTIONS = ROOT / "solutions"
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A hint and the diagnoses it answers: words of the checker's problem text for a failing case
+    ("wrote past the end", "never written", "invalid argument"), matched ignoring case."""
+
+    text: str
+    answers: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass
@@ -26,7 +42,7 @@ class Exercise:
     name: str              # "copy_vec4"
     file: str              # the file name, in lessons/NN_topic/ (stub) and solutions/NN_topic/
     run: Callable          # run(ext, backend) -> Report
-    hints: list[str] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
+    hints: list[str | Hint] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
 
 
 def lesson_dir(lesson: str, solution: bool = False) -> Path:
@@ -49,7 +65,10 @@ def all_exercises() -> dict[str, list[Exercise]]:
 
 
 def find(lesson: str, name: str | None = None) -> list[Exercise]:
-    lesson = f"{int(lesson):02d}"
+    try:
+        lesson = f"{int(lesson):02d}"
+    except (TypeError, ValueError):
+        raise KeyError(f'expected a lesson number such as "04", got {lesson!r}') from None
     exs = all_exercises().get(lesson)
     if not exs:
         raise KeyError(f"lesson {lesson} has no exercises; lessons with exercises: {', '.join(all_exercises())}")
@@ -61,11 +80,49 @@ def find(lesson: str, name: str | None = None) -> list[Exercise]:
     return picked
 
 
+def fitting_hint(ex: Exercise, report: Report) -> int:
+    """The number (from 1) of the hint that answers most of the report's failing cases; ties go to
+    the earlier hint, and 1 when no hint names any of the failures."""
+    failures = [f"{c.problem}\n{c.detail}".lower() for c in report.cases if not c.passed]
+    best, best_count = 1, 0
+    for n, h in enumerate(ex.hints, 1):
+        tags = [t.lower() for t in getattr(h, "answers", ())]
+        count = sum(any(t in f for t in tags) for f in failures)
+        if count > best_count:
+            best, best_count = n, count
+    return best
+
+
+def hint_command(ex: Exercise, n: int, shell: bool = False) -> str:
+    """How to ask for hint n of an exercise: a notebook call, or a make command for a terminal."""
+    if not shell:
+        return f'hint("{ex.lesson}", "{ex.name}", {n})'
+    several = len(find(ex.lesson)) > 1
+    return f"make hint LESSON={ex.lesson}{f' EX={ex.name}' if several else ''} N={n}"
+
+
+def _print_hints(ex: Exercise, report: Report, show: int, shell: bool) -> None:
+    """After a failing check: `show` hints from the one that fits the failure, then how to get the next."""
+    if report.passed or not ex.hints or show <= 0:
+        return
+    first = fitting_hint(ex, report)
+    last = min(first + show - 1, len(ex.hints))
+    for n in range(first, last + 1):
+        fits = " (it fits this failure)" if n == first and first > 1 else ""
+        print(f"  hint {n}/{len(ex.hints)}{fits}: {ex.hints[n - 1]}")
+    if last < len(ex.hints):
+        print(f"  next hint: {hint_command(ex, last + 1, shell)}")
+    else:
+        print(f"  that was the last hint; the worked answer is solutions/{lesson_dir(ex.lesson, True).name}/{ex.file}")
+
+
 def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | None = None,
-                   solution: bool = False, backend: str | None = None, show_hints: int = 1) -> Report:
+                   solution: bool = False, backend: str | None = None, show_hints: int = 1,
+                   shell: bool = False) -> Report:
     """Build the exercise file (yours in lessons/, or the solution) and run its self-check.
 
-    Prints a pass/fail line per case and, on failure, the first `show_hints` hints of the ladder.
+    Prints a pass/fail line per case and, on failure, `show_hints` hints of the ladder starting
+    from the one that fits the failure, and how to ask for the next (a make command if `shell`).
     Never raises for a failing or non-compiling exercise: it reports instead.
     """
     reports = []
@@ -83,46 +140,57 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
             reports.append(r)
             continue
         r = ex.run(ext, backend)
-        if not r.passed and ex.hints and show_hints:
-            for i, h in enumerate(ex.hints[:show_hints], 1):
-                print(f"  hint {i}/{len(ex.hints)}: {h}")
-            if len(ex.hints) > show_hints:
-                print(f"  (more hints: hint('{ex.lesson}', '{ex.name}', {show_hints + 1}))")
+        _print_hints(ex, r, show_hints, shell)
         reports.append(r)
     if len(reports) == 1:
         return reports[0]
-    merged = Report(f"lesson {lesson}")
-    for r in reports:
-        merged.cases += r.cases
-        merged.hints += r.hints
-    return merged
+    return merge(f"lesson {lesson}", reports)
 
 
-def hint(lesson: str, name: str, n: int = 1) -> None:
-    """Print hint n of an exercise's ladder (1 is a nudge; the last is nearly the answer)."""
-    ex = find(lesson, name)[0]
-    n = max(1, min(n, len(ex.hints)))
+def hint(lesson: str, name: str | None = None, n: int = 1, *, shell: bool = False) -> None:
+    """Print hint n of an exercise's ladder (1 is a nudge; the last is nearly the answer).
+
+    `name` may be left out when the lesson has one exercise.
+    """
+    exs = find(lesson, name)
+    if len(exs) > 1:
+        names = ", ".join(e.name for e in exs)
+        how = f"make hint LESSON={exs[0].lesson} EX=<name> N={n}" if shell else f'hint("{exs[0].lesson}", "<name>", {n})'
+        raise ValueError(f"lesson {exs[0].lesson} has several exercises ({names}): say which, as in {how}")
+    ex = exs[0]
+    if not ex.hints:
+        raise ValueError(f"lesson {ex.lesson}'s exercise {ex.name} has no hints")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(ex.hints):
+        raise ValueError(f"lesson {ex.lesson}'s exercise {ex.name} has hints 1 to {len(ex.hints)}; got {n!r}")
     print(f"hint {n}/{len(ex.hints)}: {ex.hints[n - 1]}")
+    if n < len(ex.hints):
+        print(f"next hint: {hint_command(ex, n + 1, shell)}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m kernels.exercises NN [--solution]`: check a lesson's exercises; exit 1 on failure."""
+    """`python -m kernels.exercises NN [name] [--solution] [--hint N]`: check a lesson's exercises
+    (exit 1 on failure), or print one hint."""
     import argparse
 
-    p = argparse.ArgumentParser(description="Check your exercises of a lesson (make check LESSON=NN).")
+    p = argparse.ArgumentParser(description="Check your exercises of a lesson (make check LESSON=NN), "
+                                            "or print a hint (make hint LESSON=NN [EX=name] N=2).")
     p.add_argument("lesson", help="lesson number, such as 04")
     p.add_argument("name", nargs="?", help="one exercise of the lesson (default: all)")
     p.add_argument("--solution", action="store_true", help="check the solution files instead of yours")
     p.add_argument("--backend", choices=["cuda", "sim"], help="default: cuda with a GPU, else sim")
+    p.add_argument("--hint", type=int, metavar="N", help="print hint N of the exercise instead of checking")
     a = p.parse_args(argv)
     try:
+        if a.hint is not None:
+            hint(a.lesson, a.name, a.hint, shell=True)
+            return 0
         exs = find(a.lesson, a.name)
-    except KeyError as e:
+    except (KeyError, ValueError) as e:
         print(e.args[0])
         return 2
     ok = True
     for ex in exs:
-        r = check_exercise(ex.lesson, ex.name, solution=a.solution, backend=a.backend)
+        r = check_exercise(ex.lesson, ex.name, solution=a.solution, backend=a.backend, shell=True)
         ok &= r.passed
         print()
     print("all exercises pass" if ok else "some exercises do not pass yet")

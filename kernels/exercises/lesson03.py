@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ..check import Case, Report, check, elementwise
-from . import Exercise, lesson_dir
+from ..check import Case, Report, check, elementwise, merge, where_raised
+from . import Exercise, Hint, lesson_dir
 
 # The GPU computes x * y + z with one fused multiply-add (one rounding), eager PyTorch with two:
 # they differ by up to half a unit in the last place of x * y, so fp32 gets a little absolute slack.
@@ -44,7 +44,9 @@ def _one_case(name: str, label: str, dtype: torch.dtype, fn, hint: str) -> Repor
     try:
         fn()
     except Exception as e:  # the report shows the message; the notebook keeps running
-        case.passed, case.problem, case.detail = False, "raised " + type(e).__name__, _first_line(e)
+        where = where_raised(e)
+        case.passed, case.problem = False, "raised " + type(e).__name__
+        case.detail = _first_line(e) + (f"\nat {where}" if where else "")
         if "not written yet" in str(e):  # the stub's NotImplementedError, possibly inside an opcheck error
             hint = "fma_op.py is not finished: " + _first_line(e).split(" failed with ")[-1].split(" (scroll")[0]
         report.hints.append(hint)
@@ -63,12 +65,10 @@ def _not_run(name: str, why: str) -> Report:
 def run_fma(ext, backend):
     """Check ext.fma and its derivative; print a report per part and return them merged."""
     dev = torch.device("cuda" if (backend or ext.backend) == "cuda" else "cpu")
-    merged = Report("fma")
     registration = _one_case("fma registration", "register", torch.float32,
                              lambda: _python_half(Path(ext.path)).register(ext.ns),
                              "fma_op.register raised: read its message above. 'does not exist' means an op "
                              "is not declared in fma.cu (m.def); anything else is in fma_op.py")
-    merged.cases += registration.cases
     registered = registration.passed
 
     def eager_grads(g, x, y, z):
@@ -89,8 +89,8 @@ def run_fma(ext, backend):
         parts.append(_not_run("fma backward, opcheck, gradcheck",
                               "not run until fma_op.register(ns) works: fix the registration first"))
     else:
-        parts.append(check(op_grads, eager_grads, elementwise(4), dtypes=(torch.float32,),
-                           name="fma backward (grads of x, y, z)", backend=backend))
+        parts.append(check(op_grads, eager_grads, elementwise(4), out_names=("grad_x", "grad_y", "grad_z"),
+                           dtypes=(torch.float32,), name="fma backward (grads of x, y, z)", backend=backend))
 
     def small(dtype):
         return [torch.randn(7, 5, dtype=dtype, device=dev, requires_grad=True) for _ in range(3)]
@@ -108,23 +108,22 @@ def run_fma(ext, backend):
                                lambda: torch.autograd.gradcheck(ext.fma, tuple(small(torch.float64))),
                                "gradcheck compares your backward with finite differences in float64: check "
                                "which gradient goes with which input"))
-    for p in parts:
-        merged.cases += p.cases
-        merged.hints += p.hints
-    return merged
+    return merge("fma", [registration, *parts])
 
 
 EXERCISES = [
     Exercise("03", "fma", "fma.cu", run_fma, hints=[
-        "Both kernels are elementwise, like mul_kernel in kernels/reference/03_pytorch_op.cu: thread i "
-        "owns element i, guarded by `if (i < n)`. The two registration lines follow mul_backward's in the "
-        "same file. A fake kernel runs no kernel at all: it only returns empty tensors of the right shape "
-        "and dtype (torch.empty_like).",
-        "setup_context(ctx, inputs, output) gets inputs = (x, y, z): save x and y with "
-        "ctx.save_for_backward. backward(ctx, grad) returns one gradient per input, in order: "
-        "(grad_x, grad_y, grad_z) with grad_x = grad * y, grad_y = grad * x, grad_z = grad.",
-        "The kernels accept only contiguous tensors, and autograd can hand backward a strided grad (the "
-        "grad of out.sum() is an expanded tensor of ones): pass grad.contiguous() to ops.fma_backward.",
+        Hint("Both kernels are elementwise, like mul_kernel in kernels/reference/03_pytorch_op.cu: thread i "
+             "owns element i, guarded by `if (i < n)`. The two registration lines follow mul_backward's in the "
+             "same file. A fake kernel runs no kernel at all: it only returns empty tensors of the right shape "
+             "and dtype (torch.empty_like).", answers=("never written", "does not exist", "fake kernel")),
+        Hint("setup_context(ctx, inputs, output) gets inputs = (x, y, z): save x and y with "
+             "ctx.save_for_backward. backward(ctx, grad) returns one gradient per input, in order: "
+             "(grad_x, grad_y, grad_z) with grad_x = grad * y, grad_y = grad * x, grad_z = grad.",
+             answers=("backward of fma", "jacobian")),
+        Hint("The kernels accept only contiguous tensors, and autograd can hand backward a strided grad (the "
+             "grad of out.sum() is an expanded tensor of ones): pass grad.contiguous() to ops.fma_backward.",
+             answers=("must be contiguous",)),
         "Kernels: `if (i < n) out[i] = x[i] * y[i] + z[i];` and `if (i < n) { grad_x[i] = grad[i] * y[i]; "
         "grad_y[i] = grad[i] * x[i]; }`. Registration: `m.def(\"fma_backward(Tensor grad, Tensor x, Tensor y) "
         "-> (Tensor, Tensor)\");` and `m.impl(\"fma_backward\", &fma_backward);`. fma_op.py: `return torch.empty_like(x)`, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..check import Report, check, elementwise, like
+from ..check import Report, check, elementwise, like, merge
 from . import Exercise
 
 # Ragged sizes: not multiples of a 16-byte vector (4 floats, 8 bf16), smaller than one, and empty.
@@ -29,9 +29,9 @@ def run_swiglu(ext, backend: str | None) -> Report:
     """The forward and the backward on ragged sizes, float32 and bfloat16."""
     fwd = check(ext.swiglu, swiglu_ref, elementwise(2), out=like(0), sizes=SIZES, dtypes=DTYPES,
                 name="swiglu (forward)", backend=backend)
-    bwd = check(ext.swiglu_backward, swiglu_backward_ref, elementwise(3), out=like(1, 2), sizes=SIZES,
-                dtypes=DTYPES, name="swiglu_backward", backend=backend)
-    both = Report("swiglu", fwd.cases + bwd.cases, fwd.hints + bwd.hints)
+    bwd = check(ext.swiglu_backward, swiglu_backward_ref, elementwise(3), out=like(1, 2), out_names=("da", "db"),
+                sizes=SIZES, dtypes=DTYPES, name="swiglu_backward", backend=backend)
+    both = merge("swiglu", [fwd, bwd])
     print(f"forward and backward: {'PASS' if both.passed else 'FAIL'}")
     return both
 

@@ -30,8 +30,9 @@
 #define KERNELS_DEVICE_WORD "a CUDA tensor"
 #endif
 
-// A tensor's shape as "[2, 3]". Streaming sizes() or a plain integer straight into TORCH_CHECK
-// crashed nvcc builds against torch 2.11, so messages format numbers with std::to_string.
+// A tensor's shape as "[2, 3]". Messages in kernels/ format shapes with shape_str and numbers with
+// std::to_string: one form on every backend. Whether TORCH_CHECK also takes them streamed straight
+// in is what tests/toolkit/check_message.cu tests, on whichever backend runs it.
 inline std::string shape_str(c10::IntArrayRef sizes) {
   std::string s = "[";
   for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);

@@ -175,8 +175,7 @@ static void check_scale_add_args(const at::Tensor& x, const at::Tensor& y, const
 
 // float4 loads and stores need addresses that are multiples of 16. A fresh tensor is (PyTorch
 // allocates at 256-byte boundaries, at least), but a view such as x[1:] starts 4 bytes later.
-// Numbers go into the messages as strings: streaming an integer into TORCH_CHECK crashed the
-// process (not an error, a segfault) in nvcc builds against torch 2.11 on an H100.
+// The number goes into the message as text (std::to_string), as everywhere in kernels/ (see helpers.cuh).
 #define CHECK_ALIGNED16(t)                                                                     \
   TORCH_CHECK(reinterpret_cast<uintptr_t>((t).data_ptr()) % 16 == 0,                          \
               #t " must be 16-byte aligned for float4 loads and stores, got an address 16k + ", \

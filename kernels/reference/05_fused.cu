@@ -1,5 +1,5 @@
 // 05_fused.cu: fused elementwise kernels: several PyTorch ops in one pass over memory.
-// Load with `ext = load("05")`; every op is an out-variant: ext.relu_add_bias2(x, y, bias, out).
+// Load with `ext = load("05")`; the numbered ops are out-variants: ext.relu_add_bias2(x, y, bias, out).
 //
 //   relu_add_bias1           out = relu(x) + y + bias, one thread per element, scalar loads
 //   relu_add_bias2           the same with 16-byte vectors (4 floats or 8 bf16), 4 vectors per thread
@@ -8,6 +8,9 @@
 //   relu_add_bias_backward4  dx = grad * (x > 0) and dbias = grad summed over rows, in one pass:
 //                            each thread owns fixed columns and walks down the rows
 //   bias_gelu_backward5      dx = grad * gelu'(x + bias) and dbias = dx summed over rows, in one pass
+//   relu_add_bias, relu_add_bias_backward, bias_gelu, bias_gelu_backward
+//                            functional ops (they allocate and return their outputs) over 2, 4, 3
+//                            and 5, for register_autograd and torch.compile
 //
 // Shapes: x, y, grad, out and dx have any shape with C = x.size(-1) columns (a [rows, C] matrix
 // in memory); bias and dbias have shape [C]: one bias per column (per feature), as nn.Linear's.
@@ -19,11 +22,15 @@
 // Includes.
 #include "helpers.cuh"
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <tuple>
 
 constexpr int BLOCK = 256;  // threads per block in the 1-D kernels
 constexpr int UNROLL = 4;   // 16-byte vectors per thread: 4 independent loads per input in flight
@@ -42,20 +49,25 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
 // How many values of T fill 16 bytes: the widest load one thread can issue in one instruction.
+// (kVec<T> is a variable template: one constant per type, kVec<float> = 4, kVec<__nv_bfloat16> = 8.)
 template <typename T> constexpr int kVec = 16 / sizeof(T);
 
-// N values moved together. When they fill 16 bytes, `raw` moves them with one instruction.
+// N values of T moved together. alignas makes a 16-byte Vec 16-byte aligned, as a 16-byte access needs.
 template <typename T, int N>
-union Vec {
+struct alignas(sizeof(T) * N) Vec {
   T v[N];
-  uint4 raw;
 };
 
+// A full 16-byte Vec goes through memory as a uint4 (a 16-byte type the CUDA headers define, so
+// the cast is one 16-byte instruction: LDG.E.128 / STG.E.128 in the SASS), and memcpy moves those
+// bytes into the T array in registers: the well-defined way to view bytes as another type
+// (reading a union member other than the one last written is not). Smaller Vecs go value by value.
 template <int N, typename T>
 __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
   Vec<T, N> r;
-  if constexpr (N * sizeof(T) == 16) {
-    r.raw = *reinterpret_cast<const uint4*>(p);  // one 16-byte load: p must be 16-byte aligned
+  if constexpr (sizeof(r) == 16) {
+    const uint4 bits = *reinterpret_cast<const uint4*>(p);  // p must be 16-byte aligned
+    memcpy(&r, &bits, sizeof(r));
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) r.v[k] = p[k];
@@ -65,10 +77,10 @@ __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
 
 template <int N, typename T>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& r) {
-  if constexpr (N * sizeof(T) == 16) {
-    // One 16-byte store. The intrinsic (a streaming store: written once, not read back here) makes
-    // the width explicit: a plain `*(uint4*)p = r.raw` was split by nvcc into 4-byte stores here.
-    __stcs(reinterpret_cast<uint4*>(p), r.raw);
+  if constexpr (sizeof(r) == 16) {
+    uint4 bits;
+    memcpy(&bits, &r, sizeof(r));
+    *reinterpret_cast<uint4*>(p) = bits;  // one 16-byte store; p must be 16-byte aligned
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] = r.v[k];
@@ -240,8 +252,9 @@ __global__ void bias_act_backward_kernel(const T* __restrict__ grad, const T* __
       for (int j = 0; j < ROWS_IN_FLIGHT; ++j) {  // load both rows before computing either
         const int64_t rj = r + j * stride;
         if (rj < rows) {
-          gv[j] = load_vec<V>(grad + rj * C + col);
-          xv[j] = load_vec<V>(x + rj * C + col);
+          const int64_t e = (rj * (C / V) + col / V) * V;  // rj * C + col, see the store below
+          gv[j] = load_vec<V>(grad + e);
+          xv[j] = load_vec<V>(x + e);
         }
       }
 #pragma unroll
@@ -261,7 +274,10 @@ __global__ void bias_act_backward_kernel(const T* __restrict__ grad, const T* __
             acc[k] += d;  // the float32 value, before rounding to T
           }
         }
-        store_vec<V>(dx + rj * C + col, o);
+        // The offset written as a whole number of vectors (C % V == 0 here): with dx + rj * C + col,
+        // nvcc 13 split this store into four 4-byte stores (seen with cuobjdump -sass); as written
+        // here it is one STG.E.128.
+        store_vec<V>(dx + (rj * (C / V) + col / V) * V, o);
       }
     }
   }
@@ -294,7 +310,6 @@ static int64_t check_bias(const at::Tensor& x, const at::Tensor& bias) {
   CHECK_INPUT(bias);
   CHECK_SAME_DTYPE(x, bias);
   TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension (the columns), got a scalar");
-  // (Messages stream strings only: streaming integers or sizes() crashed nvcc builds on some torch releases.)
   TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(-1), "bias must have shape [", std::to_string(x.size(-1)),
               "] (one value per column of x, whose shape is ", shape_str(x.sizes()), "), got ", shape_str(bias.sizes()));
   return x.size(-1);
@@ -306,8 +321,10 @@ static void check_like(const at::Tensor& x, const at::Tensor& t, const char* nam
   TORCH_CHECK(t.sizes() == x.sizes(), name, " must have x's shape ", shape_str(x.sizes()), ", got ", shape_str(t.sizes()));
 }
 
-// Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype (AT_DISPATCH_FLOATING_TYPES_AND does
-// the same with at::BFloat16; CUDA's own __nv_bfloat16 comes with its intrinsics).
+// Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype. The launchers pass a generic lambda,
+// [&](auto t) { using T = decltype(t); ... }: its body is a template, compiled once for each type it
+// is called with. (AT_DISPATCH_FLOATING_TYPES_AND does the same with at::BFloat16; CUDA's own
+// __nv_bfloat16 comes with its conversion intrinsics.)
 template <typename F>
 static void dispatch(const at::Tensor& x, F&& f) {
   if (x.scalar_type() == at::kFloat) f(float{});
@@ -447,6 +464,42 @@ void bias_gelu_backward5(const at::Tensor& grad, const at::Tensor& x, const at::
 }
 
 // ---------------------------------------------------------------------------------------------
+// Functional ops: the fast variants behind ops that allocate their outputs, like lesson 03's mul.
+// register_fake and register_autograd (in the notebook) take only functional ops; with them,
+// torch.compile traces a training step through these kernels without a graph break.
+
+at::Tensor relu_add_bias(const at::Tensor& x, const at::Tensor& y, const at::Tensor& bias) {
+  CHECK_INPUT(x);  // before empty_like: a strided x would give a strided out
+  at::Tensor out = at::empty_like(x);
+  relu_add_bias2(x, y, bias, out);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> relu_add_bias_backward(const at::Tensor& grad, const at::Tensor& x) {
+  CHECK_INPUT(x);
+  TORCH_CHECK(x.dim() >= 1, "x must have at least one dimension (the columns), got a scalar");
+  at::Tensor dx = at::empty_like(x), dbias = at::empty({x.size(-1)}, x.options());
+  relu_add_bias_backward4(grad, x, dx, dbias);
+  return {dx, dbias};
+}
+
+at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias, bool tanh) {
+  CHECK_INPUT(x);
+  at::Tensor out = at::empty_like(x);
+  bias_gelu3(x, bias, tanh, out);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& bias,
+                                                      bool tanh) {
+  CHECK_INPUT(x);
+  CHECK_INPUT(bias);
+  at::Tensor dx = at::empty_like(x), dbias = at::empty_like(bias);
+  bias_gelu_backward5(grad, x, bias, tanh, dx, dbias);
+  return {dx, dbias};
+}
+
+// ---------------------------------------------------------------------------------------------
 // Registration.
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("relu_add_bias1(Tensor x, Tensor y, Tensor bias, Tensor(a!) out) -> ()");
@@ -454,6 +507,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("bias_gelu3(Tensor x, Tensor bias, bool tanh, Tensor(a!) out) -> ()");
   m.def("relu_add_bias_backward4(Tensor grad, Tensor x, Tensor(a!) dx, Tensor(b!) dbias) -> ()");
   m.def("bias_gelu_backward5(Tensor grad, Tensor x, Tensor bias, bool tanh, Tensor(a!) dx, Tensor(b!) dbias) -> ()");
+  m.def("relu_add_bias(Tensor x, Tensor y, Tensor bias) -> Tensor");
+  m.def("relu_add_bias_backward(Tensor grad, Tensor x) -> (Tensor, Tensor)");
+  m.def("bias_gelu(Tensor x, Tensor bias, bool tanh) -> Tensor");
+  m.def("bias_gelu_backward(Tensor grad, Tensor x, Tensor bias, bool tanh) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -462,4 +519,8 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("bias_gelu3", &bias_gelu3);
   m.impl("relu_add_bias_backward4", &relu_add_bias_backward4);
   m.impl("bias_gelu_backward5", &bias_gelu_backward5);
+  m.impl("relu_add_bias", &relu_add_bias);
+  m.impl("relu_add_bias_backward", &relu_add_bias_backward);
+  m.impl("bias_gelu", &bias_gelu);
+  m.impl("bias_gelu_backward", &bias_gelu_backward);
 }

@@ -4,6 +4,8 @@
 //   sum1      one atomicAdd per element: correct, and slow (every thread queues on one address)
 //   sum2      a tree per block in shared memory, interleaved addressing (tid % (2*s)): divergent warps
 //   sum3      sequential addressing (tid < s): the busy threads packed into whole warps, no bank conflicts
+//   sum2_noatomic, sum3_noatomic   a control experiment: sum2 and sum3 with each block's sum written
+//             to a buffer (then added by sum7's two passes) instead of an atomic: what do the atomics cost?
 //   sum4      the first adds during the load: many elements per thread (grid-stride), a few blocks per SM
 //   sum5      the last steps with warp shuffles (__shfl_down_sync): 1 barrier instead of 9
 //   sum6      float4 loads, 4 independent accumulators, one atomicAdd per block         (the fast one)
@@ -38,10 +40,22 @@ __global__ void sum_kernel1(const float* __restrict__ x, float* __restrict__ out
   if (i < n) atomicAdd(out, x[i]);
 }
 
+// How sum_kernel2/3 hand on their block's sum: added into *out (ATOMIC), or written to out[block]
+// for a second pass (the _noatomic variants, which measure what the atomic costs).
+template <bool ATOMIC>
+__device__ __forceinline__ void emit_block_sum(float* out, float block_sum) {
+  if (ATOMIC) {
+    atomicAdd(out, block_sum);
+  } else {
+    out[blockIdx.x] = block_sum;
+  }
+}
+
 // sum_kernel2: thread tid of a block owns x[block * 256 + tid]; the block adds its 256 values as a
 // tree in shared memory (8 levels) and one thread adds the block's sum into *out.
-// Reads 4 B per element, 1 atomic per 256 elements. Interleaved addressing: at level s the threads
-// with tid % (2s) == 0 work, so every warp stays busy with ever fewer useful lanes (divergence).
+// Reads 4 B per element; 1 atomic and 9 barriers per 256 elements. Interleaved addressing: at level
+// s the threads with tid % (2s) == 0 work, so every warp stays busy with ever fewer useful lanes.
+template <bool ATOMIC>
 __global__ void sum_kernel2(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
   __shared__ float partial[BLOCK];
   const int tid = threadIdx.x;
@@ -52,12 +66,13 @@ __global__ void sum_kernel2(const float* __restrict__ x, float* __restrict__ out
     if (tid % (2 * s) == 0) partial[tid] += partial[tid + s];
     __syncthreads();  // this level is complete before the next level reads it
   }
-  if (tid == 0) atomicAdd(out, partial[0]);
+  if (tid == 0) emit_block_sum<ATOMIC>(out, partial[0]);
 }
 
 // sum_kernel3: as sum_kernel2, with sequential addressing: at level s threads 0..s-1 add
 // partial[tid + s]. The working threads fill whole warps (idle warps finish at once), and 32
 // lanes read 32 consecutive floats: 32 different banks, no conflicts.
+template <bool ATOMIC>
 __global__ void sum_kernel3(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
   __shared__ float partial[BLOCK];
   const int tid = threadIdx.x;
@@ -68,12 +83,12 @@ __global__ void sum_kernel3(const float* __restrict__ x, float* __restrict__ out
     if (tid < s) partial[tid] += partial[tid + s];
     __syncthreads();  // this level is complete before the next level reads it
   }
-  if (tid == 0) atomicAdd(out, partial[0]);
+  if (tid == 0) emit_block_sum<ATOMIC>(out, partial[0]);
 }
 
 // sum_kernel4: a few blocks per SM; each thread adds x[i], x[i + stride], ... in a register
 // (grid-stride loop: the first adds happen during the load), then one tree per block.
-// Reads 4 B per element; 1 atomic and 8 barriers per block instead of per 256 elements.
+// Reads 4 B per element; 1 atomic and 9 barriers per block instead of per 256 elements.
 __global__ void sum_kernel4(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
   __shared__ float partial[BLOCK];
   const int tid = threadIdx.x;
@@ -275,8 +290,8 @@ static void launch_block_per_256(const at::Tensor& x, at::Tensor& out) {
 }
 
 void sum1(const at::Tensor& x, at::Tensor& out) { launch_block_per_256<sum_kernel1>(x, out); }
-void sum2(const at::Tensor& x, at::Tensor& out) { launch_block_per_256<sum_kernel2>(x, out); }
-void sum3(const at::Tensor& x, at::Tensor& out) { launch_block_per_256<sum_kernel3>(x, out); }
+void sum2(const at::Tensor& x, at::Tensor& out) { launch_block_per_256<sum_kernel2<true>>(x, out); }
+void sum3(const at::Tensor& x, at::Tensor& out) { launch_block_per_256<sum_kernel3<true>>(x, out); }
 
 // A grid-stride grid: enough blocks to fill every SM `per_sm` times over, fewer for small inputs
 // (each thread should get at least `per_thread` elements).
@@ -316,6 +331,16 @@ void sum6(const at::Tensor& x, at::Tensor& out) {
   CHECK_LAUNCH();
 }
 
+// sum7's two passes over a 16-byte-aligned x of n > 0 floats; pass 2 writes *out.
+static void sum_two_pass(const at::Tensor& x, int64_t n, at::Tensor& out, cudaStream_t stream) {
+  const int blocks = grid_stride_blocks(n, VEC_BLOCKS_PER_SM, 16);
+  at::Tensor partials = at::empty({blocks}, x.options());  // from PyTorch's caching allocator: no cudaMalloc
+  sum_kernel7<<<blocks, BLOCK, 0, stream>>>(x.data_ptr<float>(), partials.data_ptr<float>(), n);
+  CHECK_LAUNCH();
+  sum_partials_kernel7<<<1, BLOCK, 0, stream>>>(partials.data_ptr<float>(), blocks, out.data_ptr<float>());
+  CHECK_LAUNCH();
+}
+
 // No atomics and no memset: pass 2 writes *out. The split into blocks depends on n and the SM
 // count only, so the same input gives the same bits on every run on the same GPU model.
 void sum7(const at::Tensor& x, at::Tensor& out) {
@@ -327,13 +352,31 @@ void sum7(const at::Tensor& x, at::Tensor& out) {
     zero_out(out, stream);
     return;
   }
-  const int blocks = grid_stride_blocks(n, VEC_BLOCKS_PER_SM, 16);
-  at::Tensor partials = at::empty({blocks}, x.options());  // from PyTorch's caching allocator: no cudaMalloc
-  sum_kernel7<<<blocks, BLOCK, 0, stream>>>(x.data_ptr<float>(), partials.data_ptr<float>(), n);
-  CHECK_LAUNCH();
-  sum_partials_kernel7<<<1, BLOCK, 0, stream>>>(partials.data_ptr<float>(), blocks, out.data_ptr<float>());
-  CHECK_LAUNCH();
+  sum_two_pass(x, n, out, stream);
 }
+
+// The control experiment: sum2/sum3's kernel, one block per 256 elements, with each block's sum
+// written to partials[block] instead of an atomic; sum7's passes add the partials (4 B per 256
+// elements of x, so they read 1/256 of what the first kernel reads).
+template <void (*Kernel)(const float*, float*, int64_t)>
+static void launch_block_per_256_noatomic(const at::Tensor& x, at::Tensor& out) {
+  check_sum_args(x, out);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t n = x.numel();
+  if (n == 0) {
+    zero_out(out, stream);
+    return;
+  }
+  const int64_t blocks = ceil_div(n, BLOCK);
+  CHECK_GRID(blocks);
+  at::Tensor partials = at::empty({blocks}, x.options());  // freshly allocated: 16-byte aligned
+  Kernel<<<blocks, BLOCK, 0, stream>>>(x.data_ptr<float>(), partials.data_ptr<float>(), n);
+  CHECK_LAUNCH();
+  sum_two_pass(partials, blocks, out, stream);
+}
+
+void sum2_noatomic(const at::Tensor& x, at::Tensor& out) { launch_block_per_256_noatomic<sum_kernel2<false>>(x, out); }
+void sum3_noatomic(const at::Tensor& x, at::Tensor& out) { launch_block_per_256_noatomic<sum_kernel3<false>>(x, out); }
 
 static void check_row_args(const at::Tensor& x, const at::Tensor& out) {
   CHECK_CUDA(x);
@@ -391,6 +434,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("sum1(Tensor x, Tensor(a!) out) -> ()");
   m.def("sum2(Tensor x, Tensor(a!) out) -> ()");
   m.def("sum3(Tensor x, Tensor(a!) out) -> ()");
+  m.def("sum2_noatomic(Tensor x, Tensor(a!) out) -> ()");
+  m.def("sum3_noatomic(Tensor x, Tensor(a!) out) -> ()");
   m.def("sum4(Tensor x, Tensor(a!) out) -> ()");
   m.def("sum5(Tensor x, Tensor(a!) out) -> ()");
   m.def("sum6(Tensor x, Tensor(a!) out) -> ()");
@@ -404,6 +449,8 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("sum1", &sum1);
   m.impl("sum2", &sum2);
   m.impl("sum3", &sum3);
+  m.impl("sum2_noatomic", &sum2_noatomic);
+  m.impl("sum3_noatomic", &sum3_noatomic);
   m.impl("sum4", &sum4);
   m.impl("sum5", &sum5);
   m.impl("sum6", &sum6);

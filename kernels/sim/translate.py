@@ -249,8 +249,36 @@ def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_E
     return out
 
 
+# Host code written for CUDA tensors, and what it means on the simulator, where "the CUDA device"
+# is the CPU: the tensor checks, devices, dispatch keys and copies of the ATen API.
+_DEVICE_RE = re.compile(r"\b(?P<key>(?:DeviceType|DispatchKey)\s*::\s*)CUDA\b|\bkCUDA\b"
+                        r"|(?P<dot>\.\s*|->\s*)(?P<call>is_cuda|cuda)(?P<args>\s*\(\s*\))")
+
+
+def _cuda_device_as_cpu(src: str) -> str:
+    """Make host code that names the CUDA device name the CPU: kCUDA, DeviceType::CUDA,
+    DispatchKey::CUDA, .is_cuda() and .cuda(). Only code changes (not strings or comments), and
+    every line keeps its number."""
+    mask = code_mask(src)
+
+    def repl(m: re.Match) -> str:
+        if m.group("key"):
+            return m.group("key") + "CPU"
+        if m.group("call"):
+            return m.group("dot") + ("is_cpu" if m.group("call") == "is_cuda" else "cpu") + m.group("args")
+        return "kCPU"
+
+    out, last = [], 0
+    for m in _DEVICE_RE.finditer(src):
+        if mask[m.start()]:
+            out += [src[last:m.start()], repl(m)]
+            last = m.end()
+    return "".join(out) + src[last:]
+
+
 def translate_source(src: str, path: str, include_map: dict[str, str] | None = None) -> str:
     """Translate one file's text; `include_map` maps quoted include names to translated files."""
+    src = _cuda_device_as_cpu(src)
     mask = code_mask(src)
     edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")

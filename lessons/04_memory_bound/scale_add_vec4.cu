@@ -31,7 +31,6 @@ static int sm_count() {
   return sms;
 }
 
-// (the number as a string: streaming an integer into TORCH_CHECK crashed nvcc builds against torch 2.11)
 #define CHECK_ALIGNED16(t)                                                                     \
   TORCH_CHECK(reinterpret_cast<uintptr_t>((t).data_ptr()) % 16 == 0,                          \
               #t " must be 16-byte aligned for float4 loads and stores, got an address 16k + ", \

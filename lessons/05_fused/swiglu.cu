@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 constexpr int BLOCK = 256;  // threads per block
 constexpr int UNROLL = 4;   // 16-byte vectors per thread
@@ -36,17 +37,20 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 template <typename T> constexpr int kVec = 16 / sizeof(T);  // 4 floats or 8 bf16 in 16 bytes
 
 template <typename T>
-union Vec {
+struct alignas(16) Vec {
   T v[kVec<T>];
-  uint4 raw;  // the same 16 bytes, moved with one instruction
 };
+// 16 bytes move as one uint4 (one instruction); memcpy views them as T values in registers.
 template <typename T> __device__ __forceinline__ Vec<T> load_vec(const T* p) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(p);  // p must be 16-byte aligned
   Vec<T> r;
-  r.raw = *reinterpret_cast<const uint4*>(p);  // p must be 16-byte aligned
+  memcpy(&r, &bits, sizeof(r));
   return r;
 }
 template <typename T> __device__ __forceinline__ void store_vec(T* p, const Vec<T>& r) {
-  __stcs(reinterpret_cast<uint4*>(p), r.raw);  // one 16-byte store, streamed (not read back here)
+  uint4 bits;
+  memcpy(&bits, &r, sizeof(r));
+  *reinterpret_cast<uint4*>(p) = bits;  // one 16-byte store; p must be 16-byte aligned
 }
 
 __device__ __forceinline__ float sigmoid(float a) { return 1.0f / (1.0f + expf(-a)); }

@@ -1177,3 +1177,4 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
+#include "cudasim_torch.h"

@@ -17,3 +17,12 @@ inline cudaDeviceProp* getDeviceProperties(c10::DeviceIndex) { return getCurrent
 inline int warp_size() { return 32; }
 }  // namespace cuda
 }  // namespace at
+
+// The real header includes cuBLAS; so does this one, with the simulator's stand-in (no cuBLAS:
+// asking for a handle raises an error that says so).
+#include <cublas_v2.h>
+namespace at {
+namespace cuda {
+inline cublasHandle_t getCurrentCUDABlasHandle() { ::cudasim::no_cublas("at::cuda::getCurrentCUDABlasHandle"); }
+}  // namespace cuda
+}  // namespace at

@@ -1,0 +1,260 @@
+// cooperative_groups.h for the simulator: the block- and warp-level groups.
+//
+// thread_block, thread_block_tile<N> (N = 1, 2, 4, ..., 32) from tiled_partition<N>, the
+// type-erased thread_group, coalesced_threads() and grid_group. Every collective goes through the
+// runtime's barrier and warp operations, so it keeps their checks: a divergent block.sync() or a
+// tile shuffle that waits for a lane stuck elsewhere is an error naming the line of the call.
+// Grid-wide synchronisation (this_grid().sync()) raises an error: blocks run one at a time here,
+// so no block can wait for another. cg::reduce and its operators are in cooperative_groups/reduce.h.
+#pragma once
+#include "cudasim.h"
+
+namespace cooperative_groups {
+namespace details {
+
+inline ::cudasim::Thread& me(const char* what) {
+  if (!::cudasim::g.cur) ::cudasim::fail(std::string("cooperative_groups: ") + what + " called outside a kernel");
+  return *::cudasim::g.cur;
+}
+inline unsigned lane() { return static_cast<unsigned>(me("a group operation").linear) & 31u; }
+inline unsigned block_threads() {
+  const dim3& b = ::cudasim::g.block_dim;
+  return b.x * b.y * b.z;
+}
+// A barrier site for a call written at file:line (the runtime compares sites to detect threads
+// waiting at different barriers; bit 30 keeps these apart from __syncthreads' counters).
+inline int site(const char* file, int line) {
+  unsigned f = static_cast<unsigned>((reinterpret_cast<uintptr_t>(file) * 0x9E3779B97F4A7C15ull) >> 54);  // 10 bits
+  return static_cast<int>(0x40000000u | f << 20 | (static_cast<unsigned>(line) & 0xFFFFFu));
+}
+inline void block_sync(const char* file, int line) {
+  me("sync()");
+  ::cudasim::barrier(::cudasim::BarKind::Plain, 0, file, line, site(file, line));
+}
+inline void warp_sync(unsigned mask, const char* file, int line) {
+  me("sync()");
+  ::cudasim::warp_op(::cudasim::WarpOp::Sync, mask, nullptr, 0, 0, 32, file, line);
+}
+inline unsigned ballot(unsigned mask, int pred, const char* file, int line) {
+  ::cudasim::warp_op(::cudasim::WarpOp::Ballot, mask, nullptr, 0, pred != 0, 32, file, line);
+  return static_cast<unsigned>(::cudasim::g.cur->wres);
+}
+// The lane of the warp that holds the rank-th set bit of mask.
+inline int lane_of_rank(unsigned mask, unsigned rank) {
+  for (int l = 0; l < 32; ++l)
+    if ((mask >> l & 1u) && rank-- == 0) return l;
+  return -1;
+}
+// The bits of a lane ballot moved to the ranks of the group's members.
+inline unsigned pack(unsigned mask, unsigned lanes) {
+  unsigned out = 0, rank = 0;
+  for (int l = 0; l < 32; ++l)
+    if (mask >> l & 1u) out |= ((lanes >> l) & 1u) << rank++;
+  return out;
+}
+template <class T>
+using plain = std::remove_cv_t<std::remove_reference_t<T>>;
+
+}  // namespace details
+
+// Any group, its kind decided at run time: a whole block, or a subset of one warp (a tile or
+// coalesced threads) given by its lane mask.
+class thread_group {
+ public:
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    if (block_) details::block_sync(file, line);
+    else details::warp_sync(mask_, file, line);
+  }
+  unsigned long long thread_rank() const {
+    details::me("thread_rank()");
+    return block_ ? static_cast<unsigned>(::cudasim::g.cur->linear)
+                  : __builtin_popcount(mask_ & ((1u << details::lane()) - 1u));
+  }
+  unsigned long long num_threads() const { return block_ ? details::block_threads() : __builtin_popcount(mask_); }
+  unsigned long long size() const { return num_threads(); }
+
+ protected:
+  thread_group(bool block, unsigned mask) : block_(block), mask_(mask) {}
+  bool block_;
+  unsigned mask_;
+};
+
+class thread_block : public thread_group {
+ public:
+  thread_block() : thread_group(true, 0) {}
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    details::block_sync(file, line);
+  }
+  static unsigned int thread_rank() { return static_cast<unsigned>(details::me("thread_rank()").linear); }
+  static unsigned int num_threads() { return details::block_threads(); }
+  static unsigned int size() { return num_threads(); }
+  static dim3 group_index() { return dim3(::cudasim::g.block_idx); }
+  static dim3 thread_index() { return dim3(details::me("thread_index()").idx); }
+  static dim3 dim_threads() { return ::cudasim::g.block_dim; }
+  static dim3 group_dim() { return dim_threads(); }
+};
+
+inline thread_block this_thread_block() {
+  details::me("this_thread_block()");
+  return thread_block();
+}
+
+// The whole grid. Ranks and sizes work; sync() is an error (blocks run one at a time here).
+class grid_group {
+ public:
+  static bool is_valid() { return false; }  // the simulator has no cooperative launch
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    details::me("sync()");
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "grid-wide synchronisation (this_grid().sync()) at %s:%d ",
+                  ::cudasim::base_name(file).c_str(), line);
+    ::cudasim::fail(std::string(buf) + "is not supported by the simulator: blocks run one at a time, so no "
+                    "block can wait for another; split the kernel into two launches");
+  }
+  static unsigned long long num_blocks() {
+    const dim3& g = ::cudasim::g.grid_dim;
+    return 1ull * g.x * g.y * g.z;
+  }
+  static unsigned long long block_rank() {
+    const uint3& b = ::cudasim::g.block_idx;
+    const dim3& g = ::cudasim::g.grid_dim;
+    return b.x + 1ull * g.x * (b.y + 1ull * g.y * b.z);
+  }
+  static unsigned long long num_threads() { return num_blocks() * details::block_threads(); }
+  static unsigned long long size() { return num_threads(); }
+  static unsigned long long thread_rank() {
+    return block_rank() * details::block_threads() + static_cast<unsigned>(details::me("thread_rank()").linear);
+  }
+  static dim3 block_index() { return dim3(::cudasim::g.block_idx); }
+  static dim3 dim_blocks() { return ::cudasim::g.grid_dim; }
+  static dim3 dim_threads() { return ::cudasim::g.block_dim; }
+};
+
+inline grid_group this_grid() { return grid_group(); }
+
+// A subset of one warp given by a lane mask: the common part of tiles and coalesced groups.
+// Shuffles name a source by its rank in the group; a rank outside the group reads the caller's
+// own value, as the hardware does for a lane outside the shuffle's width.
+class warp_group : public thread_group {
+ public:
+  unsigned int thread_rank() const {
+    details::me("thread_rank()");
+    return __builtin_popcount(mask_ & ((1u << details::lane()) - 1u));
+  }
+  unsigned int num_threads() const { return __builtin_popcount(mask_); }
+  unsigned int size() const { return num_threads(); }
+  unsigned int meta_group_rank() const { return meta_rank_; }
+  unsigned int meta_group_size() const { return meta_size_; }
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    details::warp_sync(mask_, file, line);
+  }
+
+  template <class T>
+  details::plain<T> shfl(T&& var, int src_rank, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    unsigned n = num_threads();
+    return from_lane(var, details::lane_of_rank(mask_, static_cast<unsigned>(src_rank) % n), file, line);
+  }
+  template <class T>
+  details::plain<T> shfl_down(T&& var, unsigned delta, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    unsigned r = thread_rank() + delta;
+    return from_lane(var, r < num_threads() ? details::lane_of_rank(mask_, r) : static_cast<int>(details::lane()), file, line);
+  }
+  template <class T>
+  details::plain<T> shfl_up(T&& var, unsigned delta, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    unsigned r = thread_rank();
+    return from_lane(var, r >= delta ? details::lane_of_rank(mask_, r - delta) : static_cast<int>(details::lane()), file, line);
+  }
+  template <class T>
+  details::plain<T> shfl_xor(T&& var, unsigned lane_mask, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    unsigned r = thread_rank() ^ lane_mask;
+    return from_lane(var, r < num_threads() ? details::lane_of_rank(mask_, r) : static_cast<int>(details::lane()), file, line);
+  }
+  int any(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    return details::ballot(mask_, pred, file, line) != 0;
+  }
+  int all(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    return details::ballot(mask_, pred, file, line) == mask_;
+  }
+  // One bit per member, bit i for the member of rank i.
+  unsigned int ballot(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    return details::pack(mask_, details::ballot(mask_, pred, file, line));
+  }
+
+ protected:
+  warp_group(unsigned mask, unsigned meta_rank, unsigned meta_size)
+      : thread_group(false, mask), meta_rank_(meta_rank), meta_size_(meta_size) {}
+  template <class T>
+  details::plain<T> from_lane(const T& var, int src_lane, const char* file, int line) const {
+    return ::cudasim::shuffle<details::plain<T>>(::cudasim::WarpOp::ShflIdx, mask_, var, src_lane, 32, file, line);
+  }
+  unsigned meta_rank_, meta_size_;
+};
+
+// A tile of N consecutive threads of the block (N a power of two up to 32), from tiled_partition<N>.
+template <unsigned int N, class Parent = void>
+class thread_block_tile;
+
+template <unsigned int N>
+class thread_block_tile<N, void> : public warp_group {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0,
+                "thread_block_tile<N>: N must be 1, 2, 4, 8, 16 or 32 (larger tiles are not simulated)");
+
+ public:
+  static constexpr unsigned int num_threads() { return N; }
+  static constexpr unsigned int size() { return N; }
+  static unsigned int thread_rank() { return static_cast<unsigned>(details::me("thread_rank()").linear) & (N - 1); }
+
+ protected:
+  thread_block_tile(unsigned meta_rank, unsigned meta_size)
+      : warp_group(N == 32 ? 0xFFFFFFFFu : ((1u << N) - 1u) << (details::lane() & ~(N - 1)), meta_rank, meta_size) {}
+};
+
+template <unsigned int N, class Parent>
+class thread_block_tile : public thread_block_tile<N, void> {
+ public:
+  thread_block_tile(unsigned meta_rank, unsigned meta_size) : thread_block_tile<N, void>(meta_rank, meta_size) {}
+};
+
+// Split a block (or a larger tile) into tiles of N threads; meta_group_rank() says which tile.
+template <unsigned int N, class Parent>
+thread_block_tile<N, Parent> tiled_partition(const Parent& parent) {
+  unsigned rank = static_cast<unsigned>(parent.thread_rank()), size = static_cast<unsigned>(parent.size());
+  return thread_block_tile<N, Parent>(rank / N, (size + N - 1) / N);
+}
+
+// The threads of the warp that are here together (CUDA's __activemask; see the README's note on it).
+class coalesced_group : public warp_group {
+ public:
+  explicit coalesced_group(unsigned mask) : warp_group(mask, 0, 1) {}
+};
+
+inline coalesced_group coalesced_threads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  details::me("coalesced_threads()");
+  return coalesced_group(static_cast<unsigned>(::cudasim::activemask_(file, line)));
+}
+
+// The type-erased split: tiles of tile_size threads (a power of two up to 32) as a thread_group.
+class dynamic_tile : public warp_group {
+ public:
+  dynamic_tile(unsigned mask, unsigned meta_rank, unsigned meta_size) : warp_group(mask, meta_rank, meta_size) {}
+};
+inline thread_group tiled_partition(const thread_group& parent, unsigned int tile_size) {
+  if (tile_size == 0 || tile_size > 32 || (tile_size & (tile_size - 1)))
+    ::cudasim::fail("tiled_partition(group, n): n must be 1, 2, 4, 8, 16 or 32 on the simulator, got " +
+                    std::to_string(tile_size));
+  unsigned n = tile_size;
+  unsigned mask = n == 32 ? 0xFFFFFFFFu : ((1u << n) - 1u) << (details::lane() & ~(n - 1));
+  unsigned rank = static_cast<unsigned>(parent.thread_rank()), size = static_cast<unsigned>(parent.size());
+  return dynamic_tile(mask, rank / n, (size + n - 1) / n);
+}
+
+template <class Group>
+inline void sync(const Group& group, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  group.sync(file, line);
+}
+template <class Group>
+inline unsigned long long thread_rank(const Group& group) { return group.thread_rank(); }
+template <class Group>
+inline unsigned long long group_size(const Group& group) { return group.size(); }
+
+}  // namespace cooperative_groups

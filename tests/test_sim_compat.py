@@ -1,0 +1,242 @@
+"""Real-world CUDA runs unchanged on the simulator: cooperative groups, host code written for CUDA
+tensors, packed accessors, cuBLAS included but not called.
+
+The kernels live in tests/sim_compat/ and are ordinary CUDA: every op runs on the sim backend and,
+where a GPU is present, on cuda too, and must agree with PyTorch on both. Tests of what only the
+simulator does (its errors) run on sim alone; translator tests need no build.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import load
+from kernels.sim.translate import translate_source
+
+HERE = Path(__file__).parent / "sim_compat"
+BACKENDS = ["sim"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def _device(backend: str) -> torch.device:
+    return torch.device("cuda" if backend == "cuda" else "cpu")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def cg_ext(request):
+    return request.param, load(HERE / "cg_reductions.cu", request.param)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def ext_style(request):
+    return request.param, load(HERE / "extension_style.cu", request.param)
+
+
+# ---------------------------------------------------------------------------------------------
+# host code for CUDA tensors: the translator makes "the CUDA device" the CPU (no build)
+def _body(src: str) -> str:
+    return translate_source(src, "t.cu").split("\n", 2)[2]
+
+
+@pytest.mark.parametrize("cuda_code, sim_code", [
+    ("TORCH_CHECK(x.is_cuda());", "TORCH_CHECK(x.is_cpu());"),
+    ("p->is_cuda( )", "p->is_cpu( )"),
+    ("x.device().is_cuda()", "x.device().is_cpu()"),
+    ("x.device().type() == torch::kCUDA", "x.device().type() == torch::kCPU"),
+    ("x.to(at::kCUDA)", "x.to(at::kCPU)"),
+    ("TensorOptions().device(c10::kCUDA)", "TensorOptions().device(c10::kCPU)"),
+    ("TORCH_INTERNAL_ASSERT(a.device().type() == at::DeviceType::CUDA);",
+     "TORCH_INTERNAL_ASSERT(a.device().type() == at::DeviceType::CPU);"),
+    ("c10::DispatchKey :: CUDA", "c10::DispatchKey :: CPU"),
+    ("auto y = x.cuda();", "auto y = x.cpu();"),
+    ("auto y = x\n  .cuda();", "auto y = x\n  .cpu();"),
+])
+def test_cuda_device_in_host_code_means_the_cpu(cuda_code, sim_code):
+    assert _body(cuda_code) == sim_code
+
+
+@pytest.mark.parametrize("code", [
+    'TORCH_CHECK(ok, "x must be a CUDA tensor: call .cuda() or .to(kCUDA)");',
+    "// x.is_cuda() and DeviceType::CUDA in a comment",
+    "/* kCUDA */ int kCUDAx = 1, cuda_count = my.cudaStream();",
+    "bool is_cuda_tensor(const T& t); int CUDA = 2; torch::cuda::is_available();",
+])
+def test_cuda_words_in_strings_comments_and_other_names_are_kept(code):
+    assert _body(code) == code
+
+
+def test_device_rewrite_keeps_launches_and_line_numbers():
+    src = "void f(at::Tensor x) {\n  k<<<1, 32>>>(x.cuda().data_ptr<float>(),\n    x.is_cuda());\n}\nint after;\n"
+    out = _body(src)
+    assert "x.cpu().data_ptr<float>()" in out and "x.is_cpu())" in out and "<<<" not in out
+    assert out.count("\n") == src.count("\n") and out.splitlines()[4] == "int after;"
+
+
+# ---------------------------------------------------------------------------------------------
+# cooperative groups: warp-per-row and block reductions, llm.c style
+@pytest.mark.parametrize("shape", [(1, 1), (5, 31), (9, 100), (33, 1024)])
+def test_warp_per_row_layernorm_matches_torch(cg_ext, shape):
+    backend, ext = cg_ext
+    x = torch.randn(*shape, device=_device(backend))
+    w, b = torch.randn(shape[1], device=x.device), torch.randn(shape[1], device=x.device)
+    expected = torch.nn.functional.layer_norm(x, (shape[1],), w, b, eps=1e-5)
+    torch.testing.assert_close(ext.layernorm_rows(x, w, b), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 33), (7, 257)])
+def test_warp_per_row_softmax_with_greater_and_plus_matches_torch(cg_ext, shape):
+    backend, ext = cg_ext
+    x = torch.randn(*shape, device=_device(backend)) * 5 - 3  # rows of mostly negative values
+    torch.testing.assert_close(ext.softmax_rows(x), torch.softmax(x, dim=1))
+
+
+def test_warp_per_row_min_with_less_matches_torch(cg_ext):
+    backend, ext = cg_ext
+    x = torch.randint(-1000, 1000, (21, 70), dtype=torch.int32, device=_device(backend))
+    torch.testing.assert_close(ext.row_min(x), x.amin(dim=1))
+
+
+@pytest.mark.parametrize("n, threads", [(1, 32), (1000, 256), (4099, 1024), (96, 96)])
+def test_block_reduction_with_block_sync_matches_torch(cg_ext, n, threads):
+    backend, ext = cg_ext
+    x = torch.randn(n, device=_device(backend))
+    blocks = -(-n // threads)
+    expected = torch.nn.functional.pad(x, (0, blocks * threads - n)).view(blocks, threads).sum(dim=1)
+    torch.testing.assert_close(ext.block_sums(x, threads), expected, rtol=1e-5, atol=1e-4)
+
+
+def _tile_expected(v: torch.Tensor, n: int) -> torch.Tensor:
+    """What every tile member returns, column by column, as tile_ops_kernel writes it."""
+    vals = v.tolist()
+    rows = []
+    for t, x in enumerate(vals):
+        r, base = t % n, t - t % n
+        tile = vals[base:base + n]
+        ballot = sum(1 << i for i, y in enumerate(tile) if y > 0)
+        ballot = ballot - (1 << 32) if ballot >= 1 << 31 else ballot  # the kernel stores it as int32
+        rows.append([
+            r, t // n, len(vals) // n, n, n,
+            tile[(r + 1) % n],
+            tile[r + 1] if r + 1 < n else x,
+            tile[r - 1] if r >= 1 else x,
+            tile[r ^ 1] if n > 1 else x,
+            int(any(y > 0 for y in tile)), int(all(y > 0 for y in tile)), ballot, sum(tile),
+        ])
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("tile", [1, 2, 4, 8, 16, 32])
+def test_tile_members_give_ranks_shuffles_votes_and_sums(cg_ext, tile):
+    backend, ext = cg_ext
+    v = torch.randint(-2, 6, (128,), dtype=torch.int32)
+    v[:32] = torch.arange(1, 33, dtype=torch.int32)  # a warp where every value is positive
+    out = ext.tile_ops(v.to(_device(backend)), tile).cpu()
+    torch.testing.assert_close(out, _tile_expected(v, tile))
+
+
+def test_tile_size_outside_one_to_32_is_refused_with_the_sizes_allowed(cg_ext):
+    backend, ext = cg_ext
+    with pytest.raises(RuntimeError, match="tile must be 1, 2, 4, 8, 16 or 32, got 64"):
+        ext.tile_ops(torch.zeros(64, dtype=torch.int32, device=_device(backend)), 64)
+
+
+def test_thread_block_reports_ranks_sizes_and_indices_of_a_3d_block(cg_ext):
+    backend, ext = cg_ext
+    blocks, bx, by, bz = 2, 4, 3, 2
+    out = ext.block_info(torch.empty(0, device=_device(backend)), blocks, bx, by, bz).cpu()
+    n = bx * by * bz
+    rows = [[r, n, n, b, r % bx, r // bx % by, r // (bx * by), bx, by, bz] for b in range(blocks) for r in range(n)]
+    torch.testing.assert_close(out, torch.tensor(rows, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("n", [1, 100, 1000])
+def test_coalesced_threads_compact_every_positive_value_once(cg_ext, n):
+    backend, ext = cg_ext
+    x = torch.randn(n, device=_device(backend))
+    kept, count = ext.compact_positive(x)
+    positive = x[x > 0]
+    assert count.item() == positive.numel()
+    torch.testing.assert_close(kept[:count.item()].sort().values, positive.sort().values)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 40), (9, 513)])
+def test_reduce_of_a_struct_with_a_device_function_gives_online_softmax(cg_ext, shape):
+    backend, ext = cg_ext
+    x = torch.randn(*shape, device=_device(backend)) * 8
+    torch.testing.assert_close(ext.online_softmax(x), torch.softmax(x, dim=1))
+
+
+def test_thread_group_run_time_tiles_and_tiles_of_a_tile_report_ranks_and_sizes(cg_ext):
+    backend, ext = cg_ext
+    n = 96
+    out = ext.group_views(torch.empty(0, device=_device(backend)), n).cpu()
+    rows = [[t, n, t % 8, 8, t % 32 // 4, 8] for t in range(n)]
+    torch.testing.assert_close(out, torch.tensor(rows, dtype=torch.int32))
+
+
+def test_grid_sync_is_refused_with_a_clear_error():
+    ext = load(HERE / "cg_reductions.cu", "sim")
+    with pytest.raises(RuntimeError, match=r"grid-wide synchronisation \(this_grid\(\)\.sync\(\)\) at "
+                                           r"cg_reductions\.cu:\d+ is not supported by the simulator"):
+        ext.grid_sync(torch.zeros(4, dtype=torch.int32))
+
+
+def test_block_sync_at_two_lines_is_a_divergent_barrier_error_naming_both():
+    ext = load(HERE / "cg_reductions.cu", "sim")
+    src = (HERE / "cg_reductions.cu").read_text().splitlines()
+    start = next(i for i, s in enumerate(src) if "divergent_sync_kernel(float" in s)
+    lines = [i + 1 for i in range(start, start + 8) if "block.sync();" in src[i]]
+    assert len(lines) == 2
+    with pytest.raises(RuntimeError, match=rf"divergent __syncthreads: .*cg_reductions\.cu:{lines[0]}"
+                                           rf".*cg_reductions\.cu:{lines[1]}"):
+        ext.divergent_sync(torch.zeros(64))
+
+
+# ---------------------------------------------------------------------------------------------
+# the extension tutorial's host code and accessors, cuBLAS included but unused
+def test_muladd_with_device_type_checks_matches_torch(ext_style):
+    backend, ext = ext_style
+    a, b = torch.randn(1000, device=_device(backend)), torch.randn(1000, device=_device(backend))
+    torch.testing.assert_close(ext.muladd(a, b, 0.5), a * b + 0.5)
+
+
+def test_device_check_still_refuses_a_tensor_elsewhere(ext_style):
+    backend, ext = ext_style
+    elsewhere = "meta" if backend == "sim" else "cpu"  # neither the simulator's device nor the GPU
+    a = torch.empty(3, device=elsewhere)
+    with pytest.raises(RuntimeError, match="a must be a CUDA tensor"):
+        ext.muladd(a, a, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_packed_accessor32_with_restrict_traits_matches_torch(ext_style, dtype):
+    backend, ext = ext_style
+    x = torch.randn(6, 300, dtype=dtype, device=_device(backend))
+    w = torch.randn(300, dtype=dtype, device=x.device)
+    torch.testing.assert_close(ext.sigmoid_scale(x, w), w * torch.sigmoid(x))
+
+
+def test_packed_accessor64_on_a_3d_tensor_matches_torch(ext_style):
+    backend, ext = ext_style
+    x = torch.randn(3, 40, 7, dtype=torch.float64, device=_device(backend))
+    torch.testing.assert_close(ext.row_offsets(x), x.sum(-1) + torch.arange(40, device=x.device))
+
+
+def test_every_spelling_of_the_cuda_device_lands_where_the_kernel_runs(ext_style):
+    backend, ext = ext_style
+    x = torch.randn(77, device=_device(backend))
+    out, held = ext.to_device(x)
+    assert out.device == x.device
+    torch.testing.assert_close(out, 2 * x)
+    assert held.item() == 6, f"{held.item() - 1} of 5 device checks held"
+
+
+def test_a_cublas_call_builds_and_raises_saying_the_simulator_has_no_cublas(tmp_path):
+    path = tmp_path / "calls_cublas.cu"
+    path.write_text('#include "helpers.cuh"\n#include <cublas_v2.h>\n'
+                    "int64_t make_handle() { cublasHandle_t h; return cublasCreate(&h); }\n"
+                    "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) { m.def(\"make_handle() -> int\", &make_handle); }\n")
+    ext = load(path, "sim")
+    with pytest.raises(RuntimeError, match="cublasCreate: the simulator has no cuBLAS"):
+        ext.make_handle()
