@@ -10,9 +10,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..check import ROWS, Report, check, like, rows
+from ..check import ROWS, Report, check, like, merge, rows
 from . import Exercise
-from .lesson06 import _merged
 
 # ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4
 SHAPES = (*ROWS, (4099, 7), (2, 4))
@@ -53,7 +52,7 @@ def check_softmax(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.floa
                   backend=backend, quiet=True)
     for case in large.cases:  # the report's size column says which input set a case used
         case.size = "x".join(map(str, case.size)) + " *1e4"
-    report = _merged(normal.name, [normal, large])
+    report = merge(normal.name, [normal, large])
     if not quiet:
         print(report)
     if raise_on_fail:
