@@ -1,0 +1,136 @@
+"""Lesson 07 on the GPU: every softmax variant against eager PyTorch and torch.compile, in one run.
+
+Shapes 8192x8192 (square), 65536x1024 (many short rows) and 2048x65536 (long rows), float32 and
+bfloat16. GB/s count the fewest bytes a softmax must move: x read once and y written once; a
+variant that reads x two or three times shows it as a lower GB/s. softmax1 (a thread per row) is
+left out at 2048x65536: 2048 threads striding through 512 MiB take seconds per call.
+The fused scale + causal mask + softmax (softmax7) at 8192x8192 counts the kept half read and the
+whole output written. Then the backward at 8192x8192 (y and dy read, dx written) and a training-style step, forward and
+backward through autograd, against eager autograd and torch.compile.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..bench import Row, bench, copy_bandwidth, plot, table
+from ..build import load
+from ..exercises.lesson07 import register_softmax
+
+SHAPES = ((8192, 8192), (65536, 1024), (2048, 65536))
+DTYPES = (torch.float32, torch.bfloat16)
+SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+VARIANTS = [f"softmax{k}" for k in range(1, 7)]
+
+
+def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def _torch_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    return torch._softmax_backward_data(dy, y, -1, y.dtype)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    tol = 1e-5 if got.dtype == torch.float32 else 2e-2
+    return torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+def _forward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
+    csv = out_dir / "lesson07.csv"
+    rows = []
+    for dt in DTYPES:
+        for r, c in SHAPES:
+            x = torch.randn(r, c, device="cuda", dtype=dt)
+            out = torch.empty_like(x)
+            want = _torch_softmax(x.float())
+            names = [v for v in VARIANTS if not (v == "softmax1" and c > 8192)]
+
+            def all_correct(names=names) -> bool:
+                results = []
+                for name in names:
+                    getattr(ext, name)(x, out)
+                    results.append(_close(out, want))
+                return all(results)
+
+            variants = {name: (lambda f=getattr(ext, name): f(x, out)) for name in names}
+            rows += bench(f"softmax {r}x{c} {SHORT[dt]}", variants, bytes=2 * x.nbytes, torch_fn=_torch_softmax,
+                          args=(x,), copy_gbps=copy, check=all_correct, csv_path=csv,
+                          plot_path=out_dir / f"lesson07_softmax_{r}x{c}_{SHORT[dt]}.png", show=False)
+            del x, out, want
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _causal_benches(ext, copy: float, out_dir: Path) -> list[Row]:
+    r = c = 8192
+    scale = 0.125
+    keep = torch.ones(r, c, device="cuda", dtype=torch.bool).tril()
+
+    def eager(x):
+        return torch.softmax((x * scale).masked_fill(~keep, float("-inf")), dim=-1)
+
+    rows = []
+    for dt in DTYPES:
+        x = torch.randn(r, c, device="cuda", dtype=dt)
+        out = torch.empty_like(x)
+
+        def causal_ok() -> bool:
+            ext.softmax7(x, scale, r, out)
+            return _close(out, eager(x.float()))
+
+        rows += bench(f"scale + causal mask + softmax {r}x{c} {SHORT[dt]}",
+                      {"softmax7": lambda: ext.softmax7(x, scale, r, out)}, bytes=x.nbytes // 2 + x.nbytes,
+                      torch_fn=eager, args=(x,), copy_gbps=copy, check=causal_ok, csv_path=out_dir / "lesson07.csv",
+                      plot_path=out_dir / f"lesson07_causal_{SHORT[dt]}.png", show=False)
+        del x, out
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _train_step(fn: Callable, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], object]:
+    return lambda: torch.autograd.grad(fn(x), (x,), grad)
+
+
+def _backward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
+    csv = out_dir / "lesson07.csv"
+    rows = []
+    r, c = 8192, 8192
+    for dt in DTYPES:
+        s = SHORT[dt]
+        y = _torch_softmax(torch.randn(r, c, device="cuda", dtype=dt))
+        dy = torch.randn_like(y)
+
+        def backward_ok() -> bool:
+            return _close(ext.softmax_backward(y, dy), _torch_backward(y.float(), dy.float()))
+
+        rows += bench(f"softmax backward {r}x{c} {s}", {"softmax_backward": lambda: ext.softmax_backward(y, dy)},
+                      bytes=3 * y.nbytes, torch_fn=_torch_backward, args=(y, dy), copy_gbps=copy, check=backward_ok,
+                      csv_path=csv, plot_path=out_dir / f"lesson07_backward_{s}.png", show=False)
+        x = torch.randn(r, c, device="cuda", dtype=dt, requires_grad=True)
+        compiled = torch.compile(_torch_softmax)
+        variants = {"torch.compile": _train_step(compiled, x, dy), "softmax op": _train_step(ext.softmax, x, dy)}
+        # forward: x read, y written; backward: y and dy read, dx written
+        rows += bench(f"softmax fwd+bwd {r}x{c} {s}", variants, bytes=5 * y.nbytes,
+                      torch_fn=_train_step(_torch_softmax, x, dy), args=(), compile=False, copy_gbps=copy,
+                      csv_path=csv, plot_path=out_dir / f"lesson07_train_{s}.png", show=False)
+        del y, dy, x
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run(out_dir: Path) -> list[Row]:
+    """Every forward variant, the fused causal softmax, the backward and the training step, fp32 and bf16; CSV and plots into out_dir."""
+    ext = load("07", "cuda")
+    register_softmax(ext)
+    copy = copy_bandwidth()
+    rows = _forward_benches(ext, copy, out_dir)
+    rows += _causal_benches(ext, copy, out_dir)
+    rows += _backward_benches(ext, copy, out_dir)
+    labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson07_all.png", show=False)
+    print(table(labelled, copy))
+    return rows

@@ -1,0 +1,616 @@
+// 07_softmax.cu: softmax over the last dimension of a [rows, cols] matrix, variant by variant, and its backward.
+// Load with `ext = load("07")`; every variant is an out-variant: ext.softmax6(x, out).
+//
+//   softmax1          one thread per row, three passes over its row: neighbouring threads read addresses a row apart
+//   softmax2          one block per row; the max and the sum as shared-memory trees (lesson 06's sum3)
+//   softmax3          one warp per row; the max and the sum with shuffles: no shared memory, no barrier
+//   softmax4          one block per row; shuffles in each warp, shared memory across warps (block_reduce_*)
+//   softmax5          online softmax: the max and the sum in one pass by merging (max, sum) pairs; 2 passes, not 3
+//   softmax6          16-byte loads and the row kept on chip (registers, then shared memory): one read of DRAM
+//   softmax7          fused scale + causal mask + softmax (attention scores): masked columns are never read
+//   softmax_backward  dx = y * (dy - sum(dy * y)), one block per row, with 16-byte loads where the rows allow
+//   softmax           functional form of softmax6 (returns y), the op registered with autograd
+//
+// x: 2-D, contiguous, float32 or bfloat16; out (and every other tensor of a call): x's shape and dtype.
+// The math runs in float32: bf16 values are widened on load and rounded once on store.
+// A row that is entirely -inf (a fully masked row) has no finite maximum, and exp(-inf - -inf) is NaN.
+// Here its softmax is defined as all zeros: it attends to nothing. (torch.softmax returns NaN there.)
+
+// ---------------------------------------------------------------------------------------------
+// Includes.
+#include "helpers.cuh"
+
+#include <ATen/ops/empty_like.h>
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+constexpr int BLOCK = 256;  // threads per block: 8 warps
+constexpr int WARPS = BLOCK / 32;
+constexpr int REGS = 8;        // softmax6, backward: at most 8 16-byte packs of a row per thread in registers
+constexpr int WIDE = 1024;     // softmax6: threads per row for rows too long for 256 threads ...
+constexpr int WIDE_REGS = 4;   // ... with 4 packs each in registers: 1024 threads get at most 64 registers
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers: float conversion, 16-byte packs, the softmax of one value, (max, sum) pairs.
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
+// 16 bytes of T: 4 floats or 8 bf16, moved by one load or store instruction.
+template <typename T> constexpr int kVec = 16 / sizeof(T);
+template <typename T>
+struct alignas(16) Pack {
+  T v[kVec<T>];
+};
+
+// p must be 16-byte aligned. The bytes travel as a uint4 (a type the CUDA headers define for
+// 16-byte moves) and memcpy puts them into the pack: no pointer punning between unrelated types.
+template <typename T>
+__device__ __forceinline__ Pack<T> load16(const T* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  Pack<T> r;
+  memcpy(&r, &raw, 16);
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const Pack<T>& r) {
+  uint4 raw;
+  memcpy(&raw, &r, 16);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// One output value from the row's max m and 1 / sum. A row without a finite max (all -inf) gets 0:
+// computing exp(x - m) there would be exp(-inf - -inf) = exp(NaN).
+// __expf is the hardware's fast exponential (ex2.approx after a multiply by log2 e): a few ulps
+// of error that grow with |x - m|, far inside the float32 tolerance for the values that matter.
+__device__ __forceinline__ float softmax_at(float x, float m, float inv_sum) {
+  return m == -INFINITY ? 0.0f : __expf(x - m) * inv_sum;
+}
+
+// A running (max, sum of exp(x - max)) over the values seen so far; {-inf, 0} before the first.
+struct MaxSum {
+  float m, s;
+};
+
+// Adds one value: when x is a new maximum, the sum so far is rescaled to it. One exp per value.
+__device__ __forceinline__ MaxSum online_add(MaxSum a, float x) {
+  if (x > a.m) return {x, a.s * __expf(a.m - x) + 1.0f};  // a.m = -inf: 0 * 0 + 1
+  if (x == -INFINITY) return a;                           // adds exp(-inf) = 0; with a.m = -inf, exp(NaN)
+  return {a.m, a.s + __expf(x - a.m)};
+}
+
+// Merges two pairs: both sums rescaled to the larger max. Both maxima -inf means both are empty.
+__device__ __forceinline__ MaxSum online_merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};  // a.m - m would be -inf - -inf = NaN
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+// Every lane of a full warp calls this; every lane ends with the warp's merged pair (a butterfly).
+__device__ __forceinline__ MaxSum warp_merge(MaxSum p) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const MaxSum other = {__shfl_xor_sync(FULL_MASK, p.m, offset), __shfl_xor_sync(FULL_MASK, p.s, offset)};
+    p = online_merge(p, other);
+  }
+  return p;
+}
+
+// The block's pair, in every thread: warps merge with shuffles, then each thread merges the
+// WARPS warp pairs from shared memory in the same order (so every thread gets the same bits).
+__device__ __forceinline__ MaxSum block_merge(MaxSum p, MaxSum* scratch) {
+  p = warp_merge(p);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = p;
+  __syncthreads();  // every warp's pair is in shared memory
+  MaxSum r = scratch[0];
+  for (int w = 1; w < WARPS; ++w) r = online_merge(r, scratch[w]);
+  return r;
+}
+
+struct MaxOp {
+  __device__ static float combine(float a, float b) { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ static float combine(float a, float b) { return a + b; }
+};
+
+// Lesson 06's sum3 tree over BLOCK values, returned to every thread.
+template <class Op>
+__device__ __forceinline__ float tree_reduce(float v, float* partial) {
+  const int tid = threadIdx.x;
+  partial[tid] = v;
+  __syncthreads();  // every value is in before anyone reads a neighbour's
+  for (int s = BLOCK / 2; s > 0; s /= 2) {
+    if (tid < s) partial[tid] = Op::combine(partial[tid], partial[tid + s]);
+    __syncthreads();  // this level is complete before the next reads it
+  }
+  const float result = partial[0];
+  __syncthreads();  // everyone has read partial[0] before the next tree overwrites it
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: the forward variants.
+
+// softmax_kernel1: thread r owns row r and walks it three times (max, sum, write).
+// Reads the row 3 times, writes it once; at each step the 32 lanes of a warp touch 32 different
+// rows, cols elements apart: 32 memory transactions per warp load. Bounded by those scattered accesses.
+template <typename T>
+__global__ void softmax_kernel1(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols) {
+  const int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  const T* r = x + row * cols;  // 64-bit: row * cols passes 2^31 in a 65536 x 65536 matrix
+  T* o = out + row * cols;
+  float m = -INFINITY;
+  for (int64_t c = 0; c < cols; ++c) m = fmaxf(m, to_float(r[c]));
+  float s = 0.0f;
+  if (m != -INFINITY)
+    for (int64_t c = 0; c < cols; ++c) s += __expf(to_float(r[c]) - m);
+  const float inv = 1.0f / s;
+  for (int64_t c = 0; c < cols; ++c) o[c] = from_float<T>(softmax_at(to_float(r[c]), m, inv));
+}
+
+// softmax_kernel2: block b owns row b; thread t takes columns t, t + 256, ... (coalesced); the max
+// and the sum are each a shared-memory tree of 8 levels. Reads the row 3 times (the 2nd and 3rd
+// mostly from L1/L2), writes it once. Bounded by the 2 x 9 barriers per row for short rows.
+template <typename T>
+__global__ void __launch_bounds__(BLOCK) softmax_kernel2(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
+  __shared__ float partial[BLOCK];
+  const T* r = x + blockIdx.x * cols;
+  T* o = out + blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) m = fmaxf(m, to_float(r[c]));
+  m = tree_reduce<MaxOp>(m, partial);
+  float s = 0.0f;
+  if (m != -INFINITY)
+    for (int64_t c = threadIdx.x; c < cols; c += BLOCK) s += __expf(to_float(r[c]) - m);
+  const float inv = 1.0f / tree_reduce<SumOp>(s, partial);
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) o[c] = from_float<T>(softmax_at(to_float(r[c]), m, inv));
+}
+
+// softmax_kernel3: warp w of block b owns row 8b + w; lane l takes columns l, l + 32, ...; the max
+// and the sum are 5 shuffles each. Reads the row 3 times, writes it once. No barriers: good for
+// rows up to a few thousand columns; on wider rows 32 threads keep too few loads in flight.
+template <typename T>
+__global__ void __launch_bounds__(BLOCK) softmax_kernel3(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp leaves together, so the shuffles below see all 32 lanes
+  const T* r = x + row * cols;
+  T* o = out + row * cols;
+  float m = -INFINITY;
+  for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, to_float(r[c]));
+  m = warp_reduce_max(m);  // every lane gets the max (xor butterfly)
+  float s = 0.0f;
+  if (m != -INFINITY)
+    for (int64_t c = lane; c < cols; c += 32) s += __expf(to_float(r[c]) - m);
+  const float inv = 1.0f / warp_allreduce_sum(s);
+  for (int64_t c = lane; c < cols; c += 32) o[c] = from_float<T>(softmax_at(to_float(r[c]), m, inv));
+}
+
+// softmax_kernel4: as softmax_kernel2, but each block reduction is 5 shuffles per warp, one
+// barrier, and 5 more shuffles (block_reduce_max/sum from helpers.cuh). Reads the row 3 times,
+// writes it once; 4 barriers per row instead of 18. Bounded by the 2nd and 3rd reads.
+template <typename T>
+__global__ void __launch_bounds__(BLOCK) softmax_kernel4(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
+  __shared__ float scratch[32];
+  const T* r = x + blockIdx.x * cols;
+  T* o = out + blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) m = fmaxf(m, to_float(r[c]));
+  m = block_reduce_max(m, scratch, -INFINITY);
+  float s = 0.0f;
+  if (m != -INFINITY)
+    for (int64_t c = threadIdx.x; c < cols; c += BLOCK) s += __expf(to_float(r[c]) - m);
+  const float inv = 1.0f / block_reduce_sum(s, scratch);
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) o[c] = from_float<T>(softmax_at(to_float(r[c]), m, inv));
+}
+
+// softmax_kernel5: block b owns row b; each thread keeps a running (max, sum) over its columns
+// (online softmax, Milakov and Gimelshein 2018), then the block merges the pairs. Reads the row
+// twice, writes it once; one exp per value per pass. Bounded by bandwidth plus the second read.
+template <typename T>
+__global__ void __launch_bounds__(BLOCK) softmax_kernel5(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
+  __shared__ MaxSum scratch[WARPS];
+  const T* r = x + blockIdx.x * cols;
+  T* o = out + blockIdx.x * cols;
+  MaxSum p = {-INFINITY, 0.0f};
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) p = online_add(p, to_float(r[c]));
+  p = block_merge(p, scratch);
+  const float inv = 1.0f / p.s;
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) o[c] = from_float<T>(softmax_at(to_float(r[c]), p.m, inv));
+}
+
+// The max of a pack's values, and the sum of their exp(v - m).
+template <typename T>
+__device__ __forceinline__ float pack_max(const Pack<T>& a, float m) {
+#pragma unroll
+  for (int e = 0; e < kVec<T>; ++e) m = fmaxf(m, to_float(a.v[e]));
+  return m;
+}
+template <typename T>
+__device__ __forceinline__ float pack_sum_exp(const Pack<T>& a, float m) {
+  float s = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kVec<T>; ++e) s += __expf(to_float(a.v[e]) - m);
+  return s;
+}
+template <typename T>
+__device__ __forceinline__ Pack<T> pack_softmax(const Pack<T>& a, float m, float inv) {
+  Pack<T> y;
+#pragma unroll
+  for (int e = 0; e < kVec<T>; ++e) y.v[e] = from_float<T>(softmax_at(to_float(a.v[e]), m, inv));
+  return y;
+}
+
+// softmax_warp_kernel6: for rows of at most 32 * R packs. Warp w of block b owns row 8b + w; lane l
+// loads packs l, l + 32, ... into registers (all R loads issued before the first use), then the max
+// and the sum with shuffles from those registers. Reads the row once, writes it once: bandwidth-bound.
+template <typename T, int R>
+__global__ void __launch_bounds__(BLOCK) softmax_warp_kernel6(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp leaves together
+  const int64_t n = cols / kVec<T>;
+  const T* r = x + row * cols;
+  T* o = out + row * cols;
+  Pack<T> v[R];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t j = lane + 32 * k;
+    if (j < n) {
+      v[k] = load16(r + j * kVec<T>);
+      m = pack_max(v[k], m);
+    }
+  }
+  m = warp_reduce_max(m);
+  float s = 0.0f;
+  if (m != -INFINITY) {
+#pragma unroll
+    for (int k = 0; k < R; ++k)
+      if (lane + 32 * k < n) s += pack_sum_exp(v[k], m);
+  }
+  const float inv = 1.0f / warp_allreduce_sum(s);
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t j = lane + 32 * k;
+    if (j < n) store16(o + j * kVec<T>, pack_softmax(v[k], m, inv));
+  }
+}
+
+// softmax_kernel6: for longer rows. Block b owns row b with THREADS threads; thread t holds packs
+// t, t + THREADS, ... : the first R in registers, any further ones in dynamic shared memory
+// (`spill`, read back only by the thread that wrote it, so no barrier guards it). Reads the row
+// once, writes it once: bandwidth-bound while the row fits on chip (the launcher checks).
+template <typename T, int THREADS, int R>
+__global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
+  extern __shared__ uint4 spill[];  // uint4 in every instantiation: extern shared arrays share one name and type
+  __shared__ float scratch[32];
+  const int tid = threadIdx.x;
+  const int64_t n = cols / kVec<T>;
+  const T* r = x + blockIdx.x * cols;
+  T* o = out + blockIdx.x * cols;
+  Pack<T> v[R];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t j = tid + (int64_t)THREADS * k;
+    if (j < n) {
+      v[k] = load16(r + j * kVec<T>);
+      m = pack_max(v[k], m);
+    }
+  }
+  for (int64_t j = tid + (int64_t)THREADS * R; j < n; j += THREADS) {  // the rest of a long row
+    const Pack<T> a = load16(r + j * kVec<T>);
+    memcpy(&spill[j - (int64_t)THREADS * R], &a, 16);
+    m = pack_max(a, m);
+  }
+  m = block_reduce_max(m, scratch, -INFINITY);
+  float s = 0.0f;
+  if (m != -INFINITY) {
+#pragma unroll
+    for (int k = 0; k < R; ++k)
+      if (tid + (int64_t)THREADS * k < n) s += pack_sum_exp(v[k], m);
+    for (int64_t j = tid + (int64_t)THREADS * R; j < n; j += THREADS) {
+      Pack<T> a;
+      memcpy(&a, &spill[j - (int64_t)THREADS * R], 16);
+      s += pack_sum_exp(a, m);
+    }
+  }
+  const float inv = 1.0f / block_reduce_sum(s, scratch);
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t j = tid + (int64_t)THREADS * k;
+    if (j < n) store16(o + j * kVec<T>, pack_softmax(v[k], m, inv));
+  }
+  for (int64_t j = tid + (int64_t)THREADS * R; j < n; j += THREADS) {
+    Pack<T> a;
+    memcpy(&a, &spill[j - (int64_t)THREADS * R], 16);
+    store16(o + j * kVec<T>, pack_softmax(a, m, inv));
+  }
+}
+
+// softmax_causal_kernel7: attention scores. Row r is query i = r % q_len; column j is kept as
+// x * scale where j <= i and masked (-inf, so 0 out) where j > i. Block b owns row b, with
+// softmax_kernel5's online pairs over the kept columns only: the masked ones are never read, just
+// written as 0. Reads the kept part twice and writes the whole row: about 2/3 of softmax5's traffic
+// on a square causal matrix.
+template <typename T>
+__global__ void __launch_bounds__(BLOCK) softmax_causal_kernel7(const T* __restrict__ x, T* __restrict__ out, int64_t cols,
+                                                                float scale, int64_t q_len) {
+  __shared__ MaxSum scratch[WARPS];
+  const T* r = x + blockIdx.x * cols;
+  T* o = out + blockIdx.x * cols;
+  const int64_t kept = std::min<int64_t>(blockIdx.x % q_len + 1, cols);  // columns 0..i
+  MaxSum p = {-INFINITY, 0.0f};
+  for (int64_t c = threadIdx.x; c < kept; c += BLOCK) p = online_add(p, to_float(r[c]) * scale);
+  p = block_merge(p, scratch);
+  const float inv = 1.0f / p.s;
+  for (int64_t c = threadIdx.x; c < cols; c += BLOCK)
+    o[c] = from_float<T>(c < kept ? softmax_at(to_float(r[c]) * scale, p.m, inv) : 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: the backward.
+
+// softmax_backward_kernel: block b owns row b; dot = sum(dy * y) over the row (block_reduce_sum),
+// then dx = y * (dy - dot). With VEC (cols a multiple of the pack and every tensor 16-byte aligned)
+// thread t keeps its packs t, t + 256, ... of y and dy in registers: reads y and dy once, writes dx
+// once, bandwidth-bound. Without VEC (or for rows longer than 256 * R packs) it reads them twice.
+template <typename T, int R>
+__global__ void __launch_bounds__(BLOCK) softmax_backward_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
+                                                                 int64_t cols) {
+  __shared__ float scratch[32];
+  const int tid = threadIdx.x;
+  const int64_t base = blockIdx.x * cols;
+  float dot = 0.0f;
+  if constexpr (R > 0) {
+    const int64_t n = cols / kVec<T>;
+    Pack<T> yv[R], gv[R];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t j = tid + (int64_t)BLOCK * k;
+      if (j < n) {
+        yv[k] = load16(y + base + j * kVec<T>);
+        gv[k] = load16(dy + base + j * kVec<T>);
+#pragma unroll
+        for (int e = 0; e < kVec<T>; ++e) dot += to_float(yv[k].v[e]) * to_float(gv[k].v[e]);
+      }
+    }
+    dot = block_reduce_sum(dot, scratch);
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t j = tid + (int64_t)BLOCK * k;
+      if (j < n) {
+        Pack<T> g;
+#pragma unroll
+        for (int e = 0; e < kVec<T>; ++e) g.v[e] = from_float<T>(to_float(yv[k].v[e]) * (to_float(gv[k].v[e]) - dot));
+        store16(dx + base + j * kVec<T>, g);
+      }
+    }
+  } else {
+    for (int64_t c = tid; c < cols; c += BLOCK) dot += to_float(y[base + c]) * to_float(dy[base + c]);
+    dot = block_reduce_sum(dot, scratch);
+    for (int64_t c = tid; c < cols; c += BLOCK)
+      dx[base + c] = from_float<T>(to_float(y[base + c]) * (to_float(dy[base + c]) - dot));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launchers.
+
+static bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// x: 2-D [rows, cols], on the device, contiguous, float32 or bfloat16.
+static void check_x(const at::Tensor& x, const char* name) {
+  TORCH_CHECK(KERNELS_ON_DEVICE(x), name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", x.device());
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, name,
+              " must be float32 or bfloat16, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 2, name, " must have 2 dimensions [rows, cols], got shape ", shape_str(x.sizes()),
+              " (reshape to 2-D first: softmax runs over the last dimension)");
+  TORCH_CHECK(x.is_contiguous(), name, " must be contiguous, got strides ", shape_str(x.strides()), " for shape ",
+              shape_str(x.sizes()), " (call .contiguous() first)");
+}
+
+// `t` must match x: the same device, shape and dtype, contiguous.
+static void check_like(const at::Tensor& x, const at::Tensor& t, const char* name) {
+  TORCH_CHECK(KERNELS_ON_DEVICE(t), name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t.device());
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), name, " must have x's dtype ", x.scalar_type(), ", got ", t.scalar_type());
+  TORCH_CHECK(t.sizes() == x.sizes(), name, " must have x's shape ", shape_str(x.sizes()), ", got ", shape_str(t.sizes()));
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (call .contiguous() first)");
+}
+
+// Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype.
+template <typename F>
+static void dispatch(const at::Tensor& x, F&& f) {
+  if (x.scalar_type() == at::kFloat) f(float{});
+  else f(__nv_bfloat16{});
+}
+
+template <typename T> static const T* ptr(const at::Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
+template <typename T> static T* mut(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+
+// The checks every forward variant shares; false when there is nothing to compute.
+static bool forward_args(const at::Tensor& x, const at::Tensor& out) {
+  check_x(x, "x");
+  check_like(x, out, "out");
+  return x.size(0) > 0 && x.size(1) > 0;  // an empty matrix: nothing to write, and a grid of 0 blocks is an error
+}
+
+void softmax1(const at::Tensor& x, at::Tensor& out) {
+  if (!forward_args(x, out)) return;
+  const int64_t rows = x.size(0), cols = x.size(1), blocks = ceil_div(rows, (int64_t)BLOCK);
+  CHECK_GRID(blocks);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(x, [&](auto t) {
+    using T = decltype(t);
+    softmax_kernel1<T><<<blocks, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), rows, cols);
+  });
+  CHECK_LAUNCH();
+}
+
+// softmax2, softmax4, softmax5: one block per row.
+#define BLOCK_PER_ROW(kernel)                                                                             \
+  if (!forward_args(x, out)) return;                                                                      \
+  CHECK_GRID(x.size(0));                                                                                  \
+  auto stream = c10::cuda::getCurrentCUDAStream();                                                        \
+  dispatch(x, [&](auto t) {                                                                               \
+    using T = decltype(t);                                                                                \
+    kernel<T><<<x.size(0), BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), x.size(1));                        \
+  });                                                                                                     \
+  CHECK_LAUNCH()
+
+void softmax2(const at::Tensor& x, at::Tensor& out) { BLOCK_PER_ROW(softmax_kernel2); }
+void softmax4(const at::Tensor& x, at::Tensor& out) { BLOCK_PER_ROW(softmax_kernel4); }
+void softmax5(const at::Tensor& x, at::Tensor& out) { BLOCK_PER_ROW(softmax_kernel5); }
+
+void softmax3(const at::Tensor& x, at::Tensor& out) {
+  if (!forward_args(x, out)) return;
+  const int64_t rows = x.size(0), blocks = ceil_div(rows, (int64_t)WARPS);
+  CHECK_GRID(blocks);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(x, [&](auto t) {
+    using T = decltype(t);
+    softmax_kernel3<T><<<blocks, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), rows, x.size(1));
+  });
+  CHECK_LAUNCH();
+}
+
+// The largest dynamic shared memory one block may ask for on this device (opting in above 48 KB).
+static int64_t max_shared_bytes() {
+  int dev = 0, bytes = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return bytes;
+}
+
+template <typename T, int R>
+static void launch_warp6(const at::Tensor& x, at::Tensor& out, cudaStream_t stream) {
+  const int64_t rows = x.size(0), blocks = ceil_div(rows, (int64_t)WARPS);
+  CHECK_GRID(blocks);
+  softmax_warp_kernel6<T, R><<<blocks, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), rows, x.size(1));
+}
+
+// softmax6 picks the layout by row length in packs (n): a warp per row while the row fits in 32 lanes'
+// registers, a block of 256 threads per row up to 2048 packs, 1024 threads above that with shared memory
+// for what their registers cannot hold. Each thread gets only as many register packs as the row needs
+// (registers are what limits how many threads an SM runs). A ragged or misaligned row, or one too long
+// for the chip, takes softmax_kernel5 (two reads).
+void softmax6(const at::Tensor& x, at::Tensor& out) {
+  if (!forward_args(x, out)) return;
+  CHECK_GRID(x.size(0));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(x, [&](auto t) {
+    using T = decltype(t);
+    const int64_t rows = x.size(0), cols = x.size(1), n = cols / kVec<T>;
+    const int64_t spill_bytes = std::max<int64_t>(0, n - (int64_t)WIDE * WIDE_REGS) * 16;
+    const bool packed = cols % kVec<T> == 0 && aligned16(x) && aligned16(out);
+    if (!packed || (spill_bytes > 0 && spill_bytes > max_shared_bytes())) {
+      softmax_kernel5<T><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
+    } else if (n <= 32) {
+      launch_warp6<T, 1>(x, out, stream);
+    } else if (n <= 64) {
+      launch_warp6<T, 2>(x, out, stream);
+    } else if (n <= 128) {
+      launch_warp6<T, 4>(x, out, stream);
+    } else if (n <= 256) {
+      launch_warp6<T, 8>(x, out, stream);
+    } else if (n <= (int64_t)BLOCK * 4) {
+      softmax_kernel6<T, BLOCK, 4><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
+    } else if (n <= (int64_t)BLOCK * REGS) {
+      softmax_kernel6<T, BLOCK, REGS><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
+    } else {
+      auto kernel = softmax_kernel6<T, WIDE, WIDE_REGS>;
+      if (spill_bytes > 48 * 1024)  // above 48 KB a kernel must opt in to more dynamic shared memory
+        C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)spill_bytes));
+      kernel<<<rows, WIDE, spill_bytes, stream>>>(ptr<T>(x), mut<T>(out), cols);
+    }
+  });
+  CHECK_LAUNCH();
+}
+
+// softmax(x * scale with columns j > row % q_len set to -inf): x holds the scores of q_len queries
+// (rows) against cols keys, for any number of (batch, head) blocks stacked along the rows.
+void softmax7(const at::Tensor& x, double scale, int64_t q_len, at::Tensor& out) {
+  check_x(x, "x");
+  check_like(x, out, "out");
+  TORCH_CHECK(q_len > 0 && x.size(0) % q_len == 0, "q_len must be positive and divide the rows of x (",
+              std::to_string(x.size(0)), "), got ", std::to_string(q_len));
+  TORCH_CHECK(std::isfinite(scale), "scale must be a finite number, got ", std::to_string(scale));
+  if (x.size(0) == 0 || x.size(1) == 0) return;
+  CHECK_GRID(x.size(0));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(x, [&](auto t) {
+    using T = decltype(t);
+    softmax_causal_kernel7<T><<<x.size(0), BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), x.size(1), (float)scale, q_len);
+  });
+  CHECK_LAUNCH();
+}
+
+// Functional softmax over the last dimension of a 2-D x: the op that autograd and torch.compile see.
+at::Tensor softmax(const at::Tensor& x) {
+  check_x(x, "x");
+  at::Tensor out = at::empty_like(x);
+  softmax6(x, out);
+  return out;
+}
+
+// dx = y * (dy - sum(dy * y)) per row, for y = softmax(x) and dy = the gradient of y.
+at::Tensor softmax_backward(const at::Tensor& y, const at::Tensor& dy) {
+  check_x(y, "y");
+  check_like(y, dy, "dy");
+  at::Tensor dx = at::empty_like(y);
+  const int64_t rows = y.size(0), cols = y.size(1);
+  if (rows == 0 || cols == 0) return dx;
+  CHECK_GRID(rows);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(y, [&](auto t) {
+    using T = decltype(t);
+    const int64_t n = cols / kVec<T>;
+    const bool packed = cols % kVec<T> == 0 && aligned16(y) && aligned16(dy) && aligned16(dx);
+    if (packed && n <= (int64_t)BLOCK * 4) {
+      softmax_backward_kernel<T, 4><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+    } else if (packed && n <= (int64_t)BLOCK * REGS) {
+      softmax_backward_kernel<T, REGS><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+    } else {
+      softmax_backward_kernel<T, 0><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+    }
+  });
+  CHECK_LAUNCH();
+  return dx;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration. The functional ops get their fake kernels and derivative in Python
+// (kernels/exercises/lesson07.py: register_softmax), the lesson 03 route.
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("softmax1(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax2(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax3(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax4(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax5(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax6(Tensor x, Tensor(a!) out) -> ()");
+  m.def("softmax7(Tensor x, float scale, int q_len, Tensor(a!) out) -> ()");
+  m.def("softmax(Tensor x) -> Tensor");
+  m.def("softmax_backward(Tensor y, Tensor dy) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
+  m.impl("softmax1", &softmax1);
+  m.impl("softmax2", &softmax2);
+  m.impl("softmax3", &softmax3);
+  m.impl("softmax4", &softmax4);
+  m.impl("softmax5", &softmax5);
+  m.impl("softmax6", &softmax6);
+  m.impl("softmax7", &softmax7);
+  m.impl("softmax", &softmax);
+  m.impl("softmax_backward", &softmax_backward);
+}
