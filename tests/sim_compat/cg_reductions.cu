@@ -222,7 +222,7 @@ __global__ void divergent_sync_kernel(float* __restrict__ out) {
 // launchers
 static void check_rows(const at::Tensor& x, const char* name) {
   CHECK_INPUT(x);
-  TORCH_CHECK(x.dim() == 2, name, " expects a 2-D tensor (rows, cols), got ", x.dim(), " dimensions");
+  TORCH_CHECK(x.dim() == 2, name, " expects a 2-D tensor (rows, cols), got ", std::to_string(x.dim()), " dimensions");
 }
 
 at::Tensor layernorm_rows(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
@@ -231,7 +231,7 @@ at::Tensor layernorm_rows(const at::Tensor& x, const at::Tensor& weight, const a
   CHECK_INPUT(weight);
   CHECK_INPUT(bias);
   const int N = x.size(0), C = x.size(1);
-  TORCH_CHECK(weight.numel() == C && bias.numel() == C, "layernorm_rows: weight and bias need ", C, " elements");
+  TORCH_CHECK(weight.numel() == C && bias.numel() == C, "layernorm_rows: weight and bias need ", std::to_string(C), " elements");
   auto out = at::empty_like(x);
   const int block = 128, rows_per_block = block / 32;
   if (N > 0) {
@@ -272,7 +272,7 @@ at::Tensor block_sums(const at::Tensor& x, int64_t threads) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
   TORCH_CHECK(threads >= 32 && threads <= 1024 && threads % 32 == 0,
-              "block_sums: threads must be a multiple of 32 from 32 to 1024, got ", threads);
+              "block_sums: threads must be a multiple of 32 from 32 to 1024, got ", std::to_string(threads));
   const int64_t n = x.numel();
   const int64_t blocks = ceil_div(n, threads);
   auto out = at::empty({blocks}, x.options());
@@ -289,7 +289,7 @@ at::Tensor tile_ops(const at::Tensor& v, int64_t tile) {
   CHECK_DTYPE(v, at::kInt);
   const int64_t threads = v.numel();
   TORCH_CHECK(threads >= 32 && threads <= 1024 && threads % 32 == 0,
-              "tile_ops: v holds one value per thread of one block, a multiple of 32 up to 1024; got ", threads);
+              "tile_ops: v holds one value per thread of one block, a multiple of 32 up to 1024; got ", std::to_string(threads));
   auto out = at::empty({threads, kTileCols}, v.options());
   auto s = c10::cuda::getCurrentCUDAStream();
   int* o = out.data_ptr<int>();
@@ -301,7 +301,7 @@ at::Tensor tile_ops(const at::Tensor& v, int64_t tile) {
     case 8: tile_ops_kernel<8><<<1, threads, 0, s>>>(o, in); break;
     case 16: tile_ops_kernel<16><<<1, threads, 0, s>>>(o, in); break;
     case 32: tile_ops_kernel<32><<<1, threads, 0, s>>>(o, in); break;
-    default: TORCH_CHECK(false, "tile_ops: tile must be 1, 2, 4, 8, 16 or 32, got ", tile);
+    default: TORCH_CHECK(false, "tile_ops: tile must be 1, 2, 4, 8, 16 or 32, got ", std::to_string(tile));
   }
   CHECK_LAUNCH();
   return out;
@@ -345,7 +345,7 @@ at::Tensor online_softmax(const at::Tensor& x) {
 at::Tensor group_views(const at::Tensor& like, int64_t threads) {
   CHECK_INPUT(like);
   TORCH_CHECK(threads >= 32 && threads <= 1024 && threads % 32 == 0,
-              "group_views: threads must be a multiple of 32 from 32 to 1024, got ", threads);
+              "group_views: threads must be a multiple of 32 from 32 to 1024, got ", std::to_string(threads));
   auto out = at::empty({threads, 6}, like.options().dtype(at::kInt));
   group_views_kernel<<<1, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(out.data_ptr<int>());
   CHECK_LAUNCH();

@@ -193,7 +193,7 @@ __global__ void reduce_unsigned_kernel(const int* v, int* out) {
 at::Tensor reduce_unsigned(const at::Tensor& v) {
   CHECK_INPUT(v);
   CHECK_DTYPE(v, at::kInt);
-  TORCH_CHECK(v.numel() == 64, "expected 64 values (two warps), got ", v.numel());
+  TORCH_CHECK(v.numel() == 64, "expected 64 values (two warps), got ", std::to_string(v.numel()));
   auto out = at::empty({2, 4}, v.options());
   reduce_unsigned_kernel<<<1, 64>>>(v.data_ptr<int>(), out.data_ptr<int>());
   CHECK_LAUNCH();

@@ -43,7 +43,7 @@ __global__ void missing_lane_sum_kernel(const float* x, float* out) {
 
 at::Tensor missing_lane_sum(const at::Tensor& x) {
   CHECK_INPUT(x);
-  TORCH_CHECK(x.numel() == 40, "expected 40 values, got ", x.numel());
+  TORCH_CHECK(x.numel() == 40, "expected 40 values, got ", std::to_string(x.numel()));
   auto out = at::empty({2}, x.options());
   missing_lane_sum_kernel<<<1, 40>>>(x.data_ptr<float>(), out.data_ptr<float>());
   CHECK_LAUNCH();
