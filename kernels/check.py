@@ -176,7 +176,7 @@ def rows(n_inputs: int = 1, *, neg_inf: bool = False):
         if x.numel() and x.dtype.is_floating_point:
             x[0] = -(x[0].abs() + 1)
             if r > 1:
-                x[1] = x[1, 0]
+                x[1] = x[1, 0].item()  # a number, not a view: CUDA refuses a copy from an overlapping view
             if neg_inf and r > 2:
                 x[2] = float("-inf")
         return ts

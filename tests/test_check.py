@@ -223,7 +223,7 @@ def test_inputs_holding_nan_and_inf_are_seen_unchanged():
 def test_a_tiny_change_to_an_input_that_holds_nan_is_caught():
     def nudge_last(x, out):
         out.copy_(x)
-        x[-1] = torch.nextafter(x[-1], torch.tensor(INF))
+        x[-1] = torch.nextafter(x[-1], torch.tensor(INF, device=x.device))
 
     r = check(nudge_last, torch.clone, nan_and_inf, out=like(0), sizes=[33], quiet=True)
     assert r.cases[0].problem == "input 0 was modified"

@@ -31,8 +31,9 @@
 #endif
 
 // A tensor's shape as "[2, 3]". Messages in kernels/ format shapes with shape_str and numbers with
-// std::to_string: one form on every backend. Whether TORCH_CHECK also takes them streamed straight
-// in is what tests/toolkit/check_message.cu tests, on whichever backend runs it.
+// std::to_string: one form on every backend. Streamed straight into TORCH_CHECK, an integer or
+// sizes() killed the process (SIGSEGV) in an nvcc-built extension on an H100 machine (torch 2.11,
+// CUDA 13.0), while the simulator's build took them; tests/toolkit/check_message.cu is the probe.
 inline std::string shape_str(c10::IntArrayRef sizes) {
   std::string s = "[";
   for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
