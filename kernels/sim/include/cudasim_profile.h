@@ -21,6 +21,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <link.h>
 
 #define CUDASIM_PROF_FN __attribute__((no_sanitize_thread, noinline))
 #define CUDASIM_PROF_INLINE __attribute__((no_sanitize_thread, always_inline)) inline
@@ -65,7 +66,11 @@ struct State {
   const char* kernel = "";
   int nthreads = 0;
   uintptr_t threads_lo = 0, threads_hi = 0;  // g.threads' storage: the simulator's own
-  std::vector<Log> logs;
+  uintptr_t image_lo = 0, image_hi = 0;      // this library's writable data: its static variables
+  std::vector<Log> logs;     // per thread: accesses to the heap (tensors) and the shared arena
+  std::vector<Log> statics;  // per thread: accesses to static data (`__device__` variables, and the
+                             // simulator's bookkeeping, which only some lanes touch: kept apart
+                             // so that it cannot make converged lanes look diverged)
   std::vector<Site> sites;
 };
 
@@ -82,30 +87,39 @@ CUDASIM_PROF_INLINE void push(Log& log, const Event& e) {
   log.data[log.n++] = e;
 }
 
-// One warp's request: the distinct sectors (global) or the bank ways (shared) of its lanes' accesses.
+// One warp's request: the distinct 32-byte sectors its lanes touched (global memory). Lanes
+// usually share a few sectors, so a short list searched from its end beats sorting.
 CUDASIM_PROF_FN inline unsigned sectors_of(const Event* const* lanes, int count) {
   uintptr_t s[64];
-  int n = 0;
+  unsigned n = 0;
   for (int i = 0; i < count; ++i) {
     uintptr_t lo = lanes[i]->addr >> 5, hi = (lanes[i]->addr + lanes[i]->size - 1) >> 5;
-    for (uintptr_t x = lo; x <= hi && n < 64; ++x) s[n++] = x;
+    for (uintptr_t x = lo; x <= hi; ++x) {
+      unsigned k = n;
+      while (k > 0 && s[k - 1] != x) --k;
+      if (k == 0 && n < 64) s[n++] = x;
+    }
   }
-  std::sort(s, s + n);
-  return static_cast<unsigned>(std::unique(s, s + n) - s);
+  return n;
 }
 
+// The bank ways of a request (shared memory): the most distinct 4-byte words wanted from one of
+// the 32 banks (word w is in bank w % 32); lanes reading the same word share it (a broadcast).
 CUDASIM_PROF_FN inline unsigned bank_ways_of(const Event* const* lanes, int count) {
-  uintptr_t w[32 * 4];  // up to 16 bytes (four words) per lane
-  int n = 0;
-  for (int i = 0; i < count; ++i) {
-    uintptr_t lo = lanes[i]->addr >> 2, hi = (lanes[i]->addr + lanes[i]->size - 1) >> 2;
-    for (uintptr_t x = lo; x <= hi && n < 128; ++x) w[n++] = x;
-  }
-  std::sort(w, w + n);
-  n = static_cast<int>(std::unique(w, w + n) - w);
+  uintptr_t words[32][32];  // per bank, its distinct words (at most 32 are kept: 32 ways is the most)
   unsigned per_bank[32] = {};
   unsigned most = 0;
-  for (int i = 0; i < n; ++i) most = std::max(most, ++per_bank[w[i] & 31]);
+  for (int i = 0; i < count; ++i) {
+    uintptr_t lo = lanes[i]->addr >> 2, hi = (lanes[i]->addr + lanes[i]->size - 1) >> 2;
+    for (uintptr_t x = lo; x <= hi; ++x) {
+      unsigned b = x & 31, k = 0;
+      while (k < per_bank[b] && words[b][k] != x) ++k;
+      if (k == per_bank[b] && k < 32) {
+        words[b][per_bank[b]++] = x;
+        most = std::max(most, per_bank[b]);
+      }
+    }
+  }
   return most;
 }
 
@@ -127,11 +141,11 @@ CUDASIM_PROF_FN inline void add_request(const Event* const* lanes, int count) {
 // Group one warp's logs into requests. Converged lanes (the usual case) have logs with the same
 // call sites in the same order, so the k-th entries of all lanes form a request; otherwise each
 // entry is keyed by (barrier count, call site, kind, how many times this lane was there before).
-CUDASIM_PROF_FN inline void flush_warp(int first, int count) {
-  const Log& l0 = P.logs[first];
+CUDASIM_PROF_FN inline void flush_warp(const Log* logs, int count) {
+  const Log& l0 = logs[0];
   bool converged = true;
   for (int i = 1; i < count && converged; ++i) {
-    const Log& l = P.logs[first + i];
+    const Log& l = logs[i];
     converged = l.n == l0.n;
     for (size_t k = 0; k < l.n && converged; ++k)
       converged = l.data[k].pc == l0.data[k].pc && l.data[k].flags == l0.data[k].flags;
@@ -140,7 +154,7 @@ CUDASIM_PROF_FN inline void flush_warp(int first, int count) {
   if (converged) {
     for (size_t k = 0; k < l0.n; ++k) {
       if (l0.data[k].flags & kMark) continue;
-      for (int i = 0; i < count; ++i) lanes[i] = &P.logs[first + i].data[k];
+      for (int i = 0; i < count; ++i) lanes[i] = &logs[i].data[k];
       add_request(lanes, count);
     }
     return;
@@ -153,7 +167,7 @@ CUDASIM_PROF_FN inline void flush_warp(int first, int count) {
   };
   std::vector<std::pair<Key, const Event*>> all;
   for (int i = 0; i < count; ++i) {
-    const Log& l = P.logs[first + i];
+    const Log& l = logs[i];
     std::vector<std::pair<std::pair<uintptr_t, unsigned>, unsigned long long>> seen;  // (pc, flags) -> times
     unsigned long long epoch = 0;
     for (size_t k = 0; k < l.n; ++k) {
@@ -181,8 +195,11 @@ CUDASIM_PROF_FN inline void flush_warp(int first, int count) {
 // The block whose logs are held is over (or profiling stops): fold its requests into the sites.
 CUDASIM_PROF_FN inline void flush_block() {
   if (!P.gen) return;
-  for (int w = 0; w * 32 < P.nthreads; ++w) flush_warp(w * 32, std::min(32, P.nthreads - w * 32));
-  for (int i = 0; i < P.nthreads; ++i) P.logs[i].n = 0;
+  for (int w = 0; w * 32 < P.nthreads; ++w) {
+    flush_warp(&P.logs[w * 32], std::min(32, P.nthreads - w * 32));
+    flush_warp(&P.statics[w * 32], std::min(32, P.nthreads - w * 32));
+  }
+  for (int i = 0; i < P.nthreads; ++i) P.logs[i].n = P.statics[i].n = 0;
   P.gen = 0;
 }
 
@@ -192,7 +209,10 @@ CUDASIM_PROF_FN inline void start_block() {
   P.gen = g.block_gen;
   P.kernel = g.kernel;
   P.nthreads = g.nthreads;
-  if (P.logs.size() < static_cast<size_t>(P.nthreads)) P.logs.resize(P.nthreads);
+  if (P.logs.size() < static_cast<size_t>(P.nthreads)) {
+    P.logs.resize(P.nthreads);
+    P.statics.resize(P.nthreads);
+  }
   P.threads_lo = reinterpret_cast<uintptr_t>(g.threads.data());
   P.threads_hi = P.threads_lo + g.threads.size() * sizeof(Thread);
   P.busy = false;
@@ -212,7 +232,26 @@ CUDASIM_PROF_INLINE void note(const void* a, unsigned size, unsigned flags, void
   }
   if (g.block_gen != P.gen) start_block();
   if (x - P.threads_lo < P.threads_hi - P.threads_lo) return;  // the simulator's per-thread state
-  push(P.logs[t->linear], Event{reinterpret_cast<uintptr_t>(ret), x, size, flags});
+  Log& log = !(flags & kShared) && x - P.image_lo < P.image_hi - P.image_lo ? P.statics[t->linear] : P.logs[t->linear];
+  push(log, Event{reinterpret_cast<uintptr_t>(ret), x, size, flags});
+}
+
+// The address range of this library's writable segments (its static variables), from its program headers.
+CUDASIM_PROF_FN inline int image_segments(dl_phdr_info* info, size_t, void* base) {
+  if (info->dlpi_addr != reinterpret_cast<uintptr_t>(base)) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_W)) continue;
+    uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+    P.image_lo = P.image_lo ? std::min(P.image_lo, lo) : lo;
+    P.image_hi = std::max(P.image_hi, hi);
+  }
+  return 1;
+}
+
+CUDASIM_PROF_FN inline void find_image() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&P), &info) && info.dli_fbase) dl_iterate_phdr(image_segments, info.dli_fbase);
 }
 
 }  // namespace prof
@@ -222,6 +261,7 @@ CUDASIM_PROF_FN inline void profile_barrier(int thread) {
   if (!prof::P.on || prof::P.busy) return;
   if (g.block_gen != prof::P.gen) prof::start_block();
   prof::push(prof::P.logs[thread], prof::Event{0, 0, 0, prof::kMark});
+  prof::push(prof::P.statics[thread], prof::Event{0, 0, 0, prof::kMark});
 }
 
 }  // namespace cudasim
@@ -234,6 +274,8 @@ extern "C" __attribute__((visibility("default"), used, no_sanitize_thread)) void
   P.sites.clear();
   P.gen = 0;
   for (auto& l : P.logs) l.n = 0;
+  for (auto& l : P.statics) l.n = 0;
+  if (!P.image_hi) find_image();
   P.busy = false;
   P.on = true;
 }
