@@ -210,7 +210,8 @@ def _rows(twin: _Twin) -> list[Row]:
         found = where.get(pc)
         if not found:
             continue  # the simulator's own code
-        line, atomic = found
+        line, atomic, function = found
+        kernel = function or kernel  # the launch names it as written: `Kernel<<<...>>>` for a template parameter
         if atomic and flags & _WRITE:
             continue  # an atomic's read-modify-write counts once, as its read
         space = "shared" if flags & _SHARED else "global"
@@ -233,10 +234,29 @@ def _line_no(line: str) -> int:
     return int(line.rsplit(":", 1)[1])
 
 
-def _lines(so: Path, pcs: list[int], own: set[str]) -> dict[int, tuple[str, bool]]:
+def _function_name(demangled: str) -> str:
+    """`sum_kernel2<true>` from addr2line's `void sum_kernel2<true>(float const*, float*, long)`."""
+    depth = 0
+    for i, ch in enumerate(demangled):
+        if ch in "<":
+            depth += 1
+        elif ch in ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            demangled = demangled[:i]
+            break
+    depth, cut = 0, 0
+    for i, ch in enumerate(demangled):  # drop a return type: the last space outside <...>
+        depth += (ch == "<") - (ch == ">")
+        if ch == " " and depth == 0:
+            cut = i + 1
+    return demangled[cut:]
+
+
+def _lines(so: Path, pcs: list[int], own: set[str]) -> dict[int, tuple[str, bool, str]]:
     """For each call site (offset of a hook's return address in the library): the line of the
-    learner's own files it belongs to, and whether it is inside an atomic; sites in the simulator's
-    own code are left out. addr2line -i gives the chain of inlined calls, innermost first."""
+    learner's own files it belongs to, whether it is inside an atomic, and the kernel (or the
+    function) it was compiled into; sites in the simulator's own code are left out. addr2line -i gives the chain of inlined calls, innermost first."""
     if not pcs:
         return {}
     run = subprocess.run(["addr2line", "-a", "-i", "-f", "-C", "-e", str(so), *[hex(pc - 1) for pc in pcs]],
@@ -258,7 +278,11 @@ def _lines(so: Path, pcs: list[int], own: set[str]) -> dict[int, tuple[str, bool
         atomic = False
         for depth, (func, name, num) in enumerate(chain):
             if name in own and num:
-                out[pc] = (f"{name}:{num}", atomic)
+                # the kernel: the outermost function of the learner's files that the access was inlined
+                # into (not the lambda that a translated launch wraps the kernel in)
+                named = [f for f, n, _ in chain[depth:] if n in own and "lambda" not in f and "operator()" not in f]
+                kernel = _function_name(named[-1]) if named else ""
+                out[pc] = (f"{name}:{num}", atomic, kernel)
                 break
             if depth == 0 and name in _SIM_HEADERS:
                 m = _ACCESS_FUNCTIONS.search(func)
