@@ -193,7 +193,8 @@ def profile(fn, *args, **kwargs) -> Report:
         fn(*args, **kwargs)
     if not twins:
         raise ValueError("profile ran the function, but it called no op of a file loaded with the sim backend: "
-                         "pass an op (ext = load(file, 'sim'); profile(ext.name, *inputs)) or a function that calls one")
+                         "pass an op (ext = load(file, 'sim'); profile(ext.name, *inputs)) or a function that calls one "
+                         "(functions of a PYBIND11_MODULE file are not seen: register them with TORCH_LIBRARY)")
     rows = []
     for twin in twins.values():
         rows += _rows(twin)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernels import load, profile
-from kernels.profiling import KINDS, Report, compiler_problem
+from kernels.profiling import KINDS, Report, compiler_problem, main
 
 PROBES = Path(__file__).parent / "sim_kernels" / "profile_probes.cu"
 
@@ -173,3 +173,21 @@ def test_lesson06_sum2_runs_its_tree_with_fewer_active_lanes_than_sum3():
     assert tree2.active_lanes == pytest.approx(255 / 47)
     assert tree3.active_lanes == pytest.approx(255 / 12)
     assert tree2.bank_ways == tree3.bank_ways == 1
+
+
+def test_make_profile_names_the_lessons_it_knows_when_given_another(capsys):
+    assert main(["99"]) == 2
+    assert "make profile LESSON=NN, with NN one of 04, 06" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_make_profile_lesson_04_prints_the_strided_walks_sectors(capsys):
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    assert main(["4"]) == 0
+    out = capsys.readouterr().out
+    for stride, sectors in [(1, 4), (2, 8), (32, 32)]:
+        section = out.split(f"== scale_add3 with stride {stride}\n")[1].split("\n\n")[0]
+        load_line = next(line for line in section.splitlines() if " global load " in line)
+        kernel, where, _, _, requests, per_request, lanes = load_line.split()
+        assert (kernel, per_request, lanes) == ("scale_add_kernel3", str(sectors), "32")
