@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -70,13 +71,6 @@ class Report:
     def _repr_pretty_(self, p, cycle) -> None:  # Jupyter shows the table
         p.text(str(self))
 
-    def find(self, kind: str, kernel: str | None = None) -> list[Row]:
-        """The rows of one kind (and kernel, where given; a name without template arguments matches all)."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
-        return [r for r in self.rows if r.kind == kind and (kernel is None or r.kernel.split("<")[0] == kernel
-                                                            or r.kernel == kernel)]
-
 
 def _fmt(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}".rstrip("0").rstrip(".")
@@ -101,8 +95,6 @@ def profile_flags() -> list[str]:
 def compiler_problem() -> str | None:
     """Why this machine cannot make a profiling build (None when it can): the C++ compiler that
     builds use must accept -fsanitize=thread (gcc and clang do) and addr2line must be there."""
-    import os
-
     cxx = os.environ.get("CXX") or "c++"
     install = ("install g++ (Debian/Ubuntu: apt-get install g++ binutils; macOS: xcode-select --install) "
                "or clang++, and make sure $CXX (or c++) names it")
@@ -153,7 +145,7 @@ class _Twin:
                 t[i] += v
 
 
-def _sim_extension(namespace: str):
+def _extension_of(namespace: str):
     """The loaded Extension whose ops live in this namespace, or None."""
     for ext in _loaded.values():
         if isinstance(ext, Extension) and ext.ns == namespace:
@@ -173,7 +165,7 @@ def profile(fn, *args, **kwargs) -> Report:
 
     class Redirect(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ext = _sim_extension(func.namespace)
+            ext = _extension_of(func.namespace)
             if ext is None:
                 return func(*args, **(kwargs or {}))
             if ext.backend != "sim":

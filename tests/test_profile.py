@@ -127,11 +127,19 @@ def test_the_tiled_matmul_reads_each_tile_once_per_warp_without_conflicts_in_und
     assert inner.requests == warps * tiles * 16 * 2 and inner.bank_ways == 1
 
 
-def test_an_op_loaded_for_cuda_or_a_function_without_sim_ops_is_refused(probes):
+def test_a_function_without_sim_ops_or_something_not_callable_is_refused(probes):
     with pytest.raises(ValueError, match="called no op of a file loaded with the sim backend"):
         profile(lambda: torch.ones(3).sum())
     with pytest.raises(TypeError, match="expects an op"):
         profile(42)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: an op loaded for the cuda backend")
+def test_an_op_loaded_for_cuda_is_refused_with_the_way_to_profile_it(probes):
+    gpu = load(PROBES, "cuda")
+    x = torch.rand(64, device="cuda")
+    with pytest.raises(RuntimeError, match="the profile is a simulator feature: load profile_probes.cu with backend='sim'"):
+        profile(gpu.odd_lanes, x, torch.empty_like(x))
 
 
 def test_after_profiling_the_plain_build_still_runs_uninstrumented(probes):
