@@ -82,7 +82,7 @@ def ncu_figures() -> list[dict[str, float]]:
                                        if p.exists()), None)
     if not ncu:
         sys.exit("ncu (Nsight Compute) not found: put the CUDA toolkit's bin/ on PATH")
-    cmd = [ncu, "--csv", "--metrics", ",".join(METRICS.values()), "--kernel-name", "regex:^(" + "|".join(KERNELS) + ")$",
+    cmd = [ncu, "--csv", "--metrics", ",".join(METRICS.values()), "--kernel-name", "regex:^(" + "|".join(KERNELS) + ")",
            sys.executable, __file__, "--run-cases"]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if run.returncode != 0:
