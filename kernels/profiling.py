@@ -328,6 +328,11 @@ def main(argv: list[str]) -> int:
         print(f"== {title}")
         print(profile(fn))
         print()
+    from .backend import gpu_available
+
+    if gpu_available():
+        print("These are the simulator's figures. Nsight Compute's counters for the same kernels on this GPU, "
+              "side by side with them: python tests/toolkit/ncu_compare.py")
     return 0
 
 
