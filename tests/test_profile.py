@@ -142,13 +142,23 @@ def test_an_op_loaded_for_cuda_is_refused_with_the_way_to_profile_it(probes):
         profile(gpu.odd_lanes, x, torch.empty_like(x))
 
 
-def test_after_profiling_the_plain_build_still_runs_uninstrumented(probes):
-    x = torch.rand(256)
-    profile(probes.odd_lanes, x, torch.empty(256))
-    out = torch.zeros(256)
-    probes.odd_lanes(x, out)  # the sim build, not the profiling one
+def test_the_plain_sim_build_stays_uninstrumented_and_the_profiling_build_is_a_separate_library(probes):
+    import shutil
+    import subprocess
+
+    from kernels.profiling import _Twin
+
+    twin = _Twin(probes)
+    assert twin.ext.so != probes.so
+
+    def symbols(so):
+        return subprocess.run([shutil.which("nm") or "nm", str(so)], capture_output=True, text=True, check=True).stdout
+
+    assert "__tsan_read4" in symbols(twin.ext.so) and "cudasim_profile_rows" in symbols(twin.ext.so)
+    assert "__tsan_" not in symbols(probes.so)
+    x, out = torch.rand(256), torch.zeros(256)
+    probes.odd_lanes(x, out)  # outside profile: the plain build runs
     assert torch.equal(out[1::2], x[1::2])
-    assert "_sim_" in probes.ns
 
 
 def test_a_missing_compiler_is_named_with_what_to_install(monkeypatch):
