@@ -3,6 +3,7 @@
 #   make test-all     set up, then every test: pytest, compile check, notebooks under nbval
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
+#   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator
 # Other targets: setup test bench doctor compile-check clean (README.md says what each does).
 #
 # By default everything runs in .venv, which `make setup` creates (`make setup TORCH=cpu`: the
@@ -31,7 +32,7 @@ $(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for
 endif
 PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 
-.PHONY: help setup lessons lab test test-all check hint bench doctor compile-check nbval nbval-lessons clean
+.PHONY: help setup lessons lab test test-all check hint bench profile doctor compile-check nbval nbval-lessons clean
 
 help:
 	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
@@ -105,6 +106,12 @@ hint: setup
 # (committed, so that notebooks on the simulator can show the GPU figures with show_recorded).
 bench: setup
 	$(PYTHON) -m kernels.benchmarks $(if $(filter 1,$(RECORD)),--record) $(LESSON)
+
+# The simulator's access profile (sectors per request, bank ways, active lanes per source line)
+# of a lesson's variants; Nsight Compute's counters for the same probes on a GPU: tests/toolkit/ncu_compare.py.
+profile: setup
+	@test -n "$(LESSON)" || (echo "which lesson? make profile LESSON=04"; exit 2)
+	$(PYTHON) -m kernels.profiling $(LESSON)
 
 doctor:
 	@$(if $(SETUP),test -x $(PYTHON) || (echo "no $(VENV) yet: run 'make setup' first (or make doctor PY=python3)"; exit 1))

@@ -3,11 +3,13 @@
     from kernels import load, check, bench, device
 
 `load` builds a .cu file on the `cuda` backend (a GPU) or the `sim` backend (the CPU simulator
-in kernels/sim), `check` compares a kernel with PyTorch, `bench` times it against PyTorch.
+in kernels/sim), `check` compares a kernel with PyTorch, `bench` times it against PyTorch, and
+`profile` counts a sim kernel's memory accesses per source line (sectors, bank conflicts, lanes).
 """
 from .backend import device, gpu_available, resolve as resolve_backend
 from .build import BuildError, build, load
+from .profiling import profile
 
 TOOLKIT = "cuda-kernels-for-pytorch"  # tells this package apart from other packages named `kernels`
 
-__all__ = ["load", "build", "BuildError", "device", "resolve_backend", "gpu_available", "TOOLKIT"]
+__all__ = ["load", "build", "BuildError", "profile", "device", "resolve_backend", "gpu_available", "TOOLKIT"]

@@ -66,6 +66,11 @@ def report() -> list[tuple[str, str]]:
     cxx = os.environ.get("CXX", "c++")
     first = _run([cxx, "--version"]).splitlines()
     rows.append(("C++ compiler", first[0] if first else f"{cxx} NOT FOUND: install g++ or clang++"))
+    from .profiling import compiler_problem
+
+    problem = compiler_problem()
+    rows.append(("profiler", f"NOT AVAILABLE: {problem}" if problem else
+                 "available (kernels.profile: the C++ compiler accepts -fsanitize=thread, addr2line found)"))
     from .backend import reason
 
     rows.append(("backend", reason()))

@@ -409,6 +409,9 @@ inline void queue_in_order(std::vector<int>& ids) {
 
 // ---------------------------------------------------------------------------------------------
 // __syncthreads and its counting variants.
+#ifdef CUDASIM_PROFILE
+inline void profile_barrier(int thread);
+#endif
 inline int barrier(BarKind kind, int pred, const char* file, int line, int site) {
   Thread* t = g.cur;
   if (!t) fail("__syncthreads() called outside a kernel");
@@ -419,6 +422,9 @@ inline int barrier(BarKind kind, int pred, const char* file, int line, int site)
   t->bar_line = line;
   t->bar_site = site;
   to_scheduler();
+#ifdef CUDASIM_PROFILE
+  profile_barrier(t->linear);  // the access profiler's mark (cudasim_profile.h)
+#endif
   return t->bar_result;
 }
 
@@ -1521,3 +1527,7 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include "cudasim_torch.h"
+
+#ifdef CUDASIM_PROFILE
+#include "cudasim_profile.h"  // a profiling build (kernels.profile): the access-counting hooks
+#endif
