@@ -314,13 +314,26 @@ def _fixed_namespaces(files: list[Path], name: str) -> set[str]:
     return found
 
 
-def _namespace_clash(entry: Path, name: str, backend: str) -> BuildError | None:
-    """An error when the file registers an op namespace this process already has: loading a second
-    TORCH_LIBRARY for a namespace aborts the process (a C++ exception during dlopen), so it is refused."""
+def _namespace_taken(ns: str) -> bool:
+    """Whether a TORCH_LIBRARY for `ns` exists in this process, with ops or without: asks the dispatcher
+    for a library of that namespace (refused when one exists) and releases it at once."""
     import torch
 
-    have = {op.split("::", 1)[0] for op in torch._C._dispatch_get_all_op_names()}
-    for ns in sorted(_fixed_namespaces(_sources(entry), name) & have):
+    try:
+        probe = torch._C._dispatch_library("DEF", ns, "", "kernels.build", 0)
+    except RuntimeError:
+        return True
+    probe.reset()
+    return False
+
+
+def _namespace_clash(entry: Path, name: str, backend: str) -> BuildError | None:
+    """An error when the file registers an op namespace this process already has (even one without
+    ops): loading a second TORCH_LIBRARY for a namespace aborts the process (a C++ exception during
+    dlopen), so it is refused."""
+    for ns in sorted(_fixed_namespaces(_sources(entry), name)):
+        if not _namespace_taken(ns):
+            continue
         by = _namespaces.get(ns)
         where = f"by {display_path(by)}" if by else "by another library or torch.library"
         return BuildError(
