@@ -33,7 +33,8 @@ SIM_INCLUDE = PACKAGE / "sim" / "include"
 
 # The flags PyTorch's own CUDA build uses are added by cpp_extension; these are ours.
 CUDA_FLAGS = ["-O3", "-lineinfo"]
-SIM_FLAGS = ["-O2", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-unused-variable",
+# -g1: line tables only, so that a fault in a kernel thread can name its source line (cudasim.h).
+SIM_FLAGS = ["-O2", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-unused-variable",
              "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
              "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
 

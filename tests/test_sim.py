@@ -723,12 +723,51 @@ def test_stack_overflow_in_a_thread_raises_and_the_stack_size_is_a_knob(undefine
                          env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = {l.split(" ", 1)[0]: l for l in run.stdout.splitlines()}
-    assert re.search(r"^ERROR cudasim: stack overflow: the thread used more than its 256 KB stack .*"
-                     r"CUDASIM_STACK_KB.*kernel deep_recursion_kernel, block \(0,0,0\), thread \(\d,0,0\)",
-                     lines["ERROR"]), run.stdout
+    m = re.search(r"^ERROR cudasim: stack overflow at undefined.cu:(\d+): the thread used more than its 256 KB "
+                  r"stack .*CUDASIM_STACK_KB.*kernel deep_recursion_kernel, block \(0,0,0\), thread \(\d,0,0\)",
+                  lines["ERROR"])
+    assert m, run.stdout
+    first, last = _line_of("__device__ float recurse(", UNDEFINED), _line_of("return depth == 0", UNDEFINED)
+    assert first <= int(m.group(1)) <= last + 1, f"line {m.group(1)} is not in recurse() ({first}-{last + 1})"
     expect = float(sum(2 * d % 300 for d in range(101)))  # x[i] = i; call d reads x[2d mod 300]
     assert lines["SUM"] == f"SUM {[expect, expect]}"
     assert "CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got 'lots'" in lines["BAD"]
+
+
+@contextmanager
+def _floats_before_unmapped_memory(n: int):
+    """A float32 tensor of n elements whose last byte is the last byte of a page, and the page after it
+    unreadable (as the end of a large allocation can be); the page is readable again afterwards."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    buf = mmap.mmap(-1, 2 * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(addr + page, page, 0) == 0  # PROT_NONE, ctypes.get_errno()
+    try:
+        yield torch.frombuffer(buf, dtype=torch.float32, count=n, offset=page - 4 * n)
+    finally:
+        libc.mprotect(addr + page, page, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def test_a_write_past_the_end_into_unmapped_memory_is_an_error_naming_thread_line_and_address(undefined):
+    line = _line_of("OOB-LINE", UNDEFINED)
+    with _floats_before_unmapped_memory(1000) as out:
+        end = out.data_ptr() + 4 * 1000
+        with pytest.raises(RuntimeError) as err:
+            undefined.write_one_past_end(out)
+        assert out.tolist() == [1.0] * 1000  # every thread before thread 1000 wrote its element
+    said = str(err.value)
+    assert re.search(rf"cudasim: illegal memory access at undefined.cu:{line}: the thread read or wrote address "
+                     rf"0x{end:x}, which is not mapped .*kernel write_one_past_end_kernel, block \(7,0,0\), "
+                     r"thread \(104,0,0\)", said), said
+    # the process goes on: the next launch of the same kernel into a tensor with room works
+    room = torch.zeros(1001)
+    undefined.write_one_past_end(room[:1000])
+    assert room.tolist() == [1.0] * 1001
 
 
 def test_a_launch_that_failed_midway_leaves_nothing_behind_for_a_smaller_block(undefined):
