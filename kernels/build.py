@@ -33,7 +33,8 @@ SIM_INCLUDE = PACKAGE / "sim" / "include"
 
 # The flags PyTorch's own CUDA build uses are added by cpp_extension; these are ours.
 CUDA_FLAGS = ["-O3", "-lineinfo"]
-SIM_FLAGS = ["-O2", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-unused-variable",
+# -g1: line tables only, so that a fault in a kernel thread can name its source line (cudasim.h).
+SIM_FLAGS = ["-O2", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-unused-variable",
              "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
              "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
 
@@ -314,13 +315,26 @@ def _fixed_namespaces(files: list[Path], name: str) -> set[str]:
     return found
 
 
-def _namespace_clash(entry: Path, name: str, backend: str) -> BuildError | None:
-    """An error when the file registers an op namespace this process already has: loading a second
-    TORCH_LIBRARY for a namespace aborts the process (a C++ exception during dlopen), so it is refused."""
+def _namespace_taken(ns: str) -> bool:
+    """Whether a TORCH_LIBRARY for `ns` exists in this process, with ops or without: asks the dispatcher
+    for a library of that namespace (refused when one exists) and releases it at once."""
     import torch
 
-    have = {op.split("::", 1)[0] for op in torch._C._dispatch_get_all_op_names()}
-    for ns in sorted(_fixed_namespaces(_sources(entry), name) & have):
+    try:
+        probe = torch._C._dispatch_library("DEF", ns, "", "kernels.build", 0)
+    except RuntimeError:
+        return True
+    probe.reset()
+    return False
+
+
+def _namespace_clash(entry: Path, name: str, backend: str) -> BuildError | None:
+    """An error when the file registers an op namespace this process already has (even one without
+    ops): loading a second TORCH_LIBRARY for a namespace aborts the process (a C++ exception during
+    dlopen), so it is refused."""
+    for ns in sorted(_fixed_namespaces(_sources(entry), name)):
+        if not _namespace_taken(ns):
+            continue
         by = _namespaces.get(ns)
         where = f"by {display_path(by)}" if by else "by another library or torch.library"
         return BuildError(

@@ -21,3 +21,12 @@ def backend():
     from kernels import resolve_backend
 
     return resolve_backend()
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked sim_only (what only the simulator defines: its errors, undefined behaviour on a
+    GPU) must never be launched on cuda: refuse the run if one is parametrised onto that backend."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.get_closest_marker("sim_only") and "cuda" in params.values():
+            raise pytest.UsageError(f"{item.nodeid} is marked sim_only but is parametrised to run on cuda")

@@ -352,12 +352,8 @@ def test_demangling_without_cxxfilt_recovers_the_qualified_name(monkeypatch):
     assert demangle("plain_c_name") == "plain_c_name"
 
 
-@pytest.mark.slow
-def test_second_library_for_one_op_namespace_is_refused_not_a_crash(tmp_path):
-    """PyTorch aborts the process when a second TORCH_LIBRARY registers a namespace; load refuses it."""
-    body = (HERE / "vector_add.cu").read_text().replace("TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m)",
-                                                         "TORCH_LIBRARY(toolkit_fixed_ns, m)")
-    body = body.replace("TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m)", "TORCH_LIBRARY_IMPL(toolkit_fixed_ns, CUDA, m)")
+def _load_two_files_registering_one_namespace(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    """Load two files whose TORCH_LIBRARY blocks name the same namespace, in a fresh process."""
     first, second = tmp_path / "first.cu", tmp_path / "second.cu"
     first.write_text(body)
     second.write_text(body + "\n// another file, same namespace\n")
@@ -366,10 +362,42 @@ def test_second_library_for_one_op_namespace_is_refused_not_a_crash(tmp_path):
         f"load({str(first)!r}, 'sim', quiet=True)\n"
         f"try:\n    load({str(second)!r}, 'sim', quiet=True)\nexcept BuildError as e:\n    print('refused:', e)\n")
     env = {**os.environ, "KERNELS_BUILD_DIR": str(_isolated_build_dir(tmp_path)), "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_second_library_for_one_op_namespace_is_refused_not_a_crash(tmp_path):
+    """PyTorch aborts the process when a second TORCH_LIBRARY registers a namespace; load refuses it."""
+    body = (HERE / "vector_add.cu").read_text().replace("TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m)",
+                                                         "TORCH_LIBRARY(toolkit_fixed_ns, m)")
+    body = body.replace("TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m)", "TORCH_LIBRARY_IMPL(toolkit_fixed_ns, CUDA, m)")
+    run = _load_two_files_registering_one_namespace(tmp_path, body)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "refused: the op namespace 'toolkit_fixed_ns' is already registered in this process (by " in run.stdout
     assert "first.cu" in run.stdout
+
+
+@pytest.mark.slow
+def test_second_library_for_a_namespace_without_ops_is_refused_not_a_crash(tmp_path):
+    """An op-less TORCH_LIBRARY block registers its namespace too; a second one aborts the process just the same."""
+    run = _load_two_files_registering_one_namespace(tmp_path, "#include <torch/library.h>\nTORCH_LIBRARY(toolkit_empty_ns, m) {}\n")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "refused: the op namespace 'toolkit_empty_ns' is already registered in this process (by " in run.stdout
+    assert "first.cu" in run.stdout
+
+
+def test_namespace_registered_from_python_without_ops_is_refused_before_building(tmp_path, monkeypatch):
+    src = tmp_path / "python_ns.cu"
+    src.write_text("#include <torch/library.h>\nTORCH_LIBRARY(toolkit_python_ns, m) {}\n")
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "ext"))
+    lib = torch.library.Library("toolkit_python_ns", "DEF")  # a namespace with no ops
+    try:
+        with pytest.raises(BuildError, match="the op namespace 'toolkit_python_ns' is already registered in this "
+                                             r"process \(by another library or torch.library\)"):
+            load(src, "sim", quiet=True)
+    finally:
+        lib._destroy()
+    assert not (tmp_path / "ext").exists()  # refused before anything was built
 
 
 # --- the precompiled headers -----------------------------------------------------------------------

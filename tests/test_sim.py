@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import BuildError, load
+from kernels import BuildError, device, load
 from kernels.sim.translate import TranslateError, translate_source
 
 HERE = Path(__file__).parent / "sim_kernels"
@@ -52,6 +52,37 @@ def sim_env(**knobs: str):
                 os.environ[k] = v
 
 
+# Backends the kernels run on here: the simulator, and the GPU when there is one. Tests of what
+# a GPU defines take `feat` or `styles` and run on each; tests of what only the simulator defines
+# (its errors, its knobs, undefined behaviour on a GPU) take `ext`, `host` or `undefined`, which
+# load on sim alone, and carry the sim_only mark: they are never launched on cuda
+# (undefined.cu's lock_never_freed would hang a GPU).
+BACKENDS = ["sim"] + (["cuda"] if torch.cuda.is_available() else [])
+sim_only = pytest.mark.sim_only
+
+
+class _OnDevice:
+    """An extension whose ops take CPU tensors, run them on the extension's device and return CPU tensors."""
+
+    def __init__(self, ext):
+        self.ext, self.device = ext, device(ext.backend)
+
+    def __getattr__(self, op: str):
+        fn = getattr(self.ext, op)
+
+        def call(*args):
+            out = fn(*[a.to(self.device) if isinstance(a, torch.Tensor) else a for a in args])
+            if isinstance(out, (list, tuple)):
+                return type(out)(o.cpu() if isinstance(o, torch.Tensor) else o for o in out)
+            return out.cpu() if isinstance(out, torch.Tensor) else out
+        return call
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def feat(request):
+    return _OnDevice(load(FEATURES, request.param))
+
+
 @pytest.fixture(scope="module")
 def ext():
     return load(FEATURES, "sim")
@@ -62,9 +93,15 @@ def host():
     return load(HERE / "host_api.cu", "sim")
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def styles(request):
+    return load(PUBLIC, request.param)
+
+
 @pytest.fixture(scope="module")
-def styles(backend):
-    return load(PUBLIC, backend)
+def dev(styles):
+    """The device of the backend `styles` runs on."""
+    return device(styles.backend)
 
 
 @pytest.fixture(scope="module")
@@ -206,16 +243,16 @@ def test_pragma_unroll_and_cuda_dispatch_key_are_rewritten():
 
 # ---------------------------------------------------------------------------------------------
 # qualifiers, indices, launches
-def test_qualifiers_templates_and_device_calls(ext):
+def test_qualifiers_templates_and_device_calls(feat):
     x = torch.randn(1001)
-    out = ext.qualifiers(x)
+    out = feat.qualifiers(x)
     torch.testing.assert_close(out[:-1], 2 * (x * x + 1))
     assert out[-1].item() == 10.0  # the __host__ __device__ function called on the host
 
 
 @pytest.mark.parametrize("grid, block", [((3, 1, 1), (70, 1, 1)), ((2, 3, 1), (16, 4, 1)), ((2, 3, 4), (4, 2, 3))])
-def test_builtin_indices_in_1d_2d_3d(ext, grid, block):
-    out = ext.indices(list(grid), list(block))
+def test_builtin_indices_in_1d_2d_3d(feat, grid, block):
+    out = feat.indices(list(grid), list(block))
     gz, gy, gx, bz, by, bx = torch.meshgrid(*[torch.arange(n) for n in (*grid[::-1], *block[::-1])], indexing="ij")
     expect = torch.stack([bx, by, bz, gx, gy, gz], -1).reshape(-1, 6)
     assert torch.equal(out[:, :6], expect.int())
@@ -224,75 +261,77 @@ def test_builtin_indices_in_1d_2d_3d(ext, grid, block):
     assert (out[:, 12] == 32).all()  # warpSize
 
 
-def test_2d_grid_over_a_ragged_matrix(ext):
+def test_2d_grid_over_a_ragged_matrix(feat):
     x = torch.randn(37, 53)
     r, c = torch.meshgrid(torch.arange(37), torch.arange(53), indexing="ij")
-    torch.testing.assert_close(ext.matrix_2d(x), x + r - c)
+    torch.testing.assert_close(feat.matrix_2d(x), x + r - c)
 
 
-def test_every_launch_spelling_runs_its_kernel(ext):
+def test_every_launch_spelling_runs_its_kernel(feat):
     x = torch.randn(1000)
-    out = ext.launch_forms(x)
+    out = feat.launch_forms(x)
     for j in range(out.shape[0]):
         torch.testing.assert_close(out[j], x * (j + 1), msg=f"launch form {j}")
 
 
-def test_launch_text_in_strings_stays(ext):
-    assert ext.launch_text() == "k<<<1, 1>>>(x);<"
+def test_launch_text_in_strings_stays(feat):
+    assert feat.launch_text() == "k<<<1, 1>>>(x);<"
 
 
-def test_lines_after_a_multiline_launch_keep_their_numbers(ext):
-    assert ext.line_after_launch(torch.randn(10)) == _line_of("LINE-AFTER-LAUNCH")
+def test_lines_after_a_multiline_launch_keep_their_numbers(feat):
+    assert feat.line_after_launch(torch.randn(10)) == _line_of("LINE-AFTER-LAUNCH")
 
 
 # ---------------------------------------------------------------------------------------------
 # shared memory
-def test_static_shared_1d(ext):
+def test_static_shared_1d(feat):
     x = torch.randn(1000)  # three full blocks and a ragged one
     expect = torch.cat([c.flip(0) for c in x.split(256)])
-    torch.testing.assert_close(ext.smem_reverse(x), expect)
+    torch.testing.assert_close(feat.smem_reverse(x), expect)
 
 
-def test_static_shared_2d_transpose(ext):
+def test_static_shared_2d_transpose(feat):
     x = torch.randn(45, 70)
-    torch.testing.assert_close(ext.transpose(x), x.t().contiguous())
+    torch.testing.assert_close(feat.transpose(x), x.t().contiguous())
 
 
-def test_dynamic_shared_is_sized_by_the_launch_and_16_byte_aligned(ext):
+def test_dynamic_shared_is_sized_by_the_launch_and_16_byte_aligned(feat):
     threads = 64
     x = torch.randn(4 * threads * 3)
-    out, misaligned = ext.dyn_float4(x, threads)
+    out, misaligned = feat.dyn_float4(x, threads)
     sums = x.view(-1, 4).sum(1).view(3, threads).flip(1).reshape(-1)
     torch.testing.assert_close(out, sums)
     assert misaligned.item() == 0
 
 
-def test_static_shared_arrays_are_aligned(ext):
-    assert ext.static_align().tolist() == [0, 0, 1]
+def test_static_shared_arrays_are_aligned(feat):
+    assert feat.static_align().tolist() == [0, 0, 1]
 
 
-def test_exactly_48kb_static_shared_is_allowed(ext):
+def test_exactly_48kb_static_shared_is_allowed(feat):
     x = torch.randn(12288)
-    torch.testing.assert_close(ext.smem_48k(x), x.flip(0))
+    torch.testing.assert_close(feat.smem_48k(x), x.flip(0))
 
 
+@sim_only
 def test_static_shared_over_48kb_is_refused(ext):
     with pytest.raises(RuntimeError, match=r"static __shared__ memory exceeds the limit: 'too_big' needs 49156 bytes"):
         ext.smem_static_too_big()
 
 
-def test_dynamic_shared_over_48kb_needs_the_opt_in(ext):
+def test_dynamic_shared_over_48kb_needs_the_opt_in(feat):
     with pytest.raises(RuntimeError, match="CUDA error: invalid argument"):
-        ext.big_dynamic_smem(64 * 1024, False)
-    assert ext.big_dynamic_smem(64 * 1024, True) == 64 * 1024 / 4 - 1
+        feat.big_dynamic_smem(64 * 1024, False)
+    assert feat.big_dynamic_smem(64 * 1024, True) == 64 * 1024 / 4 - 1
     with pytest.raises(RuntimeError, match="CUDA error: invalid argument"):  # beyond the H100's 227 KB
-        ext.big_dynamic_smem(228 * 1024, True)
+        feat.big_dynamic_smem(228 * 1024, True)
 
 
-def test_dynamic_shared_at_48kb_needs_no_opt_in(ext):
-    assert ext.big_dynamic_smem(48 * 1024, False) == 48 * 1024 / 4 - 1
+def test_dynamic_shared_at_48kb_needs_no_opt_in(feat):
+    assert feat.big_dynamic_smem(48 * 1024, False) == 48 * 1024 / 4 - 1
 
 
+@sim_only
 def test_writing_past_dynamic_shared_is_caught(ext):
     with pytest.raises(RuntimeError, match=r"a write past the end of dynamic shared memory \(256 bytes"):
         ext.dyn_overrun()
@@ -300,35 +339,38 @@ def test_writing_past_dynamic_shared_is_caught(ext):
 
 # ---------------------------------------------------------------------------------------------
 # barriers
-def test_early_return_before_a_barrier_does_not_deadlock(ext):
+def test_early_return_before_a_barrier_does_not_deadlock(feat):
     x = torch.randn(50)
-    out, left = ext.early_exit(x)
+    out, left = feat.early_exit(x)
     torch.testing.assert_close(out, x.flip(0))
     assert left.tolist() == [0] * 50 + [1] * 78  # the side effect before `return` happened
 
 
+@sim_only
 def test_divergent_barrier_raises_with_both_lines(ext):
     a, b = _line_of("DIVERGENT-A"), _line_of("DIVERGENT-B")
     with pytest.raises(RuntimeError, match=rf"divergent __syncthreads: .* features\.cu:{a} .* features\.cu:{b}.*kernel divergent_kernel"):
         ext.divergent_barrier()
 
 
+@sim_only
 def test_warp_waiting_for_a_lane_at_a_barrier_is_a_deadlock(ext):
     line = _line_of("DEADLOCK-SHUFFLE")
     with pytest.raises(RuntimeError, match=rf"deadlock: a warp operation at features\.cu:{line} .*lane 0 \(waiting at __syncthreads\)"):
         ext.warp_deadlock()
 
 
+@sim_only
 @pytest.mark.slow
 def test_spinning_on_another_block_raises_instead_of_hanging(ext):
     with pytest.raises(RuntimeError, match="seems to spin forever.*blocks run one at a time"):
         ext.inter_block_spin()
 
 
-def test_syncthreads_count_and_or(ext):
+def test_syncthreads_count_and_or(feat):
     x = torch.randn(96)
     count = int((x > 0).sum())
-    assert ext.barrier_votes(x).tolist() == [count, int(count == 96), int(count > 0)]
+    assert feat.barrier_votes(x).tolist() == [count, int(count == 96), int(count > 0)]
 
 
 def _race_expect(x: torch.Tensor, mirror: bool) -> torch.Tensor:
@@ -336,6 +378,7 @@ def _race_expect(x: torch.Tensor, mirror: bool) -> torch.Tensor:
     return (t.flip(1) if mirror else torch.cat([t[:, :1], t[:, :-1]], 1)).reshape(-1)
 
 
+@sim_only
 def test_missing_barrier_is_caught_by_poison_in_every_order(ext):
     x = torch.randn(512)
     for order in ("forward", "reverse", "random"):
@@ -343,6 +386,7 @@ def test_missing_barrier_is_caught_by_poison_in_every_order(ext):
             assert not torch.equal(ext.race(x, True), _race_expect(x, True)), order
 
 
+@sim_only
 def test_missing_barrier_that_forward_order_hides_is_caught_in_reverse_and_random(ext):
     x = torch.randn(512)
     with sim_env(CUDASIM_ORDER="forward"):
@@ -352,6 +396,7 @@ def test_missing_barrier_that_forward_order_hides_is_caught_in_reverse_and_rando
             assert not torch.equal(ext.race(x, False), _race_expect(x, False)), order
 
 
+@sim_only
 def test_correct_kernels_pass_in_every_order_and_block_shuffle(ext):
     x = torch.randn(1000)
     for order in ("forward", "reverse", "random"):
@@ -366,9 +411,9 @@ def _ballot(bits: torch.Tensor) -> int:
     return sum(1 << i for i, b in enumerate(bits.tolist()) if b)
 
 
-def test_shuffles_votes_and_syncwarp(ext):
+def test_shuffles_votes_and_syncwarp(feat):
     x = torch.randn(64)
-    f, votes = ext.shuffles(x)
+    f, votes = feat.shuffles(x)
     w = x.view(2, 32)
     lane = torch.arange(32)
 
@@ -396,15 +441,16 @@ def test_shuffles_votes_and_syncwarp(ext):
         assert (f[10, 32 * k + 8:32 * (k + 1)] == -1).all()
 
 
-def test_shuffles_in_one_warp_only(ext):
+def test_shuffles_in_one_warp_only(feat):
     x = torch.randn(128)
-    out = ext.one_warp(x)
+    out = feat.one_warp(x)
     expect = x.clone()
     expect[64:96] = x[64:96].sum()
     torch.testing.assert_close(out, expect)
 
 
 @pytest.mark.parametrize("n", [40, 33, 95])
+@sim_only
 def test_partial_last_warp(ext, n):
     x = torch.randn(n)
     out, masks = ext.partial_warp(x)
@@ -416,6 +462,7 @@ def test_partial_last_warp(ext, n):
         torch.testing.assert_close(out[seg], x[seg].sum().expand(lanes))
 
 
+@sim_only
 def test_legacy_volatile_warp_reduction_is_wrong_without_syncwarp(ext):
     """Lanes are not in lockstep (on Volta and later GPUs, and always here): the old idiom reads
     values its neighbours have not written yet. It may still pass on a real GPU by luck."""
@@ -427,11 +474,11 @@ def test_legacy_volatile_warp_reduction_is_wrong_without_syncwarp(ext):
 
 # ---------------------------------------------------------------------------------------------
 # atomics
-def test_atomics_on_every_type(ext):
+def test_atomics_on_every_type(feat):
     n = 1000
     v = torch.randint(-1000, 1000, (n,), dtype=torch.int32)
     f = torch.randn(n)
-    i32, u32, u64, f32, f64, tickets, fmax = ext.atomics(v, f)
+    i32, u32, u64, f32, f64, tickets, fmax = feat.atomics(v, f)
     vl = v.long()
     u = vl & 0xFFFFFFFF
 
@@ -470,9 +517,9 @@ def test_atomic_max_on_float_does_not_compile_as_on_nvcc(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # math and types
-def test_float_math(ext):
+def test_float_math(feat):
     x = torch.randn(1000) * 3
-    out = ext.float_math(x)
+    out = feat.float_math(x)
     a = x.abs() + 1
     expect = [x.exp(), x.exp(), a.log(), x / 3, a.rsqrt(), x * 2 + 1, x.clamp(min=0.5), x.clamp(max=-0.5), x.tanh(),
               x.clamp(0, 1)]
@@ -480,10 +527,10 @@ def test_float_math(ext):
         torch.testing.assert_close(out[k], e, rtol=2e-6, atol=1e-6, msg=f"row {k}")
 
 
-def test_integer_intrinsics_and_min_max_overloads(ext):
+def test_integer_intrinsics_and_min_max_overloads(feat):
     vals = [0, 1, -1, 2, 7, 255, 256, -256, 2**31 - 1, -2**31, 123456, -98765]
     x = torch.tensor(vals + torch.randint(-2**31, 2**31 - 1, (200,)).tolist(), dtype=torch.int32)
-    out = ext.int_math(x)
+    out = feat.int_math(x)
     for i, v in enumerate(x.tolist()):
         u = v & 0xFFFFFFFF
         ffs = (u & -u).bit_length()
@@ -492,9 +539,9 @@ def test_integer_intrinsics_and_min_max_overloads(ext):
         assert out[:, i].tolist() == expect, v
 
 
-def test_vector_types(ext):
+def test_vector_types(feat):
     x = torch.randn(4 * 301)
-    torch.testing.assert_close(ext.vectors(x), x * 2 + 1)
+    torch.testing.assert_close(feat.vectors(x), x * 2 + 1)
 
 
 def _special_floats() -> torch.Tensor:
@@ -516,29 +563,30 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
     assert not bad.any(), f"first differences at {bad.nonzero()[:5].flatten().tolist()}"
 
 
-def test_half_and_bfloat16_round_exactly_as_torch(ext):
+def test_half_and_bfloat16_round_exactly_as_torch(feat):
     x = _special_floats()
-    h, b = ext.to_half(x)
+    h, b = feat.to_half(x)
     _same_bits(h, x.half())
     _same_bits(b, x.bfloat16())
 
 
-def test_half_and_bfloat16_widen_exactly(ext):
+def test_half_and_bfloat16_widen_exactly(feat):
     h = torch.arange(-2**15, 2**15, dtype=torch.int32).short().view(torch.float16)
     b = torch.arange(-2**15, 2**15, dtype=torch.int32).short().view(torch.bfloat16)
-    fh, fb = ext.from_half(h, b)
+    fh, fb = feat.from_half(h, b)
     for got, want in ((fh, h.float()), (fb, b.float())):
         nan = want.isnan()
         assert torch.equal(got.isnan(), nan)
         assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
 
 
-def test_half_intrinsics(ext):
+def test_half_intrinsics(feat):
     a, b = torch.randn(1000).half(), torch.randn(1000).half()
     expect = (a.float() * b.float() + (a.float() + b.float()).half().float()).half()
-    torch.testing.assert_close(ext.half_math(a, b), expect, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(feat.half_math(a, b), expect, rtol=1e-3, atol=1e-3)
 
 
+@sim_only
 def test_printf_from_a_kernel(ext, capfd):
     x = torch.tensor([0.5, 1.25, 2.0, 3.5])
     ext.kernel_printf(x)
@@ -558,23 +606,24 @@ def test_printf_from_a_kernel(ext, capfd):
     ((1, 65536, 1), (32, 1, 1), 0),  # grid y above 65535
     ((1, 1, 1), (32, 1, 1), 49 * 1024),  # too much dynamic shared memory
 ])
-def test_invalid_launches_report_what_cuda_reports(ext, grid, block, smem):
+def test_invalid_launches_report_what_cuda_reports(feat, grid, block, smem):
     # measured on an H100 with CUDA 13: every one of these is cudaErrorInvalidValue
     with pytest.raises(RuntimeError, match="CUDA error: invalid argument"):
-        ext.launch_config(list(grid), list(block), smem)
+        feat.launch_config(list(grid), list(block), smem)
 
 
-def test_largest_valid_launch_is_accepted(ext):
-    ext.launch_config([3, 2, 1], [32, 32, 1], 48 * 1024)
+def test_largest_valid_launch_is_accepted(feat):
+    feat.launch_config([3, 2, 1], [32, 32, 1], 48 * 1024)
 
 
-def test_errors_stay_until_read_as_in_cuda(ext):
+def test_errors_stay_until_read_as_in_cuda(feat):
     # [after a bad launch, read again, after bad-then-good, cudaDeviceSynchronize]
-    assert ext.error_api() == [1, 0, 1, 0]
-    assert ext.error_string(1) == "cudaErrorInvalidValue: invalid argument"
-    assert ext.error_string(9) == "cudaErrorInvalidConfiguration: invalid configuration argument"
+    assert feat.error_api() == [1, 0, 1, 0]
+    assert feat.error_string(1) == "cudaErrorInvalidValue: invalid argument"
+    assert feat.error_string(9) == "cudaErrorInvalidConfiguration: invalid configuration argument"
 
 
+@sim_only
 def test_pybind_style_with_streams_and_guards(host):
     x = torch.randn(1000)
     torch.testing.assert_close(host.axpb(x, 2.0, 0.5), 2 * x + 0.5)
@@ -582,15 +631,18 @@ def test_pybind_style_with_streams_and_guards(host):
     assert host.axpb(torch.empty(0), 1.0, 1.0).numel() == 0
 
 
+@sim_only
 def test_device_properties_look_like_a_gpu(host):
     assert host.properties() == [32, 1, 1024, 48 * 1024, 0]
 
 
+@sim_only
 def test_plain_torch_library_impl_for_cuda_serves_cpu_tensors(host):
     x = torch.randn(10)
     torch.testing.assert_close(torch.ops.sim_host_api_test.twice(x), 2 * x)
 
 
+@sim_only
 def test_check_cuda_accepts_cpu_tensors_and_rejects_others(host):
     with pytest.raises(RuntimeError, match="x must be a CPU tensor \\(the simulator runs CUDA kernels on CPU tensors\\), got a tensor on meta"):
         host.axpb(torch.empty(4, device="meta"), 1.0, 0.0)
@@ -658,6 +710,7 @@ def test_a_lock_between_threads_of_one_block_works_in_every_order(styles, dev):
 
 # ---------------------------------------------------------------------------------------------
 # what a GPU leaves undefined (undefined.cu), refused here
+@sim_only
 def test_shuffle_naming_an_exited_lane_raises_with_the_exit_and_the_shuffle(undefined):
     x = torch.randn(32)
     exit_line, shfl_line = _line_of("EXIT-LINE", UNDEFINED), _line_of("SHFL-LINE", UNDEFINED)
@@ -670,11 +723,13 @@ def test_shuffle_naming_an_exited_lane_raises_with_the_exit_and_the_shuffle(unde
                 undefined.exited_lane_max(x, 20)
 
 
+@sim_only
 def test_shuffle_over_lanes_that_all_stay_still_works(undefined):
     x = torch.randn(32)
     assert undefined.exited_lane_max(x, 32).item() == x.max().item()
 
 
+@sim_only
 def test_shuffle_naming_a_lane_beyond_a_partial_warp_raises(undefined):
     line = _line_of("MISSING-LINE", UNDEFINED)
     with pytest.raises(RuntimeError, match=re.escape(
@@ -683,12 +738,14 @@ def test_shuffle_naming_a_lane_beyond_a_partial_warp_raises(undefined):
         undefined.missing_lane_sum(torch.randn(40))
 
 
+@sim_only
 def test_votes_and_syncwarp_count_only_the_lanes_that_have_not_exited(undefined):
     x = torch.randn(32)
     out = undefined.exited_lane_vote(x, 20)
     assert (out.long() & 0xFFFFFFFF).tolist() == [_ballot(x[:20] > 0)] * 20
 
 
+@sim_only
 def test_a_spin_on_a_lock_that_another_block_never_frees_is_reported(undefined):
     with pytest.raises(RuntimeError, match=r"seems to spin forever: this thread repeated an atomic on the same "
                        r"address a million times.*blocks run one at a time.*kernel lock_never_freed_kernel, block \(1,0,0\)"):
@@ -715,6 +772,7 @@ _OVERFLOW_SCRIPT = textwrap.dedent("""
 """)
 
 
+@sim_only
 @pytest.mark.slow
 def test_stack_overflow_in_a_thread_raises_and_the_stack_size_is_a_knob(undefined):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
@@ -723,14 +781,55 @@ def test_stack_overflow_in_a_thread_raises_and_the_stack_size_is_a_knob(undefine
                          env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = {l.split(" ", 1)[0]: l for l in run.stdout.splitlines()}
-    assert re.search(r"^ERROR cudasim: stack overflow: the thread used more than its 256 KB stack .*"
-                     r"CUDASIM_STACK_KB.*kernel deep_recursion_kernel, block \(0,0,0\), thread \(\d,0,0\)",
-                     lines["ERROR"]), run.stdout
+    m = re.search(r"^ERROR cudasim: stack overflow at undefined.cu:(\d+): the thread used more than its 256 KB "
+                  r"stack .*CUDASIM_STACK_KB.*kernel deep_recursion_kernel, block \(0,0,0\), thread \(\d,0,0\)",
+                  lines["ERROR"])
+    assert m, run.stdout
+    first, last = _line_of("__device__ float recurse(", UNDEFINED), _line_of("return depth == 0", UNDEFINED)
+    assert first <= int(m.group(1)) <= last + 1, f"line {m.group(1)} is not in recurse() ({first}-{last + 1})"
     expect = float(sum(2 * d % 300 for d in range(101)))  # x[i] = i; call d reads x[2d mod 300]
     assert lines["SUM"] == f"SUM {[expect, expect]}"
     assert "CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got 'lots'" in lines["BAD"]
 
 
+@contextmanager
+def _floats_before_unmapped_memory(n: int):
+    """A float32 tensor of n elements whose last byte is the last byte of a page, and the page after it
+    unreadable (as the end of a large allocation can be); the page is readable again afterwards."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    buf = mmap.mmap(-1, 2 * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(addr + page, page, 0) == 0  # PROT_NONE, ctypes.get_errno()
+    try:
+        yield torch.frombuffer(buf, dtype=torch.float32, count=n, offset=page - 4 * n)
+    finally:
+        libc.mprotect(addr + page, page, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+@sim_only
+def test_a_write_past_the_end_into_unmapped_memory_is_an_error_naming_thread_line_and_address(undefined):
+    line = _line_of("OOB-LINE", UNDEFINED)
+    with _floats_before_unmapped_memory(1000) as out:
+        end = out.data_ptr() + 4 * 1000
+        with pytest.raises(RuntimeError) as err:
+            undefined.write_one_past_end(out)
+        assert out.tolist() == [1.0] * 1000  # every thread before thread 1000 wrote its element
+    said = str(err.value)
+    assert re.search(rf"cudasim: illegal memory access at undefined.cu:{line}: the thread read or wrote address "
+                     rf"0x{end:x}, which is not mapped .*kernel write_one_past_end_kernel, block \(7,0,0\), "
+                     r"thread \(104,0,0\)", said), said
+    # the process goes on: the next launch of the same kernel into a tensor with room works
+    room = torch.zeros(1001)
+    undefined.write_one_past_end(room[:1000])
+    assert room.tolist() == [1.0] * 1001
+
+
+@sim_only
 def test_a_launch_that_failed_midway_leaves_nothing_behind_for_a_smaller_block(undefined):
     with pytest.raises(RuntimeError, match="which does not exist"):
         undefined.missing_lane_sum(torch.randn(40))  # 40 threads, abandoned in a shuffle

@@ -175,6 +175,7 @@ def test_thread_group_run_time_tiles_and_tiles_of_a_tile_report_ranks_and_sizes(
     torch.testing.assert_close(out, torch.tensor(rows, dtype=torch.int32))
 
 
+@pytest.mark.sim_only
 def test_grid_sync_is_refused_with_a_clear_error():
     ext = load(HERE / "cg_reductions.cu", "sim")
     with pytest.raises(RuntimeError, match=r"grid-wide synchronisation \(this_grid\(\)\.sync\(\)\) at "
@@ -182,6 +183,7 @@ def test_grid_sync_is_refused_with_a_clear_error():
         ext.grid_sync(torch.zeros(4, dtype=torch.int32))
 
 
+@pytest.mark.sim_only
 def test_block_sync_at_two_lines_is_a_divergent_barrier_error_naming_both():
     ext = load(HERE / "cg_reductions.cu", "sim")
     src = (HERE / "cg_reductions.cu").read_text().splitlines()
@@ -232,6 +234,7 @@ def test_every_spelling_of_the_cuda_device_lands_where_the_kernel_runs(ext_style
     assert held.item() == 6, f"{held.item() - 1} of 5 device checks held"
 
 
+@pytest.mark.sim_only
 def test_a_cublas_call_builds_and_raises_saying_the_simulator_has_no_cublas(tmp_path):
     path = tmp_path / "calls_cublas.cu"
     path.write_text('#include "helpers.cuh"\n#include <cublas_v2.h>\n'

@@ -1,6 +1,9 @@
 // features.cu: one kernel (or a few) per CUDA feature the simulator supports; tests/test_sim.py
-// runs each op on the sim backend and compares it with PyTorch. Ordinary CUDA C++ that nvcc
-// also compiles, except the one block marked CUDASIM (nvcc refuses it at compile time).
+// runs each op whose result a GPU defines on every available backend (the simulator, and the GPU
+// when there is one) and compares it with PyTorch; the ops that probe the simulator's own errors
+// (divergent barriers, deadlocks, races, spins, overruns) run on the simulator only. Ordinary
+// CUDA C++ that nvcc also compiles, except the one block marked CUDASIM (nvcc refuses it at
+// compile time). Host code allocates on the CUDA device (the CPU on the simulator).
 //
 //   section                what the ops exercise
 //   qualifiers             __host__ __device__ __forceinline__ __launch_bounds__ __restrict__, templates, unroll
@@ -69,7 +72,7 @@ at::Tensor indices(std::vector<int64_t> grid, std::vector<int64_t> block) {
   TORCH_CHECK(grid.size() == 3 && block.size() == 3, "grid and block take 3 values");
   dim3 g(grid[0], grid[1], grid[2]), b(block[0], block[1], block[2]);
   int64_t total = grid[0] * grid[1] * grid[2] * block[0] * block[1] * block[2];
-  auto out = at::empty({total, 13}, at::TensorOptions().dtype(at::kInt));
+  auto out = at::empty({total, 13}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
   index_kernel<<<g, b>>>(out.data_ptr<int>());
   CHECK_LAUNCH();
   return out;
@@ -269,7 +272,7 @@ __global__ void static_align_kernel(int* out) {
 }
 
 at::Tensor static_align() {
-  auto out = at::empty({3}, at::TensorOptions().dtype(at::kInt));
+  auto out = at::empty({3}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
   static_align_kernel<<<1, 32>>>(out.data_ptr<int>());
   CHECK_LAUNCH();
   return out;
@@ -329,7 +332,7 @@ __global__ void big_dyn_kernel(T* out, int count) {
 
 // returns the last value written to shared memory (bytes / 4 - 1)
 double big_dynamic_smem(int64_t bytes, bool opt_in) {
-  auto out = at::empty({1}, at::TensorOptions().dtype(at::kFloat));
+  auto out = at::empty({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
   int floats = bytes / sizeof(float);
   if (opt_in) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(big_dyn_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));

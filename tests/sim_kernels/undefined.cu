@@ -12,6 +12,8 @@
 //                       than the simulator's fiber stack unless CUDASIM_STACK_KB raises it
 //   lock_never_freed    block 0 takes a lock and leaves without freeing it; block 1 spins on it
 //                       (hangs forever on a GPU; a reported spin here)
+//   write_one_past_end  the classic `i <= n` bound: thread n writes one element past the tensor
+//                       (an illegal access where the tensor ends at unmapped memory)
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -109,12 +111,26 @@ at::Tensor lock_never_freed(const at::Tensor& like) {
   return lock;
 }
 
+// one thread per element, with the bound off by one: thread n writes out[n], past the end
+__global__ void write_one_past_end_kernel(float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i <= n) out[i] = 1.0f;  // OOB-LINE
+}
+
+void write_one_past_end(const at::Tensor& out) {
+  CHECK_INPUT(out);
+  const int64_t n = out.numel();
+  write_one_past_end_kernel<<<ceil_div(n + 1, 128), 128>>>(out.data_ptr<float>(), n);
+  CHECK_LAUNCH();
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("exited_lane_max(Tensor x, int n) -> Tensor");
   m.def("missing_lane_sum(Tensor x) -> Tensor");
   m.def("exited_lane_vote(Tensor x, int n) -> Tensor");
   m.def("deep_recursion(Tensor x, int depth) -> Tensor");
   m.def("lock_never_freed(Tensor like) -> Tensor");
+  m.def("write_one_past_end(Tensor(a!) out) -> ()");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -123,4 +139,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("exited_lane_vote", &exited_lane_vote);
   m.impl("deep_recursion", &deep_recursion);
   m.impl("lock_never_freed", &lock_never_freed);
+  m.impl("write_one_past_end", &write_one_past_end);
 }

@@ -12,7 +12,9 @@
 //     (CUDASIM_ORDER=forward|reverse|random, CUDASIM_SHUFFLE_BLOCKS=1, CUDASIM_SEED=n);
 //   - a barrier reached at different places, a warp operation that waits for a lane that never
 //     comes, a shuffle naming a lane that has exited, a deadlock, a spin that never ends and a
-//     stack overflow raise an error naming the kernel, the block and the line.
+//     stack overflow raise an error naming the kernel, the block and the line;
+//   - an access outside mapped memory (a wild index) raises an error naming the thread, the
+//     line and the address instead of killing the process.
 // See kernels/sim/README.md for what is supported and what is not.
 #pragma once
 
@@ -39,6 +41,8 @@
 #include <utility>
 #include <vector>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -272,8 +276,12 @@ struct Sim {
   // bumped whenever the block visibly moves on: an atomic that changes memory, a barrier or warp
   // operation that completes, a thread that finishes
   unsigned long long progress = 0;
-  // a stack overflow caught by the SIGSEGV handler: the thread, or -1
-  volatile int overflow_thread = -1;
+  // a fault caught by the SIGSEGV handler in a running thread (see on_segv): the thread, or -1
+  volatile int fault_thread = -1;
+  volatile bool fault_overflow = false;  // in the thread's stack guard, else an illegal access
+  const void* volatile fault_addr = nullptr;
+  const void* volatile fault_pc = nullptr;
+  const void* volatile fault_sp = nullptr;
   // the sticky and the last error, as cudaGetLastError reports them
   cudaError_t last_error = cudaSuccess;
   // opt-in dynamic shared memory, recorded by kernel name
@@ -977,31 +985,56 @@ inline cudaError_t record(cudaError_t e) {
   return e;
 }
 
-// Stack overflow. Fiber stacks are small (CUDASIM_STACK_KB, 256 KB by default), and a deep
-// recursion or a large local array runs into the guard below the stack. While a launch runs, a
-// SIGSEGV handler on its own stack checks whether the fault lies in the running fiber's guard; if
-// so it abandons the fiber and switches to the scheduler, which raises the error. Any other fault
-// goes to the handler that was installed before (the process dies as it would have).
-struct OverflowGuard {
+// Faults in a kernel thread. Fiber stacks are small (CUDASIM_STACK_KB, 256 KB by default), and a
+// deep recursion or a large local array runs into the guard below the stack; an index far out of
+// range or a bad pointer reads or writes memory that is not mapped. While a launch runs, a SIGSEGV
+// handler on its own stack checks whether the running fiber faulted, in its guard or in this
+// library's code (the kernel's own code, not a library it calls); if so it notes where, abandons
+// the fiber and switches to the scheduler, which raises the error. Any other fault goes to the
+// handler that was installed before (the process dies as it would have). The faulting access
+// never happened, so nothing was corrupted by it. The source line comes from the library's line
+// tables (sim builds use -g1) through addr2line.
+struct FaultGuard {
   struct sigaction old_action {};
   stack_t old_stack{};
   bool installed = false;
+  uintptr_t code_lo = 0, code_hi = 0;  // this library's executable segment
 };
-inline OverflowGuard overflow_guard;
+inline FaultGuard fault_guard;
 alignas(16) inline char signal_stack[64 * 1024];
+
+inline int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
+  if (reinterpret_cast<void*>(info->dlpi_addr) != want) return 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const auto& ph = info->dlpi_phdr[i];
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+      fault_guard.code_lo = info->dlpi_addr + ph.p_vaddr;
+      fault_guard.code_hi = fault_guard.code_lo + ph.p_memsz;
+      return 1;
+    }
+  }
+  return 0;
+}
 
 inline void on_segv(int sig, siginfo_t* info, void* uctx) {
   Thread* t = g.cur;
   char* addr = static_cast<char*>(info->si_addr);
-  if (t && t->stack && addr >= t->stack && addr < t->stack + kGuardBytes) {
 #ifndef CUDASIM_UCONTEXT
-    g.overflow_thread = t->linear;
+  const auto& regs = static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs;
+  uintptr_t pc = static_cast<uintptr_t>(regs[REG_RIP]);
+  bool in_guard = t && t->stack && addr >= t->stack && addr < t->stack + kGuardBytes;
+  if (t && g.running && (in_guard || (pc >= fault_guard.code_lo && pc < fault_guard.code_hi))) {
+    g.fault_overflow = in_guard;
+    g.fault_addr = addr;
+    g.fault_pc = reinterpret_cast<const void*>(pc);
+    g.fault_sp = reinterpret_cast<const void*>(regs[REG_RSP]);
+    g.fault_thread = t->linear;
     t->state = State::Done;
     switch_stack(&t->sp, g.sched_sp);  // never comes back: the fiber is restarted at the next block
-#endif
   }
+#endif
   // not ours: hand it to the previous handler, or let the default action end the process
-  const struct sigaction& old = overflow_guard.old_action;
+  const struct sigaction& old = fault_guard.old_action;
   if (old.sa_flags & SA_SIGINFO) {
     if (old.sa_sigaction) { old.sa_sigaction(sig, info, uctx); return; }
   } else if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
@@ -1011,39 +1044,98 @@ inline void on_segv(int sig, siginfo_t* info, void* uctx) {
   signal(sig, SIG_DFL);  // returning re-runs the faulting instruction, which now ends the process
 }
 
-inline void install_overflow_guard() {
+inline void install_fault_guard() {
+  if (!fault_guard.code_hi) {
+    Dl_info self{};
+    if (dladdr(reinterpret_cast<void*>(&on_segv), &self)) dl_iterate_phdr(find_code_range, self.dli_fbase);
+  }
   stack_t ss{};
   ss.ss_sp = signal_stack;
   ss.ss_size = sizeof signal_stack;
   ss.ss_flags = 0;
-  sigaltstack(&ss, &overflow_guard.old_stack);
+  sigaltstack(&ss, &fault_guard.old_stack);
   struct sigaction sa {};
   sa.sa_sigaction = on_segv;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-  sigaction(SIGSEGV, &sa, &overflow_guard.old_action);
-  overflow_guard.installed = true;
+  sigaction(SIGSEGV, &sa, &fault_guard.old_action);
+  fault_guard.installed = true;
 }
 
-inline void remove_overflow_guard() {
-  if (!overflow_guard.installed) return;
-  sigaction(SIGSEGV, &overflow_guard.old_action, nullptr);
-  sigaltstack(&overflow_guard.old_stack, nullptr);
-  overflow_guard.installed = false;
+inline void remove_fault_guard() {
+  if (!fault_guard.installed) return;
+  sigaction(SIGSEGV, &fault_guard.old_action, nullptr);
+  sigaltstack(&fault_guard.old_stack, nullptr);
+  fault_guard.installed = false;
 }
 
-[[noreturn]] inline void report_overflow() {
-  g.cur = &g.threads[g.overflow_thread];
-  g.overflow_thread = -1;
+// The learner's source line of a code address in this library ("file.cu:12"), or "" when the
+// library has no line tables or addr2line is missing. Lines in the simulator's own headers and in
+// system headers are skipped in favour of the line they were inlined into.
+inline std::string source_line(const void* pc, bool return_address) {
+  Dl_info info{};
+  if (!dladdr(pc, &info) || !info.dli_fname || !info.dli_fbase) return "";
+  uintptr_t off = reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase) - return_address;
+  std::string cmd = "addr2line -i -e '" + std::string(info.dli_fname) + "' 0x";
+  char hex[32];
+  std::snprintf(hex, sizeof hex, "%zx 2>/dev/null", static_cast<size_t>(off));
+  FILE* out = popen((cmd + hex).c_str(), "r");
+  if (!out) return "";
+  std::string found;
+  char line[1024];
+  while (std::fgets(line, sizeof line, out)) {
+    std::string l = line;
+    while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
+    size_t disc = l.find(" (discriminator");
+    if (disc != std::string::npos) l.erase(disc);
+    bool ours = l.rfind("??", 0) != 0 && l.find("/sim/include/") == std::string::npos &&
+                l.rfind("/usr/", 0) != 0 && l.find("/site-packages/") == std::string::npos &&
+                l.size() > 2 && l.compare(l.size() - 2, 2, ":0") != 0 && l.back() != '?';
+    if (found.empty() && ours) found = base_name(l.c_str());
+  }
+  pclose(out);
+  return found;
+}
+
+// Where a faulting thread was: the line of the faulting instruction, else of the nearest return
+// address on its stack that lies in this library (a call made from the learner's code).
+inline std::string fault_line(const void* pc, const void* sp, const void* top) {
+  std::string at = source_line(pc, false);
+  const uintptr_t* words = static_cast<const uintptr_t*>(sp);
+  for (int i = 0; at.empty() && words + i + 1 <= static_cast<const uintptr_t*>(top) && i < 256; ++i) {
+    uintptr_t w = words[i];
+    if (w >= fault_guard.code_lo && w < fault_guard.code_hi) at = source_line(reinterpret_cast<void*>(w), true);
+  }
+  return at;
+}
+
+[[noreturn]] inline void report_fault() {
+  g.cur = &g.threads[g.fault_thread];
+  g.fault_thread = -1;
   sigset_t segv;  // the handler never returned: make sure SIGSEGV is not left blocked
   sigemptyset(&segv);
   sigaddset(&segv, SIGSEGV);
   pthread_sigmask(SIG_UNBLOCK, &segv, nullptr);
-  char buf[300];
-  std::snprintf(buf, sizeof buf,
-                "stack overflow: the thread used more than its %zu KB stack (deep recursion or large local "
-                "arrays); raise it with the environment variable CUDASIM_STACK_KB, e.g. CUDASIM_STACK_KB=%zu",
-                g.stack_bytes / 1024, g.stack_bytes / 1024 * 4);
+  // the words above the stack pointer, kept inside the fiber's stack (after an overflow it points
+  // into the guard, which cannot be read)
+  uintptr_t lo = reinterpret_cast<uintptr_t>(g.cur->stack) + kGuardBytes, hi = lo + g.cur->stack_size;
+  uintptr_t sp = std::clamp(reinterpret_cast<uintptr_t>(g.fault_sp) & ~uintptr_t(7), lo, hi);
+  std::string line = fault_line(g.fault_pc, reinterpret_cast<const void*>(sp), reinterpret_cast<const void*>(hi));
+  std::string at = line.empty() ? "" : " at " + line;
+  char buf[600];
+  if (g.fault_overflow) {
+    std::snprintf(buf, sizeof buf,
+                  "stack overflow%s: the thread used more than its %zu KB stack (deep recursion or large local "
+                  "arrays); raise it with the environment variable CUDASIM_STACK_KB, e.g. CUDASIM_STACK_KB=%zu",
+                  at.c_str(), g.stack_bytes / 1024, g.stack_bytes / 1024 * 4);
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "illegal memory access%s: the thread read or wrote address %p, which is not mapped (an index "
+                  "out of range or a pointer that is not a tensor's; a GPU would stop with \"an illegal memory "
+                  "access was encountered\"). The simulator catches only accesses outside mapped memory: a few "
+                  "bytes past the end of a tensor can land in memory the process owns",
+                  at.c_str(), g.fault_addr);
+  }
   fail(buf);
 }
 
@@ -1070,7 +1162,7 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
       Thread& t = g.threads[id];
       if (t.state != State::Ready) continue;
       resume(t);
-      if (g.overflow_thread >= 0) report_overflow();
+      if (g.fault_thread >= 0) report_fault();
       if (g.error) return;
       if (t.state == State::Yield) make_ready(id);
     }
@@ -1157,7 +1249,7 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
     for (unsigned long long i = 0; i < nblocks; ++i) blocks[i] = i;
     std::shuffle(blocks.begin(), blocks.end(), g.rng);
   }
-  install_overflow_guard();
+  install_fault_guard();
   try {
     for (unsigned long long b = 0; b < nblocks; ++b) {
       unsigned long long lin = g.shuffle_blocks ? blocks[b] : b;
@@ -1166,12 +1258,12 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
       if (g.error) break;
     }
   } catch (...) {
-    remove_overflow_guard();
+    remove_fault_guard();
     g.running = false;
     g.cur = nullptr;
     throw;
   }
-  remove_overflow_guard();
+  remove_fault_guard();
   g.running = false;
   g.cur = nullptr;
   std::fflush(stdout);  // kernel printf shows up by the time the launch returns, as after a sync
