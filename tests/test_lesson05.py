@@ -260,3 +260,38 @@ def test_swiglu_references_agree_with_autograd_in_float32(dev):
     want = torch.autograd.grad(F.silu(a) * b, (a, b), g)
     for got, w in zip(swiglu_backward_ref(g, a.detach(), b.detach()), want):
         torch.testing.assert_close(got, w)
+
+
+# ---------------------------------------------------------------------------------------------
+# The store experiment (GPU timing of a plain 16-byte store against __stcs): what it builds.
+
+def test_the_streaming_store_copy_differs_from_05_fused_in_its_16_byte_store_alone(tmp_path):
+    from kernels.benchmarks.lesson05 import PLAIN_STORE, STREAMING_STORE, streaming_store_source
+
+    original = (ROOT / "kernels" / "reference" / "05_fused.cu").read_text().splitlines()
+    copy = streaming_store_source(tmp_path).read_text().splitlines()
+    changed = [(a, b) for a, b in zip(original, copy) if a != b]
+    assert len(copy) == len(original) and len(changed) == 1
+    assert changed[0][0].replace(PLAIN_STORE, STREAMING_STORE) == changed[0][1]
+
+
+def test_the_streaming_store_copy_builds_and_computes_what_the_plain_one_does(ext, tmp_path, dev):
+    from kernels.benchmarks.lesson05 import streaming_store_source
+
+    stcs = load(streaming_store_source(tmp_path), quiet=True)
+    x, y = torch.randn(64, 256, device=dev), torch.randn(64, 256, device=dev)
+    b = torch.randn(256, device=dev)
+    want, got = torch.empty_like(x), torch.empty_like(x)
+    ext.relu_add_bias2(x, y, b, want)
+    stcs.relu_add_bias2(x, y, b, got)
+    assert torch.equal(want, got)
+
+
+def test_the_store_benchmark_refuses_to_run_without_a_gpu(capsys):
+    from kernels.backend import gpu_available
+    from kernels.benchmarks.lesson05 import main
+
+    if gpu_available():
+        pytest.skip("with a GPU the benchmark runs (and takes a minute)")
+    assert main(["--stores"]) == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().out
