@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from kernels import load
 from kernels.check import ROWS, check, random_tensor
-from kernels.exercises import check_exercise
+from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.exercises.lesson05 import swiglu_backward_ref, swiglu_ref
 from planting import assert_diagnosis, built, self_check_of_planted
 
@@ -218,14 +218,15 @@ def test_wrong_device_is_rejected(ext, dev):
 
 # --- the exercise -----------------------------------------------------------------------------------
 
-# Bugs planted in the solution, one change each: (old, new, the diagnoses the self-check must give).
+# Bugs planted in the solution, one change each: (old, new, the diagnoses the self-check must give,
+# the hint it prints first: the one tagged for that diagnosis, else hint 1, the plan).
 PLANTED_BUGS = {
     "lesson05_no_tail.cu": ("if (blockIdx.x == 0 && t < n) {\n    const float at = to_float(a[t]);",
                             "if (false && t < n) {\n    const float at = to_float(a[t]);",
-                            ("never written (still the NaN poison)",)),
+                            ("never written (still the NaN poison)",), 1),
     # da uses sigmoid(a) where silu'(a) belongs, in the vector path
     "lesson05_silu_grad.cu": ("da_v.v[k] = from_float<T>(g * bk * s * (1.0f + ak * (1.0f - s)));",
-                              "da_v.v[k] = from_float<T>(g * bk * s);", ("elements differ", "in da")),
+                              "da_v.v[k] = from_float<T>(g * bk * s);", ("elements differ", "in da"), 4),
 }
 
 
@@ -239,9 +240,11 @@ def test_swiglu_solution_passes_its_self_check():
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
-def test_swiglu_self_check_names_a_planted_bug(bug):
-    old, new, diagnoses = PLANTED_BUGS[bug]
-    assert_diagnosis(self_check_of_planted("05", "swiglu", SOLUTION / "swiglu.cu", bug, old, new), *diagnoses)
+def test_swiglu_self_check_names_a_planted_bug_and_shows_the_hint_that_fits_it_first(bug):
+    old, new, diagnoses, first_hint = PLANTED_BUGS[bug]
+    report = self_check_of_planted("05", "swiglu", SOLUTION / "swiglu.cu", bug, old, new)
+    assert_diagnosis(report, *diagnoses)
+    assert fitting_hint(find("05", "swiglu")[0], report) == first_hint
 
 
 def test_swiglu_solution_rejects_a_misaligned_view(dev):
