@@ -9,7 +9,7 @@ import torch
 
 from kernels import load
 from kernels.check import check, elementwise, like
-from kernels.exercises import check_exercise
+from kernels.exercises import check_exercise, find, fitting_hint
 from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,11 +139,14 @@ def test_rejects_a_tensor_on_another_device(ext, name, dev, backend):
 # ---------------------------------------------------------------------------------------------
 # The exercise: its self-check fails on the stub and on typical bugs, and passes on the solution.
 
-# Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give).
+# Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give,
+# the hint it prints first: the one tagged for that diagnosis, else hint 1, the plan).
 PLANTED_BUGS = {
-    "lesson04_notail.cu": ("  if (j < n) out[j] = a * x[j] + y[j];\n", "", "never written (still the NaN poison)"),
+    "lesson04_notail.cu": ("  if (j < n) out[j] = a * x[j] + y[j];\n", "", "never written (still the NaN poison)", 1),
     "lesson04_noloop.cu": ("for (int64_t i = t; i < n4; i += stride) {", "if (int64_t i = t; i < n4) {",
-                           "never written (still the NaN poison)"),
+                           "never written (still the NaN poison)", 1),
+    "lesson04_tail_off_by_one.cu": ("if (j < n) out[j]", "if (j <= n) out[j]", "wrote past the end", 4),
+    "lesson04_no_scale_in_z.cu": ("a * xv.z + yv.z", "xv.z + yv.z", "differ", 3),
 }
 
 
@@ -157,10 +160,11 @@ def test_exercise_self_check_passes_on_the_solution():
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
-def test_exercise_self_check_names_a_planted_bug(bug):
-    old, new, diagnosis = PLANTED_BUGS[bug]
+def test_exercise_self_check_names_a_planted_bug_and_shows_the_hint_that_fits_it_first(bug):
+    old, new, diagnosis, first_hint = PLANTED_BUGS[bug]
     report = self_check_of_planted("04", "scale_add_vec4", SOLUTION / "scale_add_vec4.cu", bug, old, new)
     assert_diagnosis(report, diagnosis)
+    assert fitting_hint(find("04", "scale_add_vec4")[0], report) == first_hint
 
 
 # --- TORCH_CHECK messages with numbers streamed in (the evidence for how kernels/ formats them) -------

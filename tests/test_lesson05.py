@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from kernels import load
 from kernels.check import ROWS, check, random_tensor
-from kernels.exercises import check_exercise
+from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.exercises.lesson05 import swiglu_backward_ref, swiglu_ref
 from planting import assert_diagnosis, built, self_check_of_planted
 
@@ -218,14 +218,15 @@ def test_wrong_device_is_rejected(ext, dev):
 
 # --- the exercise -----------------------------------------------------------------------------------
 
-# Bugs planted in the solution, one change each: (old, new, the diagnoses the self-check must give).
+# Bugs planted in the solution, one change each: (old, new, the diagnoses the self-check must give,
+# the hint it prints first: the one tagged for that diagnosis, else hint 1, the plan).
 PLANTED_BUGS = {
     "lesson05_no_tail.cu": ("if (blockIdx.x == 0 && t < n) {\n    const float at = to_float(a[t]);",
                             "if (false && t < n) {\n    const float at = to_float(a[t]);",
-                            ("never written (still the NaN poison)",)),
+                            ("never written (still the NaN poison)",), 1),
     # da uses sigmoid(a) where silu'(a) belongs, in the vector path
     "lesson05_silu_grad.cu": ("da_v.v[k] = from_float<T>(g * bk * s * (1.0f + ak * (1.0f - s)));",
-                              "da_v.v[k] = from_float<T>(g * bk * s);", ("elements differ", "in da")),
+                              "da_v.v[k] = from_float<T>(g * bk * s);", ("elements differ", "in da"), 4),
 }
 
 
@@ -239,9 +240,11 @@ def test_swiglu_solution_passes_its_self_check():
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
-def test_swiglu_self_check_names_a_planted_bug(bug):
-    old, new, diagnoses = PLANTED_BUGS[bug]
-    assert_diagnosis(self_check_of_planted("05", "swiglu", SOLUTION / "swiglu.cu", bug, old, new), *diagnoses)
+def test_swiglu_self_check_names_a_planted_bug_and_shows_the_hint_that_fits_it_first(bug):
+    old, new, diagnoses, first_hint = PLANTED_BUGS[bug]
+    report = self_check_of_planted("05", "swiglu", SOLUTION / "swiglu.cu", bug, old, new)
+    assert_diagnosis(report, *diagnoses)
+    assert fitting_hint(find("05", "swiglu")[0], report) == first_hint
 
 
 def test_swiglu_solution_rejects_a_misaligned_view(dev):
@@ -260,3 +263,38 @@ def test_swiglu_references_agree_with_autograd_in_float32(dev):
     want = torch.autograd.grad(F.silu(a) * b, (a, b), g)
     for got, w in zip(swiglu_backward_ref(g, a.detach(), b.detach()), want):
         torch.testing.assert_close(got, w)
+
+
+# ---------------------------------------------------------------------------------------------
+# The store experiment (GPU timing of a plain 16-byte store against __stcs): what it builds.
+
+def test_the_streaming_store_copy_differs_from_05_fused_in_its_16_byte_store_alone(tmp_path):
+    from kernels.benchmarks.lesson05 import PLAIN_STORE, STREAMING_STORE, streaming_store_source
+
+    original = (ROOT / "kernels" / "reference" / "05_fused.cu").read_text().splitlines()
+    copy = streaming_store_source(tmp_path).read_text().splitlines()
+    changed = [(a, b) for a, b in zip(original, copy) if a != b]
+    assert len(copy) == len(original) and len(changed) == 1
+    assert changed[0][0].replace(PLAIN_STORE, STREAMING_STORE) == changed[0][1]
+
+
+def test_the_streaming_store_copy_builds_and_computes_what_the_plain_one_does(ext, tmp_path, dev):
+    from kernels.benchmarks.lesson05 import streaming_store_source
+
+    stcs = load(streaming_store_source(tmp_path), quiet=True)
+    x, y = torch.randn(64, 256, device=dev), torch.randn(64, 256, device=dev)
+    b = torch.randn(256, device=dev)
+    want, got = torch.empty_like(x), torch.empty_like(x)
+    ext.relu_add_bias2(x, y, b, want)
+    stcs.relu_add_bias2(x, y, b, got)
+    assert torch.equal(want, got)
+
+
+def test_the_store_benchmark_refuses_to_run_without_a_gpu(capsys):
+    from kernels.backend import gpu_available
+    from kernels.benchmarks.lesson05 import main
+
+    if gpu_available():
+        pytest.skip("with a GPU the benchmark runs (and takes a minute)")
+    assert main(["--stores"]) == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().out

@@ -157,6 +157,22 @@ def test_the_row_max_check_catches_a_wrong_value_bug(old, new, name):
     assert failures(report) and all("differ" in c.problem for c in failures(report))
 
 
+def test_the_row_max_check_names_a_lane_that_returned_before_the_shuffles(backend):
+    # on a GPU a shuffle that reads an exited lane is undefined (it may even give the right max); the
+    # simulator refuses it, naming the shuffle and where the lane returned
+    if backend != "sim":
+        pytest.skip("what a shuffle reads from an exited lane on a GPU is undefined: only the simulator is sure to stop it")
+    loop = "  for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, r[c]);\n"
+    planted = plant(SOLUTION / "row_reductions.cu", loop, loop + "  if (lane >= cols) return;  // a lane without columns leaves\n",
+                    "lesson06_row_max_early_return.cu")
+    report = check_exercise("06", "row_max", path=planted)
+    narrow = {c.size for c in report.cases if c.size[1] < 32}  # rows narrower than a warp leave lanes idle
+    assert narrow and {c.size for c in failures(report)} == narrow
+    assert all("__shfl_xor_sync" in c.detail and "which has exited (returned at lesson06_row_max_early_return.cu:30)"
+               in c.detail for c in failures(report))
+    assert first_hint_shown("row_max", report) == 3  # the hint that every lane takes part in the shuffles
+
+
 def test_the_block_row_sum_check_names_a_missing_barrier_in_the_tree_a_race(backend):
     if backend != "sim":
         pytest.skip("on a GPU a missing barrier may or may not change the result: only the simulator is sure to show it")

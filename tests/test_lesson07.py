@@ -7,7 +7,7 @@ import torch
 
 from kernels import load
 from kernels.check import check, like
-from kernels.exercises import check_exercise
+from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.exercises.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
 from planting import plant
 
@@ -124,21 +124,43 @@ def _backward_ref(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return (y64 * (dy64 - (dy64 * y64).sum(dim=-1, keepdim=True))).to(y.dtype)
 
 
+# Rows of these many 16-byte packs reach every layout of softmax_backward2 on both sides of its limits:
+# a warp per row with 1, 2, 4 and 8 packs a lane, blocks of 128 (4 and 8 packs a thread), 256 and 1024
+# threads, and past 4096 packs the unvectorised path.
+BACKWARD_PACKS = (1, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1024, 1025, 2048, 2049, 4096, 4097)
+
+
+def _backward_inputs(size, dt, device):
+    x, dy = awkward_rows()(size, dt, device)[0], torch.randn(size, device=device).to(dt)
+    return [softmax_ref(x), dy]
+
+
+@pytest.mark.parametrize("name", ["softmax_backward1", "softmax_backward2", "softmax_backward"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_backward_matches_the_formula_on_packed_ragged_and_long_rows(ext, dtype):
-    def inputs(size, dt, device):
-        x, dy = awkward_rows()(size, dt, device)[0], torch.randn(size, device=device).to(dt)
-        return [softmax_ref(x), dy]
-    # 2049 packs a row: more than 256 threads x 8 packs of registers, so the path that reads twice
-    long = (3, 2048 * 4 + 4) if dtype == torch.float32 else (3, 2048 * 8 + 8)
-    check(ext.softmax_backward, _backward_ref, inputs, sizes=[*SHAPES, long, (0, 3), (3, 0)], dtypes=(dtype,),
-          quiet=True, raise_on_fail=True)
+def test_every_backward_matches_the_formula_on_ragged_rows_and_rows_of_every_layout(ext, name, dtype):
+    pack = 4 if dtype == torch.float32 else 8
+    sizes = [*SHAPES, *((3, k * pack) for k in BACKWARD_PACKS), (0, 3), (3, 0)]
+    kwargs = {} if name == "softmax_backward" else {"out": like(0)}  # the numbered ones are out-variants
+    check(getattr(ext, name), _backward_ref, _backward_inputs, sizes=sizes, dtypes=(dtype,), name=name,
+          quiet=True, raise_on_fail=True, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["softmax_backward1", "softmax_backward2"])
+def test_the_backward_variants_take_the_unvectorised_path_for_misaligned_rows(ext, dev, name):
+    buf = torch.randn(2, 1 + 6 * 64, device=dev)
+    y, dy = torch.softmax(buf[0, 1:], -1).view(6, 64), buf[1, 1:].view(6, 64)  # rows start 4 bytes past 16
+    dx = torch.empty_like(y)
+    getattr(ext, name)(y, dy, dx)
+    torch.testing.assert_close(dx, _backward_ref(y, dy))
 
 
 def test_the_backward_refuses_a_gradient_of_another_shape(ext, dev):
     y = torch.softmax(torch.randn(4, 8, device=dev), -1)
     with pytest.raises(RuntimeError, match=r"dy must have x's shape \[4, 8\], got \[4, 9\]"):
         ext.softmax_backward(y, torch.randn(4, 9, device=dev))
+    for name in ("softmax_backward1", "softmax_backward2"):
+        with pytest.raises(RuntimeError, match=r"dx must have x's shape \[4, 8\], got \[4, 7\]"):
+            getattr(ext, name)(y, torch.randn_like(y), torch.empty(4, 7, device=dev))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -174,8 +196,10 @@ def test_the_op_compiles_with_fullgraph_forward_and_backward(ext, dev):
     torch.testing.assert_close(x.grad, want_x.grad)
 
 
-def test_the_softmax_online_stub_fails_its_self_check():
-    assert not check_exercise("07", "softmax_online", path=ROOT / "lessons" / "07_softmax" / "softmax_online.cu").passed
+def test_the_softmax_online_stub_fails_its_self_check_and_the_first_hint_is_the_plan():
+    report = check_exercise("07", "softmax_online", path=ROOT / "lessons" / "07_softmax" / "softmax_online.cu")
+    assert not report.passed
+    assert fitting_hint(find("07", "softmax_online")[0], report) == 1
 
 
 def test_the_softmax_online_solution_passes_its_self_check():
@@ -184,23 +208,35 @@ def test_the_softmax_online_solution_passes_its_self_check():
 
 PLANTED = {
     # the merge of two empty pairs computes -inf - -inf: NaN, which reaches every row shorter than 32
-    "no_neg_inf_guard": ("  if (m == -INFINITY) return {m, 0.0f};", "", "elements are NaN"),
+    "no_neg_inf_guard": ("  if (m == -INFINITY) return {m, 0.0f};", "", "elements are NaN", 2),
     # the sums are added without rescaling them to the common max
-    "no_rescale": ("a.s * __expf(a.m - m) + b.s * __expf(b.m - m)", "a.s + b.s", "elements differ"),
+    "no_rescale": ("a.s * __expf(a.m - m) + b.s * __expf(b.m - m)", "a.s + b.s", "elements differ", 1),
     # shuffle down: only lane 0 ends with the row's pair, the other lanes write with partial ones
     "shfl_down": ("__shfl_xor_sync(FULL_MASK, p.m, offset), __shfl_xor_sync(FULL_MASK, p.s, offset)",
                   "__shfl_down_sync(FULL_MASK, p.m, offset), __shfl_down_sync(FULL_MASK, p.s, offset)",
-                  "elements differ"),
+                  "elements differ", 1),
     # the butterfly stops one step early: lanes 16 apart never meet
-    "four_steps": ("for (int offset = 16; offset > 0", "for (int offset = 8; offset > 0", "elements differ"),
+    "four_steps": ("for (int offset = 16; offset > 0", "for (int offset = 8; offset > 0", "elements differ", 1),
 }
 
 
 @pytest.mark.parametrize("bug", PLANTED)
-def test_the_self_check_catches_a_planted_bug_with_its_diagnosis(bug):
-    old, new, diagnosis = PLANTED[bug]
+def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
+    old, new, diagnosis, first_hint = PLANTED[bug]
     path = plant(SOLUTION, old, new, f"lesson07_softmax_online_{bug}.cu")
     load(path)  # the planted file builds: the check below fails on its values, not on a compile error
     report = check_exercise("07", "softmax_online", path=path)
     assert not report.passed
     assert any(diagnosis in c.problem for c in report.cases if not c.passed), str(report)
+    assert fitting_hint(find("07", "softmax_online")[0], report) == first_hint
+
+
+@pytest.mark.parametrize("q_len", [1, 3, 12])
+def test_the_fused_causal_softmax_gradient_is_scale_times_the_softmax_backward(ext, dev, q_len):
+    # masked columns have y = 0, so the backward gives them 0; the scale multiplies the gradient once more
+    x, g = torch.randn(12, 20, device=dev), torch.randn(12, 20, device=dev)
+    y = torch.empty_like(x)
+    ext.softmax7(x, 0.3, q_len, y)
+    want = x.clone().requires_grad_()
+    causal_ref(want, 0.3, q_len).backward(g)
+    torch.testing.assert_close(0.3 * ext.softmax_backward(y, g), want.grad)

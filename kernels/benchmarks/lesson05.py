@@ -4,10 +4,16 @@ Every tensor holds 2^28 elements (a 65536 x 4096 matrix: 1 GiB in float32, 512 M
 GB/s count the ideal bytes: each input read once, each output written once, as a fused kernel
 does; eager PyTorch moves more (its intermediates), which is why its GB/s look low.
 The training-step benchmarks time forward + backward through autograd (`fused_ops` below).
+
+The store experiment (`python -m kernels.benchmarks.lesson05 --stores` alone, or as part of `make bench
+LESSON=05`) times relu_add_bias2 and bias_gelu3 twice each: as written (a plain 16-byte store) and built
+from a copy of 05_fused.cu whose 16-byte store is `__stcs` (a streaming store: evict-first in the caches),
+so the two differ in that one instruction. The lesson keeps `__stcs` only if it wins here.
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..bench import Row, bench, copy_bandwidth, plot, table
-from ..build import ROOT, load
+from ..build import INCLUDE, REFERENCE, ROOT, load
 
 ROWS, COLS = 65536, 4096  # 2^28 elements
 DTYPES = (torch.float32, torch.bfloat16)
@@ -111,14 +117,18 @@ def _train_step(fn: Callable, inputs: tuple, grad: torch.Tensor) -> Callable[[],
     return lambda: torch.autograd.grad(fn(*inputs), wrt, grad)
 
 
+def _inputs(dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x and y of [ROWS, COLS] and a bias of [COLS], random, on the GPU."""
+    x = torch.randn(ROWS, COLS, device="cuda", dtype=dt)
+    return x, torch.randn_like(x), torch.randn(COLS, device="cuda", dtype=dt)
+
+
 def _forward_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
     csv = out_dir / "lesson05.csv"
     rows = []
     for dt in DTYPES:
         s = SHORT[dt]
-        x = torch.randn(ROWS, COLS, device="cuda", dtype=dt)
-        y = torch.randn_like(x)
-        b = torch.randn(COLS, device="cuda", dtype=dt)
+        x, y, b = _inputs(dt)
         out = torch.empty_like(x)
         n, e = x.numel(), x.element_size()
 
@@ -195,15 +205,115 @@ def _training_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
     return rows
 
 
+# The one line that makes every 16-byte store of lesson 05, and the same store with the streaming hint.
+PLAIN_STORE = "*reinterpret_cast<uint4*>(p) = bits;"
+STREAMING_STORE = "__stcs(reinterpret_cast<uint4*>(p), bits);"
+STORES_CSV = "lesson05_stores.csv"  # where --stores alone writes (a full run appends to lesson05.csv)
+
+
+def streaming_store_source(dest: Path) -> Path:
+    """A copy of 05_fused.cu in `dest` whose 16-byte store is __stcs: the benchmark's second variant.
+
+    The store line may sit in 05_fused.cu or in the shared header; whichever holds it is copied with
+    that line changed, so the copy's `#include "helpers.cuh"` finds the changed header next to it.
+    """
+    fused = REFERENCE / "05_fused.cu"
+    holders = [f for f in (fused, INCLUDE / "helpers.cuh") if PLAIN_STORE in f.read_text()]
+    if len(holders) != 1 or holders[0].read_text().count(PLAIN_STORE) != 1:
+        raise RuntimeError(f"expected the line {PLAIN_STORE!r} once, in 05_fused.cu or helpers.cuh: "
+                           "update PLAIN_STORE in kernels/benchmarks/lesson05.py to lesson 05's 16-byte store")
+    dest.mkdir(parents=True, exist_ok=True)
+    header = dest / "helpers.cuh"
+    if holders[0] != fused:
+        header.write_text(holders[0].read_text().replace(PLAIN_STORE, STREAMING_STORE))
+    else:
+        header.unlink(missing_ok=True)  # left by an earlier layout: the copy must include the real header
+    out = dest / "05_fused_stcs.cu"
+    out.write_text(fused.read_text().replace(PLAIN_STORE, STREAMING_STORE))
+    return out
+
+
+def _store_benches(ext, copy: float, out_dir: Path, csv_name: str = "lesson05.csv") -> list[Row]:
+    """relu_add_bias2 and bias_gelu3 with plain 16-byte stores and with __stcs, side by side."""
+    stcs = load(streaming_store_source(out_dir / "stores"), "cuda")
+    rows = []
+    for dt in DTYPES:
+        s = SHORT[dt]
+        x, y, b = _inputs(dt)
+        out, out_stcs = torch.empty_like(x), torch.empty_like(x)
+        n, e = x.numel(), x.element_size()
+
+        def same(op: str, *args) -> bool:
+            getattr(ext, op)(*args, out)
+            getattr(stcs, op)(*args, out_stcs)
+            return torch.equal(out, out_stcs)  # the hint changes where the bytes go, never what they are
+
+        cases = [("relu_add_bias2", (x, y, b), 3 * n * e + COLS * e), ("bias_gelu3", (x, b, True), 2 * n * e + COLS * e)]
+        for op, args, nbytes in cases:
+            variants = {f"{op} plain store": lambda op=op, args=args: getattr(ext, op)(*args, out),
+                        f"{op} __stcs": lambda op=op, args=args: getattr(stcs, op)(*args, out_stcs)}
+            rows += bench(f"16-byte stores {op} {s}", variants, bytes=nbytes, copy_gbps=copy,
+                          check=lambda op=op, args=args: same(op, *args), csv_path=out_dir / csv_name,
+                          show=False)
+        del x, y, b, out, out_stcs
+        torch.cuda.empty_cache()
+    for name, pair in _pairs(rows).items():
+        plain, hinted = pair
+        print(f"{name}: plain {plain.ms:.3f} ms, __stcs {hinted.ms:.3f} ms "
+              f"(__stcs takes {hinted.ms / plain.ms:.2f} of the plain store's time)")
+    return rows
+
+
+def _pairs(rows: list[Row]) -> dict[str, tuple[Row, Row]]:
+    """The (plain store, __stcs) rows of each store benchmark."""
+    out: dict[str, tuple[Row, Row]] = {}
+    for r in rows:
+        if r.variant.endswith("plain store"):
+            hinted = [h for h in rows if h.bench == r.bench and h.variant.endswith("__stcs")]
+            if hinted:
+                out[r.bench] = (r, hinted[0])
+    return out
+
+
 def run(out_dir: Path) -> list[Row]:
-    """Every forward variant and every fused training step, fp32 and bf16; CSV and plots into out_dir."""
+    """Every forward variant, every fused training step and the store experiment, fp32 and bf16; CSV and plots into out_dir."""
     ext = load("05", "cuda")
     swiglu_cu = ROOT / "solutions" / "05_fused" / "swiglu.cu"
     sw = load(swiglu_cu, "cuda") if swiglu_cu.exists() else None
     copy = copy_bandwidth()
     rows = _forward_benches(ext, sw, copy, out_dir)
     rows += _training_benches(ext, sw, copy, out_dir)
+    rows += _store_benches(ext, copy, out_dir)
     labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson05_all.png", show=False)
     print(table(labelled, copy))
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kernels.benchmarks.lesson05 --stores`: the store experiment alone, its table printed."""
+    import argparse
+
+    from ..backend import gpu_available
+    from . import OUT
+
+    parser = argparse.ArgumentParser(prog="python -m kernels.benchmarks.lesson05", description=main.__doc__)
+    parser.add_argument("--stores", action="store_true", help="time plain 16-byte stores against __stcs only")
+    args = parser.parse_args(argv)
+    if not gpu_available():
+        print("this benchmark needs an NVIDIA GPU: the simulator's timings say nothing about caches")
+        return 2
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not args.stores:
+        rows = run(OUT)
+    else:
+        copy = copy_bandwidth()
+        (OUT / STORES_CSV).unlink(missing_ok=True)
+        rows = _store_benches(load("05", "cuda"), copy, OUT, STORES_CSV)
+        print(table(rows, copy))
+    print(f"{len(rows)} timings; CSV in {OUT.relative_to(ROOT)}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,8 +5,8 @@ bfloat16. GB/s count the fewest bytes a softmax must move: x read once and y wri
 variant that reads x two or three times shows it as a lower GB/s. softmax1 (a thread per row) is
 left out at 2048x65536: 2048 threads striding through 512 MiB take seconds per call.
 The fused scale + causal mask + softmax (softmax7) at 8192x8192 counts the kept half read and the
-whole output written. Then the backward at 8192x8192 (y and dy read, dx written) and a training-style step, forward and
-backward through autograd, against eager autograd and torch.compile.
+whole output written. Then both backward variants at 8192x8192 and 65536x1024 (y and dy read, dx written) and a
+training-style step, forward and backward through autograd, against eager autograd and torch.compile.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ SHAPES = ((8192, 8192), (65536, 1024), (2048, 65536))
 DTYPES = (torch.float32, torch.bfloat16)
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 VARIANTS = [f"softmax{k}" for k in range(1, 7)]
+BACKWARDS = ["softmax_backward1", "softmax_backward2"]  # the op's softmax_backward runs the second
 
 
 def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
@@ -95,29 +96,45 @@ def _train_step(fn: Callable, x: torch.Tensor, grad: torch.Tensor) -> Callable[[
     return lambda: torch.autograd.grad(fn(x), (x,), grad)
 
 
+def _backward_only(ext, copy: float, csv: Path, out_dir: Path, r: int, c: int, dt: torch.dtype) -> list[Row]:
+    """Both backward variants (out-variants into one dx) against eager and compiled autograd's kernel."""
+    s = SHORT[dt]
+    y = _torch_softmax(torch.randn(r, c, device="cuda", dtype=dt))
+    dy = torch.randn_like(y)
+    dx = torch.empty_like(y)
+    want = _torch_backward(y.float(), dy.float())
+
+    def backward_ok() -> bool:
+        results = []
+        for name in BACKWARDS:
+            getattr(ext, name)(y, dy, dx)
+            results.append(_close(dx, want))
+        return all(results) and _close(ext.softmax_backward(y, dy), want)
+
+    variants = {name: (lambda f=getattr(ext, name): f(y, dy, dx)) for name in BACKWARDS}
+    return bench(f"softmax backward {r}x{c} {s}", variants, bytes=3 * y.nbytes, torch_fn=_torch_backward,
+                 args=(y, dy), copy_gbps=copy, check=backward_ok, csv_path=csv,
+                 plot_path=out_dir / f"lesson07_backward_{r}x{c}_{s}.png", show=False)
+
+
 def _backward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
     csv = out_dir / "lesson07.csv"
     rows = []
     r, c = 8192, 8192
     for dt in DTYPES:
         s = SHORT[dt]
-        y = _torch_softmax(torch.randn(r, c, device="cuda", dtype=dt))
-        dy = torch.randn_like(y)
-
-        def backward_ok() -> bool:
-            return _close(ext.softmax_backward(y, dy), _torch_backward(y.float(), dy.float()))
-
-        rows += bench(f"softmax backward {r}x{c} {s}", {"softmax_backward": lambda: ext.softmax_backward(y, dy)},
-                      bytes=3 * y.nbytes, torch_fn=_torch_backward, args=(y, dy), copy_gbps=copy, check=backward_ok,
-                      csv_path=csv, plot_path=out_dir / f"lesson07_backward_{s}.png", show=False)
+        for shape in ((r, c), (65536, 1024)):  # square rows, and many short ones (a warp per row)
+            rows += _backward_only(ext, copy, csv, out_dir, *shape, dt)
+            torch.cuda.empty_cache()
+        dy = torch.randn(r, c, device="cuda", dtype=dt)
         x = torch.randn(r, c, device="cuda", dtype=dt, requires_grad=True)
         compiled = torch.compile(_torch_softmax)
         variants = {"torch.compile": _train_step(compiled, x, dy), "softmax op": _train_step(ext.softmax, x, dy)}
         # forward: x read, y written; backward: y and dy read, dx written
-        rows += bench(f"softmax fwd+bwd {r}x{c} {s}", variants, bytes=5 * y.nbytes,
+        rows += bench(f"softmax fwd+bwd {r}x{c} {s}", variants, bytes=5 * dy.nbytes,
                       torch_fn=_train_step(_torch_softmax, x, dy), args=(), compile=False, copy_gbps=copy,
                       csv_path=csv, plot_path=out_dir / f"lesson07_train_{s}.png", show=False)
-        del y, dy, x
+        del dy, x
         torch.cuda.empty_cache()
     return rows
 

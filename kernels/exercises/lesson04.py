@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..check import Report, check, elementwise, like
-from . import Exercise
+from . import Exercise, Hint
 
 A = 1.5  # the scalar a the self-check passes
 
@@ -31,9 +31,10 @@ EXERCISES = [
         "const float4* x4 = reinterpret_cast<const float4*>(x); (the same for y, and float4* for out); "
         "n4 = n / 4 whole float4s; the loop runs i = t, t + stride, ... while i < n4, with "
         "t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x and stride = gridDim.x * blockDim.x.",
-        "Loop body: const float4 xv = x4[i], yv = y4[i]; out4[i] = make_float4(a * xv.x + yv.x, "
-        "a * xv.y + yv.y, a * xv.z + yv.z, a * xv.w + yv.w);",
-        "After the loop, the tail: const int64_t j = 4 * n4 + t; if (j < n) out[j] = a * x[j] + y[j]; "
-        "(only threads 0, 1, 2 can pass the guard, and only when n % 4 leaves that many)",
+        Hint("Loop body: const float4 xv = x4[i], yv = y4[i]; out4[i] = make_float4(a * xv.x + yv.x, "
+             "a * xv.y + yv.y, a * xv.z + yv.z, a * xv.w + yv.w);", answers=("differ",)),
+        Hint("After the loop, the tail: const int64_t j = 4 * n4 + t; if (j < n) out[j] = a * x[j] + y[j]; "
+             "(only threads 0, 1, 2 can pass the guard, and only when n % 4 leaves that many)",
+             answers=("wrote past the end",)),
     ]),
 ]

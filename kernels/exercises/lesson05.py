@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from ..check import Report, check, elementwise, like, merge
-from . import Exercise
+from . import Exercise, Hint
 
 # Ragged sizes: not multiples of a 16-byte vector (4 floats, 8 bf16), smaller than one, and empty.
 SIZES = (0, 1, 7, 33, 1000, 4099, 2**20 + 3)
@@ -40,11 +40,13 @@ EXERCISES = [
     Exercise("05", "swiglu", "swiglu.cu", run_swiglu, hints=[
         "Start from relu_add_bias_kernel2 in kernels/reference/05_fused.cu: the same mapping, two inputs, no bias. "
         "Get the forward to pass before you touch the backward.",
-        "Vector v covers elements v*V .. v*V+V-1, and only v < nvec are whole: guard every load and store with "
-        "`if (v < nvec)`. Load all UNROLL vectors of a and b first, then compute and store in a second loop.",
+        Hint("Vector v covers elements v*V .. v*V+V-1, and only v < nvec are whole: guard every load and store "
+             "with `if (v < nvec)`. Load all UNROLL vectors of a and b first, then compute and store in a second "
+             "loop.", answers=("wrote past the end",)),
         "The elements past nvec*V (fewer than V) are the tail: `const int64_t t = nvec * V + threadIdx.x; "
         "if (blockIdx.x == 0 && t < n) out[t] = ...` with scalar loads. Sizes 1, 7, 33, 4099 and 2^20 + 3 fail without it.",
-        "Per element, in float: s = sigmoid(a); forward out = a * s * b; backward db = g * a * s and "
-        "da = g * b * s * (1 + a * (1 - s)). Convert with to_float(...) on the way in and from_float<T>(...) on the way out.",
+        Hint("Per element, in float: s = sigmoid(a); forward out = a * s * b; backward db = g * a * s and "
+             "da = g * b * s * (1 + a * (1 - s)). Convert with to_float(...) on the way in and from_float<T>(...) "
+             "on the way out.", answers=("differ",)),
     ]),
 ]

@@ -100,8 +100,11 @@ EXERCISES = [
              "case is all negative: a max that starts from 0 gets it wrong.", answers=("never written", "differ")),
         "Start from m = -INFINITY; lane l visits columns l, l + 32, l + 64, ... while c < cols "
         "(that loop covers the ragged end of a row: 33 columns means lane 0 takes columns 0 and 32).",
-        "Then 5 exchanges: for offset 16, 8, 4, 2, 1: m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset)); "
-        "after them every lane holds the row's max. Only lane 0 writes out[row].",
+        Hint("Then 5 exchanges: for offset 16, 8, 4, 2, 1: m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset)); "
+             "after them every lane holds the row's max. Only lane 0 writes out[row]. All 32 lanes take part, "
+             "also those that had no columns (a row narrower than 32): a lane that returns before the shuffles "
+             "leaves nothing defined for the others to read, so keep it until the shuffles are done.",
+             answers=("has exited",)),
         "for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, r[c]);  then the shuffle loop, then "
         "if (lane == 0) out[row] = m;  (warp_reduce_max in helpers.cuh is that shuffle loop)",
     ]),

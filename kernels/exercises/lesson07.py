@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 import torch
 
 from ..check import ROWS, Report, check, like, merge, rows
-from . import Exercise
+from . import Exercise, Hint
 
 # ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4
 SHAPES = (*ROWS, (4099, 7), (2, 4))
@@ -95,11 +95,14 @@ def _run_softmax_online(ext, backend) -> Report:
 
 EXERCISES = [
     Exercise("07", "softmax_online", "softmax_online.cu", _run_softmax_online, hints=[
-        "A pair (m, s) stands for a set of values: m is their max, s the sum of exp(v - m). To merge two "
-        "sets, the new max is the larger max; each sum was taken relative to its own max, so scale it to the "
-        "new one before adding. softmax_kernel5 in kernels/reference/07_softmax.cu does the same per block.",
-        "exp(v - m) = exp(v - a.m) * exp(a.m - m), so a.s becomes a.s * exp(a.m - m). When both a.m and b.m "
-        "are -inf the new m is -inf and a.m - m is -inf - -inf = NaN: return {m, 0} before computing it.",
+        Hint("A pair (m, s) stands for a set of values: m is their max, s the sum of exp(v - m). To merge two "
+             "sets, the new max is the larger max; each sum was taken relative to its own max, so scale it to the "
+             "new one before adding. softmax_kernel5 in kernels/reference/07_softmax.cu does the same per block.",
+             answers=("differ",)),
+        Hint("NaN in the output: exp(v - m) = exp(v - a.m) * exp(a.m - m), so a.s becomes a.s * exp(a.m - m). "
+             "When both a.m and b.m are -inf (two empty pairs: the lanes of a row shorter than 32 that have no "
+             "columns) the new m is -inf and a.m - m is -inf - -inf = NaN: return {m, 0} before computing it.",
+             answers=("are nan",)),
         "The lanes merge like warp_reduce_max in helpers.cuh: for offset = 16, 8, 4, 2, 1, take the other "
         "lane's pair with two __shfl_xor_sync(FULL_MASK, value, offset) calls (one for m, one for s) and merge "
         "it into yours. With xor every lane ends with the row's pair, which every lane needs to write its columns.",

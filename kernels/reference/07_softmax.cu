@@ -8,8 +8,12 @@
 //   softmax5          online softmax: the max and the sum in one pass by merging (max, sum) pairs; 2 passes, not 3
 //   softmax6          16-byte loads and the row kept on chip (registers, then shared memory): one read of DRAM
 //   softmax7          fused scale + causal mask + softmax (attention scores): masked columns are never read
-//   softmax_backward  dx = y * (dy - sum(dy * y)), one block per row, with 16-byte loads where the rows allow
+//   softmax_backward1 dx = y * (dy - sum(dy * y)), one block per row, with 16-byte loads where the rows allow
+//   softmax_backward2 the same with the threads per row sized to the row: a warp per row (4 rows a block) for
+//                     short rows, 128 to 1024 threads for longer ones, so each thread holds up to 8 packs of y
+//                     and of dy (more bytes in flight per thread), all loaded before the first multiply
 //   softmax           functional form of softmax6 (returns y), the op registered with autograd
+//   softmax_backward  functional form of softmax_backward2 (returns dx): the op's derivative
 //
 // x: 2-D, contiguous, float32 or bfloat16; out (and every other tensor of a call): x's shape and dtype.
 // The math runs in float32: bf16 values are widened on load and rounded once on store.
@@ -361,13 +365,13 @@ __global__ void __launch_bounds__(BLOCK) softmax_causal_kernel7(const T* __restr
 // ---------------------------------------------------------------------------------------------
 // Kernels: the backward.
 
-// softmax_backward_kernel: block b owns row b; dot = sum(dy * y) over the row (block_reduce_sum),
+// softmax_backward_kernel1: block b owns row b; dot = sum(dy * y) over the row (block_reduce_sum),
 // then dx = y * (dy - dot). With VEC (cols a multiple of the pack and every tensor 16-byte aligned)
 // thread t keeps its packs t, t + 256, ... of y and dy in registers: reads y and dy once, writes dx
 // once, bandwidth-bound. Without VEC (or for rows longer than 256 * R packs) it reads them twice.
 template <typename T, int R>
-__global__ void __launch_bounds__(BLOCK) softmax_backward_kernel(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
-                                                                 int64_t cols) {
+__global__ void __launch_bounds__(BLOCK) softmax_backward_kernel1(const T* __restrict__ y, const T* __restrict__ dy, T* __restrict__ dx,
+                                                                  int64_t cols) {
   __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t base = blockIdx.x * cols;
@@ -401,6 +405,77 @@ __global__ void __launch_bounds__(BLOCK) softmax_backward_kernel(const T* __rest
     dot = block_reduce_sum(dot, scratch);
     for (int64_t c = tid; c < cols; c += BLOCK)
       dx[base + c] = from_float<T>(to_float(y[base + c]) * (to_float(dy[base + c]) - dot));
+  }
+}
+
+// A barrier for the compiler, not the GPU: it must assume the pack's registers change here, so values
+// it widened from them before this point are not kept alive past it. A bf16 pack is 4 registers, its
+// 8 widened floats are 8: without the barrier ptxas kept the floats of the dot product's pass for
+// the output pass (78 registers a thread instead of about 47 for 4 packs of y and dy, ptxas -v), and
+// fewer threads fit on an SM. It emits no instruction; the simulator, which has no registers to save,
+// skips it (__CUDA_ARCH__ is defined only when nvcc compiles for the GPU).
+template <typename T>
+__device__ __forceinline__ void keep_packed(Pack<T>& p) {
+#ifdef __CUDA_ARCH__
+  uint32_t w[4];
+  memcpy(w, &p, 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(w[i]));
+  memcpy(&p, w, 16);
+#endif
+}
+
+// softmax_backward_kernel2: GROUP threads own a row: a warp (GROUP 32, THREADS / 32 rows per block,
+// no barrier) or the whole block (GROUP = THREADS). Thread t of the group holds packs t, t + GROUP, ...
+// of y and dy in registers, R of each: every load is issued before the first multiply, so 2R loads
+// per thread are in flight together, and the packs stay 16 bytes in registers (keep_packed) rather than
+// widened to float. Reads y and dy once, writes dx once: bandwidth-bound.
+// Needs cols a multiple of the pack, 16-byte aligned rows and a row of at most GROUP * R packs.
+template <typename T, int THREADS, int GROUP, int R>
+__global__ void __launch_bounds__(THREADS) softmax_backward_kernel2(const T* __restrict__ y, const T* __restrict__ dy,
+                                                                    T* __restrict__ dx, int64_t rows, int64_t cols) {
+  static_assert(GROUP == 32 || GROUP == THREADS, "a row belongs to one warp or to the whole block");
+  __shared__ float scratch[32];
+  const int t = threadIdx.x % GROUP;
+  const int64_t row = blockIdx.x * (int64_t)(THREADS / GROUP) + threadIdx.x / GROUP;
+  if (row >= rows) return;  // only in the last block of the warp layout, and the whole warp leaves together
+  const int n = (int)(cols / kVec<T>);  // at most GROUP * R packs: 32-bit offsets within the row
+  const int64_t base = row * cols;      // 64-bit: row * cols passes 2^31 in large matrices
+  const T* yr = y + base;
+  const T* dyr = dy + base;
+  T* dxr = dx + base;
+  Pack<T> yv[R], gv[R];
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int j = t + GROUP * k;
+    if (j < n) {
+      yv[k] = load16(yr + j * kVec<T>);
+      gv[k] = load16(dyr + j * kVec<T>);
+    }
+  }
+  float dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < R; ++k)
+    if (t + GROUP * k < n) {
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e) dot += to_float(yv[k].v[e]) * to_float(gv[k].v[e]);
+      keep_packed(yv[k]);  // the output pass widens them again: cheaper than holding twice the registers
+      keep_packed(gv[k]);
+    }
+  if constexpr (GROUP == 32) {
+    dot = warp_allreduce_sum(dot);
+  } else {
+    dot = block_reduce_sum(dot, scratch);
+  }
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int j = t + GROUP * k;
+    if (j < n) {
+      Pack<T> g;
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e) g.v[e] = from_float<T>(to_float(yv[k].v[e]) * (to_float(gv[k].v[e]) - dot));
+      store16(dxr + j * kVec<T>, g);
+    }
   }
 }
 
@@ -563,28 +638,81 @@ at::Tensor softmax(const at::Tensor& x) {
   return out;
 }
 
+// The checks both backward variants share; false when there is nothing to compute.
+static bool backward_args(const at::Tensor& y, const at::Tensor& dy, const at::Tensor& dx) {
+  check_x(y, "y");
+  check_like(y, dy, "dy");
+  check_like(y, dx, "dx");
+  if (y.size(0) == 0 || y.size(1) == 0) return false;
+  CHECK_GRID(y.size(0));
+  return true;
+}
+
+// True when every row of the three tensors starts 16-byte aligned and is whole packs long.
+template <typename T>
+static bool packed_rows(const at::Tensor& y, const at::Tensor& dy, const at::Tensor& dx) {
+  return y.size(1) % kVec<T> == 0 && aligned16(y) && aligned16(dy) && aligned16(dx);
+}
+
+template <typename T>
+static void launch_backward1(const at::Tensor& y, const at::Tensor& dy, at::Tensor& dx, cudaStream_t stream) {
+  const int64_t rows = y.size(0), cols = y.size(1), n = cols / kVec<T>;
+  const bool packed = packed_rows<T>(y, dy, dx);
+  if (packed && n <= (int64_t)BLOCK * 4) {
+    softmax_backward_kernel1<T, 4><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+  } else if (packed && n <= (int64_t)BLOCK * REGS) {
+    softmax_backward_kernel1<T, REGS><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+  } else {
+    softmax_backward_kernel1<T, 0><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
+  }
+}
+
 // dx = y * (dy - sum(dy * y)) per row, for y = softmax(x) and dy = the gradient of y.
+void softmax_backward1(const at::Tensor& y, const at::Tensor& dy, at::Tensor& dx) {
+  if (!backward_args(y, dy, dx)) return;
+  dispatch(y, [&](auto t) { launch_backward1<decltype(t)>(y, dy, dx, c10::cuda::getCurrentCUDAStream()); });
+  CHECK_LAUNCH();
+}
+
+template <typename T, int THREADS, int GROUP, int R>
+static void launch_backward2(const at::Tensor& y, const at::Tensor& dy, at::Tensor& dx, cudaStream_t stream) {
+  const int64_t rows = y.size(0), blocks = ceil_div(rows, (int64_t)(THREADS / GROUP));
+  CHECK_GRID(blocks);
+  softmax_backward_kernel2<T, THREADS, GROUP, R><<<blocks, THREADS, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx),
+                                                                                rows, y.size(1));
+}
+
+// softmax_backward2 sizes the threads of a row to its length in packs (n), so that each thread holds
+// between half of R and R packs of each tensor: a warp per row up to 256 packs, then blocks of 128,
+// 256 (float32) or 512 (bf16) and 1024 threads, none of which spills registers (ptxas -v; a bf16
+// block of 256 threads with 8 packs did). A ragged or misaligned row, or one of more than 4096 packs,
+// takes softmax_backward_kernel1's paths.
+void softmax_backward2(const at::Tensor& y, const at::Tensor& dy, at::Tensor& dx) {
+  if (!backward_args(y, dy, dx)) return;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(y, [&](auto t) {
+    using T = decltype(t);
+    const int64_t n = y.size(1) / kVec<T>;
+    if (!packed_rows<T>(y, dy, dx) || n > 1024 * 4) launch_backward1<T>(y, dy, dx, stream);
+    else if (n <= 32) launch_backward2<T, 128, 32, 1>(y, dy, dx, stream);
+    else if (n <= 64) launch_backward2<T, 128, 32, 2>(y, dy, dx, stream);
+    else if (n <= 128) launch_backward2<T, 128, 32, 4>(y, dy, dx, stream);
+    else if (n <= 256) launch_backward2<T, 128, 32, 8>(y, dy, dx, stream);
+    else if (n <= 128 * 4) launch_backward2<T, 128, 128, 4>(y, dy, dx, stream);
+    else if (n <= 128 * 8) launch_backward2<T, 128, 128, 8>(y, dy, dx, stream);
+    else if (n > 2048) launch_backward2<T, 1024, 1024, 4>(y, dy, dx, stream);
+    else if constexpr (sizeof(T) == 4) launch_backward2<T, 256, 256, 8>(y, dy, dx, stream);
+    else launch_backward2<T, 512, 512, 4>(y, dy, dx, stream);  // bf16 in 256 threads x 8 packs spilled
+  });
+  CHECK_LAUNCH();
+}
+
+// The functional backward: dx for y = softmax(x) and its gradient dy, by the faster variant.
 at::Tensor softmax_backward(const at::Tensor& y, const at::Tensor& dy) {
   check_x(y, "y");
   check_like(y, dy, "dy");
   at::Tensor dx = at::empty_like(y);
-  const int64_t rows = y.size(0), cols = y.size(1);
-  if (rows == 0 || cols == 0) return dx;
-  CHECK_GRID(rows);
-  auto stream = c10::cuda::getCurrentCUDAStream();
-  dispatch(y, [&](auto t) {
-    using T = decltype(t);
-    const int64_t n = cols / kVec<T>;
-    const bool packed = cols % kVec<T> == 0 && aligned16(y) && aligned16(dy) && aligned16(dx);
-    if (packed && n <= (int64_t)BLOCK * 4) {
-      softmax_backward_kernel<T, 4><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
-    } else if (packed && n <= (int64_t)BLOCK * REGS) {
-      softmax_backward_kernel<T, REGS><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
-    } else {
-      softmax_backward_kernel<T, 0><<<rows, BLOCK, 0, stream>>>(ptr<T>(y), ptr<T>(dy), mut<T>(dx), cols);
-    }
-  });
-  CHECK_LAUNCH();
+  softmax_backward2(y, dy, dx);
   return dx;
 }
 
@@ -600,6 +728,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("softmax6(Tensor x, Tensor(a!) out) -> ()");
   m.def("softmax7(Tensor x, float scale, int q_len, Tensor(a!) out) -> ()");
   m.def("softmax(Tensor x) -> Tensor");
+  m.def("softmax_backward1(Tensor y, Tensor dy, Tensor(a!) dx) -> ()");
+  m.def("softmax_backward2(Tensor y, Tensor dy, Tensor(a!) dx) -> ()");
   m.def("softmax_backward(Tensor y, Tensor dy) -> Tensor");
 }
 
@@ -612,5 +742,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("softmax6", &softmax6);
   m.impl("softmax7", &softmax7);
   m.impl("softmax", &softmax);
+  m.impl("softmax_backward1", &softmax_backward1);
+  m.impl("softmax_backward2", &softmax_backward2);
   m.impl("softmax_backward", &softmax_backward);
 }
