@@ -4,6 +4,7 @@
 //       input checks whose errors say what was expected and what came
 //   ceil_div(a, b)            blocks needed to cover a elements, b per block
 //   CHECK_LAUNCH()            the launch error, checked right after a launch
+//   device_attribute(attr)    an attribute of the current device (SMs, shared memory per block)
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
 //   to_float(v), from_float<T>(f)      float32 and bfloat16 widened to float and rounded back
 //   kVec<T>, Pack<T>, load16, store16  16 bytes of T moved by one instruction (lessons 05, 07, 08)
@@ -78,6 +79,15 @@ __host__ __device__ constexpr auto ceil_div(A a, B b) {
 // illegal address) surface only at a later synchronisation; CUDA_LAUNCH_BLOCKING=1 or
 // compute-sanitizer pin those down. (No cudaDeviceSynchronize here: it would stall the CPU.)
 #define CHECK_LAUNCH() C10_CUDA_KERNEL_LAUNCH_CHECK()
+
+// An attribute of the current device: device_attribute(cudaDevAttrMultiProcessorCount) is its number of
+// SMs, cudaDevAttrMaxSharedMemoryPerBlockOptin the most dynamic shared memory a block may opt in to.
+inline int device_attribute(cudaDeviceAttr attr) {
+  int dev = 0, value = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  return value;
+}
 
 // A 1-D grid may hold at most 2^31 - 1 blocks.
 #define CHECK_GRID(blocks) \

@@ -444,14 +444,6 @@ void softmax3(const at::Tensor& x, at::Tensor& out) {
   CHECK_LAUNCH();
 }
 
-// The largest dynamic shared memory one block may ask for on this device (opting in above 48 KB).
-static int64_t max_shared_bytes() {
-  int dev = 0, bytes = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&dev));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return bytes;
-}
-
 template <typename T, int R>
 static void launch_warp6(const at::Tensor& x, at::Tensor& out, cudaStream_t stream) {
   const int64_t rows = x.size(0), blocks = ceil_div(rows, (int64_t)WARPS);
@@ -473,7 +465,8 @@ void softmax6(const at::Tensor& x, at::Tensor& out) {
     const int64_t rows = x.size(0), cols = x.size(1), n = cols / kVec<T>;
     const int64_t spill_bytes = std::max<int64_t>(0, n - (int64_t)WIDE * WIDE_REGS) * 16;
     const bool packed = cols % kVec<T> == 0 && aligned16(x) && aligned16(out);
-    if (!packed || (spill_bytes > 0 && spill_bytes > max_shared_bytes())) {
+    const bool fits = spill_bytes == 0 || spill_bytes <= device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    if (!packed || !fits) {
       softmax_kernel5<T><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
     } else if (n <= 32) {
       launch_warp6<T, 1>(x, out, stream);
