@@ -523,7 +523,7 @@ def _forget_in_process(cpp, name: str) -> None:
 # and code generation that gcc does again in every file that includes torch/extension.h (a file
 # holding only that #include costs 17 s), which no precompiled header saves.
 SIM_PCH_HEADERS = ["cudasim.h", "ATen/core/Tensor.h", "c10/cuda/CUDAException.h", "c10/cuda/CUDAStream.h",
-                   "cstdint", "string", "torch/library.h"]
+                   "cuda_bf16.h", "cstdint", "cstring", "string", "torch/library.h"]
 TORCH_API_HEADERS = ("torch/extension.h", "torch/all.h", "torch/python.h")
 SIM_TORCH_PCH_HEADERS = SIM_PCH_HEADERS + ["torch/extension.h"]
 _ANGLE_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<([^>\n]+)>", re.M)

@@ -4,7 +4,12 @@
 //       input checks whose errors say what was expected and what came
 //   ceil_div(a, b)            blocks needed to cover a elements, b per block
 //   CHECK_LAUNCH()            the launch error, checked right after a launch
+//   device_attribute(attr)    an attribute of the current device (SMs, shared memory per block)
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
+//   to_float(v), from_float<T>(f)      float32 and bfloat16 widened to float and rounded back
+//   kVec<T>, Pack<T>, load16, store16  16 bytes of T moved by one instruction (lessons 05, 07, 08)
+//   dispatch(x, f), ptr<T>(t), mut<T>(t), aligned16(t)
+//       run a generic lambda for x's dtype (float32 or bfloat16); a tensor's data as const T* / T*
 //   TORCH_LIBRARY_EXPAND / TORCH_LIBRARY_FRAGMENT_EXPAND / TORCH_LIBRARY_IMPL_EXPAND
 //       register ops under this build's own name
 //
@@ -15,7 +20,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_bf16.h>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <torch/library.h>
 
@@ -72,6 +79,15 @@ __host__ __device__ constexpr auto ceil_div(A a, B b) {
 // illegal address) surface only at a later synchronisation; CUDA_LAUNCH_BLOCKING=1 or
 // compute-sanitizer pin those down. (No cudaDeviceSynchronize here: it would stall the CPU.)
 #define CHECK_LAUNCH() C10_CUDA_KERNEL_LAUNCH_CHECK()
+
+// An attribute of the current device: device_attribute(cudaDevAttrMultiProcessorCount) is its number of
+// SMs, cudaDevAttrMaxSharedMemoryPerBlockOptin the most dynamic shared memory a block may opt in to.
+inline int device_attribute(cudaDeviceAttr attr) {
+  int dev = 0, value = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
+  return value;
+}
 
 // A 1-D grid may hold at most 2^31 - 1 blocks.
 #define CHECK_GRID(blocks) \
@@ -137,3 +153,58 @@ __device__ __forceinline__ T block_reduce_max(T v, T* scratch, T lowest) {
   v = lane < nwarps ? scratch[lane] : lowest;
   return warp_reduce_max(v);
 }
+
+// ---------------------------------------------------------------------------------------------
+// float32 and bfloat16 kernels (lessons 05, 07, 08): the math runs in float32 registers; bf16
+// values are widened on load and rounded once on store.
+
+// to_float is overloaded (one version per argument type); from_float<T> differs only in its return
+// type, so it is a template with one explicit specialisation per type.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
+// How many values of T fill 16 bytes, the widest load one thread issues in one instruction:
+// kVec<float> = 4, kVec<__nv_bfloat16> = 8.
+template <typename T> constexpr int kVec = 16 / sizeof(T);
+
+// 16 bytes of T: 4 floats or 8 bf16, moved by one load or store instruction.
+template <typename T>
+struct alignas(16) Pack {
+  T v[kVec<T>];
+};
+
+// p must be 16-byte aligned. The bytes travel as a uint4 (a type the CUDA headers define for
+// 16-byte moves) and memcpy puts them into the pack: no pointer punning between unrelated types.
+template <typename T>
+__device__ __forceinline__ Pack<T> load16(const T* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  Pack<T> r;
+  memcpy(&r, &raw, 16);
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const Pack<T>& r) {
+  uint4 raw;
+  memcpy(&raw, &r, 16);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype (the caller has checked it is one of
+// them). Launchers pass a generic lambda, [&](auto t) { using T = decltype(t); ... }: its body is a
+// template, compiled once for each type. (AT_DISPATCH_FLOATING_TYPES_AND does the same with
+// at::BFloat16; CUDA's own __nv_bfloat16 comes with its conversion intrinsics.)
+template <typename F>
+inline void dispatch(const at::Tensor& x, F&& f) {
+  if (x.scalar_type() == at::kFloat) f(float{});
+  else f(__nv_bfloat16{});
+}
+
+// A tensor's data as T, read-only or writable.
+template <typename T> inline const T* ptr(const at::Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
+template <typename T> inline T* mut(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+
+// Whether a tensor's data may be moved in 16-byte packs.
+inline bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }

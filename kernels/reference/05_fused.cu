@@ -41,16 +41,7 @@ constexpr int ROWS_IN_FLIGHT = 2;  // rows a backward thread loads before comput
 // ---------------------------------------------------------------------------------------------
 // Device helpers: float conversion, 16-byte vectors, the activations.
 
-// Loads widen to float, stores round back: the math is the same for both dtypes.
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-
-// How many values of T fill 16 bytes: the widest load one thread can issue in one instruction.
-// (kVec<T> is a variable template: one constant per type, kVec<float> = 4, kVec<__nv_bfloat16> = 8.)
-template <typename T> constexpr int kVec = 16 / sizeof(T);
+// to_float, from_float<T>, kVec<T> (values of T in 16 bytes), dispatch, ptr, mut: helpers.cuh.
 
 // N values of T moved together. alignas makes a 16-byte Vec 16-byte aligned, as a 16-byte access needs.
 template <typename T, int N>
@@ -297,7 +288,6 @@ __global__ void bias_act_backward_kernel(const T* __restrict__ grad, const T* __
 // ---------------------------------------------------------------------------------------------
 // Launchers.
 
-static bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
 // The dtype every tensor of a call shares: float32 or bfloat16.
 static void check_dtype(const at::Tensor& x) {
@@ -320,19 +310,6 @@ static void check_like(const at::Tensor& x, const at::Tensor& t, const char* nam
   TORCH_CHECK(t.scalar_type() == x.scalar_type(), name, " must have x's dtype ", x.scalar_type(), ", got ", t.scalar_type());
   TORCH_CHECK(t.sizes() == x.sizes(), name, " must have x's shape ", shape_str(x.sizes()), ", got ", shape_str(t.sizes()));
 }
-
-// Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype. The launchers pass a generic lambda,
-// [&](auto t) { using T = decltype(t); ... }: its body is a template, compiled once for each type it
-// is called with. (AT_DISPATCH_FLOATING_TYPES_AND does the same with at::BFloat16; CUDA's own
-// __nv_bfloat16 comes with its conversion intrinsics.)
-template <typename F>
-static void dispatch(const at::Tensor& x, F&& f) {
-  if (x.scalar_type() == at::kFloat) f(float{});
-  else f(__nv_bfloat16{});
-}
-
-template <typename T> static const T* ptr(const at::Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
-template <typename T> static T* mut(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
 void relu_add_bias1(const at::Tensor& x, const at::Tensor& y, const at::Tensor& bias, at::Tensor& out) {
   CHECK_INPUT(x);

@@ -39,36 +39,8 @@ constexpr int WIDE = 1024;     // softmax6: threads per row for rows too long fo
 constexpr int WIDE_REGS = 4;   // ... with 4 packs each in registers: 1024 threads get at most 64 registers
 
 // ---------------------------------------------------------------------------------------------
-// Device helpers: float conversion, 16-byte packs, the softmax of one value, (max, sum) pairs.
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-
-// 16 bytes of T: 4 floats or 8 bf16, moved by one load or store instruction.
-template <typename T> constexpr int kVec = 16 / sizeof(T);
-template <typename T>
-struct alignas(16) Pack {
-  T v[kVec<T>];
-};
-
-// p must be 16-byte aligned. The bytes travel as a uint4 (a type the CUDA headers define for
-// 16-byte moves) and memcpy puts them into the pack: no pointer punning between unrelated types.
-template <typename T>
-__device__ __forceinline__ Pack<T> load16(const T* p) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  Pack<T> r;
-  memcpy(&r, &raw, 16);
-  return r;
-}
-template <typename T>
-__device__ __forceinline__ void store16(T* p, const Pack<T>& r) {
-  uint4 raw;
-  memcpy(&raw, &r, 16);
-  *reinterpret_cast<uint4*>(p) = raw;
-}
+// Device helpers: the softmax of one value, (max, sum) pairs. (to_float, from_float<T>, the 16-byte
+// Pack<T> with load16 and store16, dispatch, ptr and mut come from helpers.cuh.)
 
 // One output value from the row's max m and 1 / sum. A row without a finite max (all -inf) gets 0:
 // computing exp(x - m) there would be exp(-inf - -inf) = exp(NaN).
@@ -482,8 +454,6 @@ __global__ void __launch_bounds__(THREADS) softmax_backward_kernel2(const T* __r
 // ---------------------------------------------------------------------------------------------
 // Launchers.
 
-static bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 // x: 2-D [rows, cols], on the device, contiguous, float32 or bfloat16.
 static void check_x(const at::Tensor& x, const char* name) {
   TORCH_CHECK(KERNELS_ON_DEVICE(x), name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", x.device());
@@ -502,16 +472,6 @@ static void check_like(const at::Tensor& x, const at::Tensor& t, const char* nam
   TORCH_CHECK(t.sizes() == x.sizes(), name, " must have x's shape ", shape_str(x.sizes()), ", got ", shape_str(t.sizes()));
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (call .contiguous() first)");
 }
-
-// Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype.
-template <typename F>
-static void dispatch(const at::Tensor& x, F&& f) {
-  if (x.scalar_type() == at::kFloat) f(float{});
-  else f(__nv_bfloat16{});
-}
-
-template <typename T> static const T* ptr(const at::Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
-template <typename T> static T* mut(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
 // The checks every forward variant shares; false when there is nothing to compute.
 static bool forward_args(const at::Tensor& x, const at::Tensor& out) {
@@ -559,14 +519,6 @@ void softmax3(const at::Tensor& x, at::Tensor& out) {
   CHECK_LAUNCH();
 }
 
-// The largest dynamic shared memory one block may ask for on this device (opting in above 48 KB).
-static int64_t max_shared_bytes() {
-  int dev = 0, bytes = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&dev));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return bytes;
-}
-
 template <typename T, int R>
 static void launch_warp6(const at::Tensor& x, at::Tensor& out, cudaStream_t stream) {
   const int64_t rows = x.size(0), blocks = ceil_div(rows, (int64_t)WARPS);
@@ -588,7 +540,8 @@ void softmax6(const at::Tensor& x, at::Tensor& out) {
     const int64_t rows = x.size(0), cols = x.size(1), n = cols / kVec<T>;
     const int64_t spill_bytes = std::max<int64_t>(0, n - (int64_t)WIDE * WIDE_REGS) * 16;
     const bool packed = cols % kVec<T> == 0 && aligned16(x) && aligned16(out);
-    if (!packed || (spill_bytes > 0 && spill_bytes > max_shared_bytes())) {
+    const bool fits = spill_bytes == 0 || spill_bytes <= device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    if (!packed || !fits) {
       softmax_kernel5<T><<<rows, BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), cols);
     } else if (n <= 32) {
       launch_warp6<T, 1>(x, out, stream);

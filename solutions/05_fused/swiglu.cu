@@ -27,15 +27,8 @@ constexpr int UNROLL = 4;   // 16-byte vectors per thread
 
 // ---------------------------------------------------------------------------------------------
 // Device helpers (as in 05_fused.cu, except that Vec<T> here is always 16 bytes: write Vec<T> and
-// load_vec(p) where the reference writes Vec<T, V> and load_vec<V>(p)).
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
-
-template <typename T> constexpr int kVec = 16 / sizeof(T);  // 4 floats or 8 bf16 in 16 bytes
-
+// load_vec(p) where the reference writes Vec<T, V> and load_vec<V>(p)). to_float, from_float<T>,
+// kVec<T> (4 floats or 8 bf16 in 16 bytes), dispatch, ptr and mut come from helpers.cuh.
 template <typename T>
 struct alignas(16) Vec {
   T v[kVec<T>];
@@ -157,16 +150,6 @@ static int64_t check_all(std::initializer_list<std::pair<const at::Tensor*, cons
   for (const auto& [t, name] : ts) check_operand(a, *t, name);
   return a.numel();
 }
-
-// Calls f(T{}) with T = float or __nv_bfloat16 for a's dtype.
-template <typename F>
-static void dispatch(const at::Tensor& a, F&& f) {
-  if (a.scalar_type() == at::kFloat) f(float{});
-  else f(__nv_bfloat16{});
-}
-
-template <typename T> static const T* ptr(const at::Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
-template <typename T> static T* mut(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
 void swiglu(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   const int64_t n = check_all({{&a, "a"}, {&b, "b"}, {&out, "out"}});
