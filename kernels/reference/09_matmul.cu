@@ -10,7 +10,7 @@
 //   matmul7   warp tiling: each warp owns a 64x64 region of C, so a warp's shared-memory reads stay compact
 //   matmul8   tiles retuned for the H100 and two shared-memory buffers: the next tile loads during the math
 //   matmul9   tensor cores (WMMA): bf16 or fp16 A and B, fp32 accumulation, fragments from shared-memory tiles
-//   matmul10  matmul9 with two shared-memory buffers and larger warp tiles
+//   matmul10  matmul9 with two shared-memory buffers and two blocks per SM
 //   matmul11  tensor cores on float32 inputs rounded to TF32 (10 mantissa bits), fp32 accumulation
 //   matmul    functional form: matmul8 for float32, matmul10 for bfloat16 and float16
 //
@@ -272,10 +272,12 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) matmul_kernel6(const fl
 // The warp-tiled kernels' shapes: a block tile BM x BN x BK, cut into warp tiles WM x WN; each warp tile
 // into WMITER x WNITER sub-tiles, which the 32 lanes cover with TM x TN blocks of C each (so a lane owns
 // WMITER * WNITER * TM * TN values). STAGES: shared-memory buffers of the A and B tiles (1 or 2).
-template <int BM_, int BN_, int BK_, int WM_, int WN_, int WMITER_, int WNITER_, int TM_, int TN_, int STAGES_>
+// MIN_BLOCKS: blocks that must fit on an SM at once (__launch_bounds__ caps the registers to allow it).
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int WMITER_, int WNITER_, int TM_, int TN_, int STAGES_,
+          int MIN_BLOCKS_ = 1>
 struct WarpTiling {
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, WMITER = WMITER_, WNITER = WNITER_;
-  static constexpr int TM = TM_, TN = TN_, STAGES = STAGES_;
+  static constexpr int TM = TM_, TN = TN_, STAGES = STAGES_, MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int WSUBM = WM / WMITER, WSUBN = WN / WNITER;  // a sub-tile
   static constexpr int WARPS = (BM / WM) * (BN / WN), THREADS = 32 * WARPS;
   static constexpr int A_LOADS = BM * BK / 4 / THREADS, B_LOADS = BK * BN / 4 / THREADS;  // float4 per thread per tile
@@ -334,7 +336,7 @@ __device__ __forceinline__ void store_tiles(float (*As)[W::BM], float (*Bs)[W::B
 // next tiles' global loads are issued before the math on the current ones and land in the other buffer:
 // one barrier per step instead of two, and DRAM latency hidden behind the FMAs.
 template <class W, bool VEC>
-__global__ void __launch_bounds__(W::THREADS) matmul_warptile_kernel(const float* __restrict__ A, const float* __restrict__ B,
+__global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS) matmul_warptile_kernel(const float* __restrict__ A, const float* __restrict__ B,
                                                                      float* __restrict__ C, int M, int N, int K) {
   __shared__ alignas(16) float As[W::STAGES][W::BK][W::BM];  // transposed: As[s][k][m]
   __shared__ alignas(16) float Bs[W::STAGES][W::BK][W::BN];
@@ -404,9 +406,10 @@ __global__ void __launch_bounds__(W::THREADS) matmul_warptile_kernel(const float
 // suits GPUs with 100 KB of shared memory and 64K registers per SM at 2 to 3 blocks each.
 using Warp7 = WarpTiling<128, 128, 16, 64, 64, 2, 2, 8, 4, 1>;
 // matmul8, for the H100 (227 KB of shared memory and 64K registers per SM): 8 warps of 64x32 in a 128x128
-// tile, each lane two 8x4 blocks (64 values, so fewer registers than matmul7's 128 and more warps per SM
-// to hide latency), and two 16 KB buffers so that the loads of step s + 1 overlap the math of step s.
-using Warp8 = WarpTiling<128, 128, 16, 64, 32, 2, 1, 8, 4, 2>;
+// tile, each lane two 8x4 blocks (64 values, so fewer registers than matmul7's 128), at most 128 registers
+// per thread so that two blocks (16 warps) share an SM and hide each other's latency (ptxas: no spills),
+// and two 16 KB buffers so that the loads of step s + 1 overlap the math of step s.
+using Warp8 = WarpTiling<128, 128, 16, 64, 32, 2, 1, 8, 4, 2, 2>;
 
 // ---------------------------------------------------------------------------------------------
 // Kernels: tensor cores (WMMA).
@@ -424,10 +427,10 @@ template <> __device__ __forceinline__ float from_float<float>(float v) { return
 
 // The tensor-core kernels' shapes: block tile BM x BN x BK, warp tiles WM x WN made of FM x FN fragments
 // of FRAG_M x FRAG_N x FRAG_K; STAGES shared buffers; T the input type (__nv_bfloat16, __half, or float for TF32).
-template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int MIN_BLOCKS_ = 1>
 struct WmmaTiling {
   static constexpr bool TF32 = sizeof(T) == 4;
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_, MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int FRAG_M = 16, FRAG_N = 16, FRAG_K = TF32 ? 8 : 16;  // WMMA's shapes for these types
   static constexpr int FM = WM / FRAG_M, FN = WN / FRAG_N;                   // fragments per warp tile
   static constexpr int WARPS = (BM / WM) * (BN / WN), THREADS = 32 * WARPS;
@@ -506,7 +509,7 @@ __device__ __forceinline__ void wmma_store_tiles(T* As, T* Bs, const Vec16<T> (&
 // and the conversion to T are handled per element. Bounded (at these tile sizes) by the shared-memory
 // loads of the fragments: Hopper's fastest kernels use wgmma with operands straight from shared memory.
 template <class W, typename T, bool ALIGNED>
-__global__ void __launch_bounds__(W::THREADS) matmul_wmma_kernel(const T* __restrict__ A, const T* __restrict__ B,
+__global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS) matmul_wmma_kernel(const T* __restrict__ A, const T* __restrict__ B,
                                                                  T* __restrict__ C, int M, int N, int K) {
   using In = typename std::conditional<W::TF32, wmma::precision::tf32, T>::type;
   __shared__ alignas(32) T As[W::STAGES][W::BM * W::LDA];
@@ -578,10 +581,11 @@ __global__ void __launch_bounds__(W::THREADS) matmul_wmma_kernel(const T* __rest
 
 // matmul9: 128x128x32 tiles, 8 warps of 64x32 (4x2 fragments), one buffer.
 template <typename T> using Wmma9 = WmmaTiling<T, 128, 128, 32, 64, 32, 1>;
-// matmul10: the same tiles with two buffers: the next step's loads overlap the mma_syncs.
-template <typename T> using Wmma10 = WmmaTiling<T, 128, 128, 32, 64, 32, 2>;
-// matmul11 (TF32): 128x128x16 float tiles, 8 warps of 64x32, two buffers.
-using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2>;
+// matmul10: the same tiles with two buffers (the next step's loads overlap the mma_syncs) and at most 128
+// registers per thread, so two blocks share an SM (ptxas: no spills).
+template <typename T> using Wmma10 = WmmaTiling<T, 128, 128, 32, 64, 32, 2, 2>;
+// matmul11 (TF32): 128x128x16 float tiles, 8 warps of 64x32, two buffers, two blocks per SM.
+using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2, 2>;
 #endif  // MATMUL_HAS_WMMA
 
 // ---------------------------------------------------------------------------------------------
