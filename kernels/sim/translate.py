@@ -393,10 +393,54 @@ def _cuda_device_as_cpu(src: str) -> str:
     return "".join(out) + src[last:]
 
 
+_ASM_RE = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s+(?:volatile|__volatile__|goto|inline))*\s*\(")
+_IF_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([^\n]*)", re.M)
+_GPU_ONLY_RE = re.compile(r"__CUDA_ARCH__|\bCUDASIM\b|__CUDASIM__")
+
+
+def _gpu_only_lines(src: str) -> set[int]:
+    """Lines inside an #if/#ifdef/#ifndef construct (any of its branches) whose condition names
+    __CUDA_ARCH__ or CUDASIM: the preprocessor decides whether the simulator's build sees them."""
+    lines, stack = set(), []  # stack: for each open conditional, whether it names one of them
+    last_line, guarded = 1, False
+    for m in _IF_RE.finditer(src):
+        line = line_of(src, m.start())
+        if guarded:
+            lines.update(range(last_line, line))
+        kind, cond = m.group(1), m.group(2)
+        if kind in ("if", "ifdef", "ifndef"):
+            stack.append(bool(_GPU_ONLY_RE.search(cond)))
+        elif kind == "elif" and stack:
+            stack[-1] = stack[-1] or bool(_GPU_ONLY_RE.search(cond))
+        elif kind == "endif" and stack:
+            stack.pop()
+        guarded, last_line = any(stack), line + 1
+    return lines
+
+
+def _refuse_asm(src: str, mask: bytearray, path: str) -> None:
+    """Inline assembly (PTX such as mma.sync, ldmatrix, cp.async) cannot run on the CPU: say so."""
+    gpu_only = None
+    for m in _ASM_RE.finditer(src):
+        if not mask[m.start()]:
+            continue
+        line = line_of(src, m.start())
+        if gpu_only is None:
+            gpu_only = _gpu_only_lines(src)
+        if line in gpu_only:
+            continue
+        raise TranslateError(
+            f"{path}:{line}: inline assembly (asm) is not supported by the simulator: PTX such as mma.sync, "
+            "ldmatrix or cp.async has no CPU translation. Use the CUDA C++ API instead (nvcuda::wmma from "
+            "<mma.h> for tensor cores, __shfl_sync, __ldg, ...), or keep the asm under "
+            "#if defined(__CUDA_ARCH__) with a C++ fallback for the simulator")
+
+
 def translate_source(src: str, path: str, include_map: dict[str, str] | None = None) -> str:
     """Translate one file's text; `include_map` maps quoted include names to translated files."""
     src = _cuda_device_as_cpu(src)
     mask = code_mask(src)
+    _refuse_asm(src, mask, path)
     edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
     edits += _simple_edits(src, mask, _IMPL_RE, lambda m: m.group(1) + "CPU" + m.group(2))

@@ -191,7 +191,8 @@ __attribute__((naked, noinline)) static void switch_stack(void** save_sp, void* 
 enum class State : unsigned char { Ready, Barrier, Warp, Yield, Done };
 enum class WarpOp : unsigned char { Active, Sync, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All,
                                     ReduceAdd, ReduceMin, ReduceMax, ReduceAnd, ReduceOr, ReduceXor,
-                                    ReduceUMin, ReduceUMax };  // the last two: unsigned compare
+                                    ReduceUMin, ReduceUMax,  // these two: unsigned compare
+                                    Collective };  // a warp-wide call such as wmma::mma_sync (WarpJob)
 inline bool is_shuffle(WarpOp op) { return op >= WarpOp::ShflIdx && op <= WarpOp::ShflXor; }
 enum class BarKind : unsigned char { Plain, Count, And, Or };
 
@@ -221,6 +222,7 @@ struct Thread {
   unsigned long long wres = 0;
   const char* wfile = nullptr;
   int wline = 0;
+  const char* wname = nullptr;  // a Collective's function name, for messages
   // where the thread left the kernel: a `return;` in the kernel's body (the translator marks
   // each one), or nullptr for the end of the body
   const char* exit_file = nullptr;
@@ -450,10 +452,16 @@ inline void resolve_block() {
                     "in a warp operation with another mask" : "exited");
       missing += b;
     }
-    std::snprintf(buf, sizeof buf,
-                  "deadlock: a warp operation at %s:%d with mask 0x%08x waits for %s; every lane named "
-                  "in the mask must reach a warp operation with the same mask",
-                  base_name(w.wfile).c_str(), w.wline, w.wmask, missing.c_str());
+    if (w.wop == WarpOp::Collective)
+      std::snprintf(buf, sizeof buf,
+                    "deadlock: %s at %s:%d waits for %s; it is a warp-wide call, so all 32 lanes of the warp "
+                    "must make it together (no lane may skip it in a branch)",
+                    w.wname, base_name(w.wfile).c_str(), w.wline, missing.c_str());
+    else
+      std::snprintf(buf, sizeof buf,
+                    "deadlock: a warp operation at %s:%d with mask 0x%08x waits for %s; every lane named "
+                    "in the mask must reach a warp operation with the same mask",
+                    base_name(w.wfile).c_str(), w.wline, w.wmask, missing.c_str());
     fail(buf);
   }
   if (at_barrier.empty()) return;
@@ -508,6 +516,12 @@ inline const char* shuffle_name(WarpOp op) {
   }
 }
 
+// Where a lane that has exited left the kernel, for messages.
+inline std::string exit_place(const Thread& o) {
+  if (!o.exit_file) return "reached the end of the kernel";
+  return "returned at " + base_name(o.exit_file) + ":" + std::to_string(o.exit_line);
+}
+
 // A shuffle's mask may name only lanes that exist and are still running.
 inline void check_shuffle_lanes(int warp, const Thread& t) {
   for (int lane = 0; lane < 32; ++lane) {
@@ -526,18 +540,57 @@ inline void check_shuffle_lanes(int warp, const Thread& t) {
     }
     const Thread& o = g.threads[id];
     if (o.state != State::Done) continue;
-    char exit_at[200];
-    if (o.exit_file)
-      std::snprintf(exit_at, sizeof exit_at, "returned at %s:%d", base_name(o.exit_file).c_str(), o.exit_line);
-    else
-      std::snprintf(exit_at, sizeof exit_at, "reached the end of the kernel");
+    std::string exit_at = exit_place(o);
     std::snprintf(buf, sizeof buf,
                   "%s at %s:%d with mask 0x%08x names lane %d (thread (%u,%u,%u)), which has exited (%s). What a "
                   "shuffle reads from an exited lane is undefined on a GPU; leave exited lanes out of the mask "
                   "(take it with __ballot_sync before the return) or keep every lane until the shuffle",
                   shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, o.idx.x, o.idx.y, o.idx.z,
-                  exit_at);
+                  exit_at.c_str());
     fail(buf);
+  }
+}
+
+// A warp-wide call (the WMMA API): every lane of the warp passes a WarpJob; when the last one
+// arrives, `run` is called once with all 32 in lane order, before any lane goes on. That is when
+// the whole warp's load, store or multiply happens, as one step, like the hardware's instruction.
+struct WarpJob {
+  void (*run)(WarpJob* const* lanes);
+  const char* name;  // the CUDA function, for messages
+  Thread* self = nullptr;
+};
+
+// All 32 lanes must exist, be running and make the same call (same line, same instantiation).
+inline void check_collective(int warp, const Thread& t, WarpJob* const* jobs) {
+  char buf[600];
+  for (int lane = 0; lane < 32; ++lane) {
+    int id = warp * 32 + lane;
+    if (id >= g.nthreads) {
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d is a warp-wide call, but warp %d has only %d lanes: the block has %d threads. "
+                    "All 32 lanes of a warp must make it; give the block a multiple of 32 threads",
+                    t.wname, base_name(t.wfile).c_str(), t.wline, warp, g.nthreads - warp * 32, g.nthreads);
+      fail(buf);
+    }
+    const Thread& o = g.threads[id];
+    if (o.state == State::Done) {
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d is a warp-wide call, but lane %d (thread (%u,%u,%u)) has exited (%s). All 32 "
+                    "lanes of the warp must make it together: keep every lane until the call and guard only "
+                    "what the lane does with its own data",
+                    t.wname, base_name(t.wfile).c_str(), t.wline, lane, o.idx.x, o.idx.y, o.idx.z,
+                    exit_place(o).c_str());
+      fail(buf);
+    }
+    if (o.wfile != t.wfile || o.wline != t.wline || o.wname != t.wname || jobs[lane]->run != jobs[0]->run) {
+      g.cur = &g.threads[id];
+      std::snprintf(buf, sizeof buf,
+                    "lanes of one warp reached different warp-wide calls: lane 0 at %s (%s:%d), lane %d at %s "
+                    "(%s:%d); all 32 lanes must make the same call together",
+                    jobs[0]->name, base_name(t.wfile).c_str(), t.wline, lane, o.wname, base_name(o.wfile).c_str(),
+                    o.wline);
+      fail(buf);
+    }
   }
 }
 
@@ -562,6 +615,18 @@ inline void complete_warp(int warp, unsigned mask) {
       fail("lanes of one warp met in different warp operations (for example __shfl_sync and __ballot_sync) "
            "with the same mask");
     }
+  }
+  if (op == WarpOp::Collective) {
+    WarpJob* jobs[32];
+    for (int lane = 0; lane < 32; ++lane) {
+      jobs[lane] = nullptr;
+      if (present >> lane & 1u) std::memcpy(&jobs[lane], g.threads[ids[lane]].wval, sizeof(WarpJob*));
+    }
+    if (!jobs[0]) jobs[0] = jobs[__builtin_ctz(present)];
+    check_collective(warp, any, jobs);
+    Thread* saved = g.cur;
+    jobs[0]->run(jobs);
+    g.cur = saved;
   }
   unsigned long long ballot = 0;
   int pcount = 0;
@@ -668,6 +733,16 @@ inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int 
     return;
   }
   to_scheduler();
+}
+
+// Make a warp-wide call: wait for the other 31 lanes, then the last to arrive runs the job for all.
+inline void warp_collective(WarpJob& job, const char* file, int line) {
+  Thread* t = g.cur;
+  if (!t) fail(std::string(job.name) + " called outside a kernel");
+  job.self = t;
+  t->wname = job.name;
+  WarpJob* p = &job;
+  warp_op(WarpOp::Collective, 0xffffffffu, &p, sizeof p, 0, 32, file, line);
 }
 
 // Called by the scheduler before it gives up: lanes that exited may have been the last ones
