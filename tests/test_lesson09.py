@@ -23,17 +23,6 @@ def ext():
     return load("09")
 
 
-def tensor_cores_or_skip(ext, dev):
-    """Skip when this backend cannot run WMMA (a simulator without its <mma.h>), saying so."""
-    a = torch.ones(1, 1, device=dev, dtype=torch.bfloat16)
-    try:
-        ext.matmul9(a, a, torch.empty_like(a))
-    except RuntimeError as e:
-        if "has no <mma.h>" in str(e):
-            pytest.skip("this simulator has no WMMA support yet (kernels/sim/include/mma.h)")
-        raise
-
-
 @pytest.mark.parametrize("name", FP32)
 def test_every_fp32_variant_matches_torch_on_awkward_shapes(ext, name):
     check_matmul(getattr(ext, name), (*SHAPES, *WIDE), name=name, quiet=True, raise_on_fail=True)
@@ -94,8 +83,7 @@ def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("name", HALF)
-def test_the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes(ext, dev, name, dtype):
-    tensor_cores_or_skip(ext, dev)
+def test_the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes(ext, name, dtype):
     check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dtype,), name=name, quiet=True, raise_on_fail=True)
 
 
@@ -107,14 +95,12 @@ def tf32(t: torch.Tensor) -> torch.Tensor:
     return torch.where(finite, rounded, t)
 
 
-def test_the_tf32_variant_equals_a_float64_product_of_tf32_rounded_inputs(ext, dev):
-    tensor_cores_or_skip(ext, dev)
+def test_the_tf32_variant_equals_a_float64_product_of_tf32_rounded_inputs(ext):
     check_matmul(ext.matmul11, (*SHAPES, *WIDE), ref=lambda a, b: matmul_ref(tf32(a), tf32(b)), name="matmul11",
                  quiet=True, raise_on_fail=True)
 
 
 def test_the_tf32_variant_loses_precision_against_float32(ext, dev):
-    tensor_cores_or_skip(ext, dev)
     a, b = torch.randn(256, 512, device=dev), torch.randn(512, 256, device=dev)
     c = torch.empty(256, 256, device=dev)
     ext.matmul11(a, b, c)
@@ -127,7 +113,6 @@ def test_the_tf32_variant_loses_precision_against_float32(ext, dev):
 def test_the_functional_op_takes_float32_and_bf16(ext, dev):
     a, b = torch.randn(70, 33, device=dev), torch.randn(33, 90, device=dev)
     torch.testing.assert_close(ext.matmul(a, b), matmul_ref(a, b), rtol=1e-4, atol=1e-3)
-    tensor_cores_or_skip(ext, dev)
     got = ext.matmul(a.bfloat16(), b.bfloat16())
     torch.testing.assert_close(got, matmul_ref(a.bfloat16(), b.bfloat16()), rtol=1.6e-2, atol=1e-2)
 

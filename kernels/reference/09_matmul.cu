@@ -35,15 +35,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
-
-// The simulator runs the WMMA API once it has its own <mma.h>; a checkout without it still builds
-// the fp32 variants, and the tensor-core ops say why they cannot run.
-#if defined(CUDASIM) && !__has_include(<mma.h>)
-#define MATMUL_HAS_WMMA 0
-#else
-#define MATMUL_HAS_WMMA 1
 #include <mma.h>
-#endif
 
 // ---------------------------------------------------------------------------------------------
 // Device helpers: 16-byte loads and stores that read zeros and skip writes past a row's end.
@@ -413,7 +405,6 @@ using Warp8 = WarpTiling<128, 128, 16, 64, 32, 2, 1, 8, 4, 2, 2>;
 
 // ---------------------------------------------------------------------------------------------
 // Kernels: tensor cores (WMMA).
-#if MATMUL_HAS_WMMA
 namespace wmma = nvcuda::wmma;
 
 // bf16 and fp16 values to and from float, and 16 bytes of them (8 values) as one move.
@@ -586,7 +577,6 @@ template <typename T> using Wmma9 = WmmaTiling<T, 128, 128, 32, 64, 32, 1>;
 template <typename T> using Wmma10 = WmmaTiling<T, 128, 128, 32, 64, 32, 2, 2>;
 // matmul11 (TF32): 128x128x16 float tiles, 8 warps of 64x32, two buffers, two blocks per SM.
 using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2, 2>;
-#endif  // MATMUL_HAS_WMMA
 
 // ---------------------------------------------------------------------------------------------
 // Launchers.
@@ -718,7 +708,6 @@ static void launch_warptile(const at::Tensor& a, const at::Tensor& b, at::Tensor
 void matmul7(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_warptile<Warp7>(a, b, c); }
 void matmul8(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_warptile<Warp8>(a, b, c); }
 
-#if MATMUL_HAS_WMMA
 // The 16-byte paths need K and N to be multiples of 16 bytes of the type and the pointers aligned.
 template <typename T>
 static bool vec16_ok(const at::Tensor& a, const at::Tensor& b) {
@@ -738,41 +727,21 @@ static void launch_wmma(const at::Tensor& a, const at::Tensor& b, at::Tensor& c)
   CHECK_LAUNCH();
 }
 
-#else
-static void no_wmma(const char* op) {
-  TORCH_CHECK(false, op, " runs on tensor cores (WMMA), and this simulator has no <mma.h> yet: "
-              "it runs on a GPU (the cuda backend), or on a simulator that ships kernels/sim/include/mma.h");
-}
-#endif
-
-static void check_half(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
-  check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
-}
-
-#if MATMUL_HAS_WMMA
+// matmul9 and matmul10: bfloat16 or float16 in, C in the same dtype.
 template <template <typename> class W>
 static void launch_wmma_half(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
+  if (nothing_to_do(c)) return;
   if (a.scalar_type() == at::kBFloat16) launch_wmma<W<__nv_bfloat16>, __nv_bfloat16>(a, b, c);
   else launch_wmma<W<__half>, __half>(a, b, c);
 }
-#define MATMUL_WMMA_HALF(W, op) launch_wmma_half<W>(a, b, c)
-#define MATMUL_WMMA_TF32(op) launch_wmma<Wmma11, float>(a, b, c)
-#else
-#define MATMUL_WMMA_HALF(W, op) no_wmma(op)
-#define MATMUL_WMMA_TF32(op) no_wmma(op)
-#endif
 
-void matmul9(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
-  check_half(a, b, c);
-  if (!nothing_to_do(c)) MATMUL_WMMA_HALF(Wmma9, "matmul9");
-}
-void matmul10(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
-  check_half(a, b, c);
-  if (!nothing_to_do(c)) MATMUL_WMMA_HALF(Wmma10, "matmul10");
-}
+void matmul9(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_half<Wmma9>(a, b, c); }
+void matmul10(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_half<Wmma10>(a, b, c); }
+
 void matmul11(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   check_operands(a, b, c, {at::kFloat}, "float32 (rounded to TF32 on the tensor cores)");
-  if (!nothing_to_do(c)) MATMUL_WMMA_TF32("matmul11");
+  if (!nothing_to_do(c)) launch_wmma<Wmma11, float>(a, b, c);
 }
 
 // Functional matmul of two 2-D tensors: matmul8 for float32, matmul10 for bfloat16 and float16.
