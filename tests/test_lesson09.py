@@ -170,3 +170,19 @@ def test_the_readme_table_shows_tflops_for_benchmarks_without_a_byte_count(tmp_p
         "matmul 4096^3 fp32,eager,2.7,,51.0,,1.0,1.0,,3000,GPU\n"
         "matmul 4096^3 fp32,matmul8,3.4,,40.4,,0.79,0.79,,3000,GPU\n")
     assert "| 09 | matmul 4096^3 fp32 | 51.0 TFLOP/s |  | matmul8 | 40.4 TFLOP/s |  | 0.79x | 0.79x |" in results_table(tmp_path)
+
+
+def test_the_matmul_wmma_stub_fails_its_self_check():
+    assert not check_exercise("09", "matmul_wmma", path=ROOT / "lessons" / "09_matmul" / "matmul_wmma.cu").passed
+
+
+def test_the_matmul_wmma_solution_passes_its_self_check():
+    assert check_exercise("09", "matmul_wmma", solution=True).passed
+
+
+def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught():
+    # ldm is the length of a row of the shared array; the A tile's rows are BK long, not BN
+    report = self_check_of_planted("09", "matmul_wmma", ROOT / "solutions" / "09_matmul" / "matmul_wmma.cu",
+                                   "lesson09_matmul_wmma_ldm.cu", "load_matrix_sync(fa, &As[wm * BK], BK)",
+                                   "load_matrix_sync(fa, &As[wm * BK], BN)")
+    assert_diagnosis(report, "elements differ")

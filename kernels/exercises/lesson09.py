@@ -31,18 +31,21 @@ def operands(size: tuple[int, int, int], dtype: torch.dtype, device) -> list[tor
     return [random_tensor((m, k), dtype, device), random_tensor((k, n), dtype, device)]
 
 
-def product_shape(inputs: list[torch.Tensor]) -> list[tuple[tuple[int, int], torch.dtype]]:
-    """The out-variant's output: [M, N] in a's dtype."""
-    a, b = inputs
-    return [((a.shape[0], b.shape[1]), a.dtype)]
+def product_shape(out_dtype: torch.dtype | None = None) -> Callable:
+    """The out-variant's output: [M, N] in out_dtype (default: a's dtype)."""
+    def spec(inputs: list[torch.Tensor]) -> list[tuple[tuple[int, int], torch.dtype]]:
+        a, b = inputs
+        return [((a.shape[0], b.shape[1]), out_dtype or a.dtype)]
+    return spec
 
 
 def check_matmul(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), ref: Callable = matmul_ref,
-                 name: str | None = None, backend: str | None = None, quiet: bool = False,
-                 raise_on_fail: bool = False) -> Report:
-    """check() of an out-variant matmul fn(a, b, c) on (M, N, K) shapes against `ref`."""
-    return check(fn, ref, operands, out=product_shape, sizes=list(shapes), dtypes=dtypes, tolerance=MATMUL_TOLERANCE,
-                 name=name, backend=backend, quiet=quiet, raise_on_fail=raise_on_fail)
+                 out_dtype: torch.dtype | None = None, name: str | None = None, backend: str | None = None,
+                 quiet: bool = False, raise_on_fail: bool = False) -> Report:
+    """check() of an out-variant matmul fn(a, b, c) on (M, N, K) shapes against `ref`; c in out_dtype
+    (default: the inputs' dtype)."""
+    return check(fn, ref, operands, out=product_shape(out_dtype), sizes=list(shapes), dtypes=dtypes,
+                 tolerance=MATMUL_TOLERANCE, name=name, backend=backend, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 def _refused(fn: Callable, args: tuple, expected: str) -> tuple[bool, str]:
@@ -57,11 +60,11 @@ def _refused(fn: Callable, args: tuple, expected: str) -> tuple[bool, str]:
 
 
 def check_refusals(fn: Callable, device, dtype: torch.dtype = torch.float32, name: str = "refusals",
-                   quiet: bool = False) -> Report:
+                   quiet: bool = False, out_dtype: torch.dtype | None = None) -> Report:
     """A transposed a or b (a view, not contiguous) and mismatched shapes must be refused with a clear error."""
     report = Report(name)
     a, b = torch.randn(6, 4, device=device).to(dtype), torch.randn(4, 5, device=device).to(dtype)
-    c = torch.empty(6, 5, device=device, dtype=dtype)
+    c = torch.empty(6, 5, device=device, dtype=out_dtype or dtype)
     cases = [("a transposed", (a.t().contiguous().t(), b, c), "contiguous"),
              ("b transposed", (a, b.t().contiguous().t(), c), "contiguous"),
              ("a: [6, 4], b: [5, 5]", (a, torch.randn(5, 5, device=device).to(dtype), c), "[6, 4]")]
@@ -76,15 +79,25 @@ def check_refusals(fn: Callable, device, dtype: torch.dtype = torch.float32, nam
     return report
 
 
-def _run_blocktile(ext, backend) -> Report:
+def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: torch.dtype, **kw) -> Report:
+    """The exercise's check: values on SHAPES, then the refusal of transposed inputs; one printed report."""
     from ..backend import device, resolve
 
-    values = check_matmul(ext.matmul_blocktile, name="matmul_blocktile", backend=backend, quiet=True)
-    refusals = check_refusals(ext.matmul_blocktile, device(resolve(backend)), name="matmul_blocktile refusals",
-                              quiet=True)
-    report = merge("matmul_blocktile", [values, refusals])
+    values = check_matmul(fn, dtypes=(dtype,), name=name, backend=backend, quiet=True, **kw)
+    refusals = check_refusals(fn, device(resolve(backend)), dtype, name=f"{name} refusals", quiet=True,
+                              out_dtype=kw.get("out_dtype"))
+    report = merge(name, [values, refusals])
     print(report)
     return report
+
+
+def _run_blocktile(ext, backend) -> Report:
+    return _values_and_refusals(ext.matmul_blocktile, "matmul_blocktile", backend, torch.float32)
+
+
+def _run_wmma(ext, backend) -> Report:
+    return _values_and_refusals(ext.matmul_wmma, "matmul_wmma", backend, torch.bfloat16,
+                                ref=lambda a, b: (a.double() @ b.double()).float(), out_dtype=torch.float32)
 
 
 EXERCISES = [
@@ -102,5 +115,14 @@ EXERCISES = [
              "for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tc + j]; for (int i = 0; i < TM; ++i) for (int j = 0; "
              "j < TN; ++j) acc[i][j] += ra[i] * rb[j]; }   and after the K loop: for i < TM, j < TN: "
              "const int m = m0 + tr + i, n = n0 + tc + j; if (m < M && n < N) C[(int64_t)m * N + n] = acc[i][j];"),
+    ]),    Exercise("09", "matmul_wmma", "matmul_wmma.cu", _run_wmma, hints=[
+        Hint("The accumulator starts at zero: wmma::fill_fragment(acc, 0.0f) before the loop. Inside the loop, after "
+             "the barrier, every lane of the warp makes the same three calls: two load_matrix_sync and one "
+             "mma_sync (they are warp-wide: the 32 lanes do them together).", ("elements differ", "NaN")),
+        Hint("load_matrix_sync(frag, pointer, ldm): pointer is the fragment's top-left element in shared memory, "
+             "ldm the length of a row of that array. The A tile has BK values per row, so the warp's rows start at "
+             "&As[wm * BK]; the B tile has BN per row, and the warp's columns start at &Bs[wn]."),
+        Hint("wmma::fill_fragment(acc, 0.0f);   and in the loop:   wmma::load_matrix_sync(fa, &As[wm * BK], BK); "
+             "wmma::load_matrix_sync(fb, &Bs[wn], BN); wmma::mma_sync(acc, fa, fb, acc);"),
     ]),
 ]

@@ -600,10 +600,7 @@ static void check_operands(const at::Tensor& a, const at::Tensor& b, const at::T
   }
   TORCH_CHECK(b.scalar_type() == a.scalar_type() && c.scalar_type() == a.scalar_type(),
               "a, b and c must have one dtype, got ", a.scalar_type(), ", ", b.scalar_type(), " and ", c.scalar_type());
-  TORCH_CHECK(a.size(1) == b.size(0), "a's columns must equal b's rows (a: [M, K], b: [K, N]), got a ",
-              shape_str(a.sizes()), " and b ", shape_str(b.sizes()));
-  TORCH_CHECK(c.size(0) == a.size(0) && c.size(1) == b.size(1), "c must have shape [M, N] = ",
-              shape_str({a.size(0), b.size(1)}), ", got ", shape_str(c.sizes()));
+  CHECK_MATMUL_SHAPES(a, b, c);
 }
 
 

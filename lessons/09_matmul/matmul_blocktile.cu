@@ -58,10 +58,7 @@ void matmul_blocktile(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   CHECK_DIM(a, 2);
   CHECK_DIM(b, 2);
   CHECK_DIM(c, 2);
-  TORCH_CHECK(a.size(1) == b.size(0), "a's columns must equal b's rows (a: [M, K], b: [K, N]), got a ",
-              shape_str(a.sizes()), " and b ", shape_str(b.sizes()));
-  TORCH_CHECK(c.size(0) == a.size(0) && c.size(1) == b.size(1), "c must have shape [M, N] = ",
-              shape_str({a.size(0), b.size(1)}), ", got ", shape_str(c.sizes()));
+  CHECK_MATMUL_SHAPES(a, b, c);
   const int M = a.size(0), K = a.size(1), N = b.size(1);
   if (M == 0 || N == 0) return;  // nothing to write (K = 0 still writes zeros)
   const dim3 grid(ceil_div(N, BN), ceil_div(M, BM));  // x over the column tiles, y over the row tiles
