@@ -1,7 +1,8 @@
 """How fast the simulator is: `python -m kernels.sim.speed`.
 
-Three figures, each against the bar the simulator should stay under on a small laptop:
-a 256x256 fp32 matmul with 16x16 shared-memory tiles, a 2^20-element vector add, and the sim
+Four figures, each against the bar the simulator should stay under on a small laptop:
+a 256x256 fp32 matmul with 16x16 shared-memory tiles, a 256x256x256 fp16 WMMA matmul (tensor-core
+fragments, one warp per 16x16 tile), a 2^20-element vector add, and the sim
 build of a one-op file with light headers (into a fresh temporary build folder, so uncached; the
 first build there also precompiles the common headers once, and is shown apart).
 """
@@ -18,6 +19,9 @@ SOURCE = r'''
 #include "helpers.cuh"
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty.h>
+#include <cuda_fp16.h>
+#include <mma.h>
 
 // one thread per output element; each 16x16 block walks K in 16-wide tiles through shared memory
 __global__ void matmul_tiled_kernel(const float* a, const float* b, float* c, int n) {
@@ -35,6 +39,22 @@ __global__ void matmul_tiled_kernel(const float* a, const float* b, float* c, in
   c[row * n + col] = acc;
 }
 
+// one warp per 16x16 tile of c, its fragments loaded straight from global memory
+__global__ void matmul_wmma_kernel(const __half* a, const __half* b, float* c, int n) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  const int row = blockIdx.y * 16, col = blockIdx.x * 16;
+  for (int k0 = 0; k0 < n; k0 += 16) {
+    wmma::load_matrix_sync(fa, a + row * n + k0, n);
+    wmma::load_matrix_sync(fb, b + k0 * n + col, n);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(c + row * n + col, acc, n, wmma::mem_row_major);
+}
+
 __global__ void add_kernel(const float* x, const float* y, float* out, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = x[i] + y[i];
@@ -50,6 +70,16 @@ at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   return c;
 }
 
+at::Tensor matmul_wmma(const at::Tensor& a, const at::Tensor& b) {
+  int n = a.size(0);
+  TORCH_CHECK(n % 16 == 0, "n must be a multiple of 16");
+  auto c = at::empty({n, n}, a.options().dtype(at::kFloat));
+  matmul_wmma_kernel<<<dim3(n / 16, n / 16), 32>>>(static_cast<const __half*>(a.data_ptr()),
+                                                   static_cast<const __half*>(b.data_ptr()), c.data_ptr<float>(), n);
+  CHECK_LAUNCH();
+  return c;
+}
+
 at::Tensor add(const at::Tensor& x, const at::Tensor& y) {
   auto out = at::empty_like(x);
   int64_t n = x.numel();
@@ -60,10 +90,12 @@ at::Tensor add(const at::Tensor& x, const at::Tensor& y) {
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("matmul(Tensor a, Tensor b) -> Tensor");
+  m.def("matmul_wmma(Tensor a, Tensor b) -> Tensor");
   m.def("add(Tensor x, Tensor y) -> Tensor");
 }
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("matmul", &matmul);
+  m.impl("matmul_wmma", &matmul_wmma);
   m.impl("add", &add);
 }
 '''
@@ -137,10 +169,13 @@ def main() -> int:
         ext = load(src, "sim", quiet=True)
         a, b = torch.randn(256, 256), torch.randn(256, 256)
         torch.testing.assert_close(ext.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        ah, bh = a.half(), b.half()
+        torch.testing.assert_close(ext.matmul_wmma(ah, bh), (ah.double() @ bh.double()).float(), rtol=1e-4, atol=1e-3)
         x, y = torch.randn(1 << 20), torch.randn(1 << 20)
         torch.testing.assert_close(ext.add(x, y), x + y)
         rows = [
             ("256x256 fp32 matmul, 16x16 shared tiles", best_of(lambda: ext.matmul(a, b)), 0.5),
+            ("256^3 fp16 WMMA matmul, a warp per tile", best_of(lambda: ext.matmul_wmma(ah, bh)), 1.0),
             ("2^20-element vector add", best_of(lambda: ext.add(x, y)), 0.3),
             ("sim build of a one-op file (uncached)", build_s, 10.0),
             ("first sim build on a machine (+ headers)", first_s, None),

@@ -622,8 +622,7 @@ inline void complete_warp(int warp, unsigned mask) {
       jobs[lane] = nullptr;
       if (present >> lane & 1u) std::memcpy(&jobs[lane], g.threads[ids[lane]].wval, sizeof(WarpJob*));
     }
-    if (!jobs[0]) jobs[0] = jobs[__builtin_ctz(present)];
-    check_collective(warp, any, jobs);
+    check_collective(warp, any, jobs);  // all 32 lanes are present after this
     Thread* saved = g.cur;
     jobs[0]->run(jobs);
     g.cur = saved;

@@ -340,11 +340,12 @@ inline void mma_run(WarpJob* const* lanes) {
     for (int i = 0; i < B::D; ++i) { element_of<FB>(l, i, r, c); b[r * N + c] = operand_of(*j->b, i); }
     for (int i = 0; i < D::D; ++i) { element_of<FC>(l, i, r, c); acc[r * N + c] = accum(j->c->x[i]); }
   }
+  // each element of D adds its K products in order k = 0, 1, ...; the loop over c innermost lets
+  // the compiler vectorise across a row
   for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c) {
-      Sum s = acc[r * N + c];
-      for (int kk = 0; kk < K; ++kk) s += static_cast<Sum>(a[r * K + kk]) * static_cast<Sum>(b[kk * N + c]);
-      acc[r * N + c] = s;
+    for (int kk = 0; kk < K; ++kk) {
+      const Sum av = static_cast<Sum>(a[r * K + kk]);
+      for (int c = 0; c < N; ++c) acc[r * N + c] += av * static_cast<Sum>(b[kk * N + c]);
     }
   bool satf = static_cast<MmaJob<FD, FA, FB, FC>*>(lanes[0])->satf;
   for (int l = 0; l < 32; ++l) {  // after every read: d may be the same fragment as c
