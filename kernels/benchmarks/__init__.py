@@ -35,6 +35,13 @@ def _num(v: str, spec: str) -> str:
     return format(float(v), spec) if v not in ("", None) else ""
 
 
+def _rate(row: dict) -> str:
+    """A row's GB/s, or for compute-bound benchmarks (no byte count) its TFLOP/s, marked as such."""
+    if row.get("gbps"):
+        return _num(row["gbps"], ".0f")
+    return f"{_num(row['tflops'], '.1f')} TFLOP/s" if row.get("tflops") else ""
+
+
 def results_table(out_dir: Path = OUT) -> str:
     """A markdown table of the CSVs in out_dir, one line per benchmark: eager PyTorch,
     torch.compile and the fastest of the lesson's kernels. Every row is in the CSVs."""
@@ -49,7 +56,8 @@ def results_table(out_dir: Path = OUT) -> str:
     device = next(iter(groups.values()))[0].get("device", "")
     lines = [f"Measured by `make bench` on {device}, eager PyTorch and `torch.compile` in the same run. GB/s count "
              "the fewest bytes each op must move; \"of copy\" is against a device-to-device copy measured in the "
-             "same run. One line per benchmark, with the fastest of the lesson's kernels; every variant is in "
+             "same run (compute-bound benchmarks, such as matmul, show TFLOP/s; their `vs eager` is the fraction of "
+             "cuBLAS). One line per benchmark, with the fastest of the lesson's kernels; every variant is in "
              "`build/bench/lessonNN.csv` and the plots next to it.", "",
              "| lesson | benchmark | eager GB/s | compile GB/s | fastest kernel | GB/s | of copy | vs eager | vs compile |",
              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
@@ -60,8 +68,8 @@ def results_table(out_dir: Path = OUT) -> str:
             continue
         best = min(kernels, key=lambda r: float(r["ms"]))
         eager, comp = by.get("eager", {}), by.get("torch.compile", {})
-        lines.append(f"| {lesson} | {name} | {_num(eager.get('gbps', ''), '.0f')} | {_num(comp.get('gbps', ''), '.0f')} | "
-                     f"{best['variant']} | {_num(best['gbps'], '.0f')} | {_num(best['of_copy'], '.0%')} | "
+        lines.append(f"| {lesson} | {name} | {_rate(eager)} | {_rate(comp)} | "
+                     f"{best['variant']} | {_rate(best)} | {_num(best['of_copy'], '.0%')} | "
                      f"{_num(best['vs_eager'], '.2f')}x | {_num(best['vs_compile'], '.2f')}x |")
     return "\n".join(lines)
 

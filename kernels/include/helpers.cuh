@@ -1,6 +1,7 @@
 // helpers.cuh: the one header of helpers every kernel file in this repository includes.
 //
-//   CHECK_CUDA(x), CHECK_CONTIGUOUS(x), CHECK_DTYPE(x, dtype), CHECK_SAME_SHAPE(x, y), CHECK_INPUT(x)
+//   CHECK_CUDA(x), CHECK_CONTIGUOUS(x), CHECK_DTYPE(x, dtype), CHECK_SAME_SHAPE(x, y), CHECK_INPUT(x),
+//   CHECK_MATMUL_SHAPES(a, b, c)
 //       input checks whose errors say what was expected and what came
 //   ceil_div(a, b)            blocks needed to cover a elements, b per block
 //   CHECK_LAUNCH()            the launch error, checked right after a launch
@@ -65,6 +66,12 @@ inline std::string shape_str(c10::IntArrayRef sizes) {
 #define CHECK_INPUT(x) \
   CHECK_CUDA(x);       \
   CHECK_CONTIGUOUS(x)
+// a: [M, K] times b: [K, N] into c: [M, N] (2-D tensors).
+#define CHECK_MATMUL_SHAPES(a, b, c)                                                                          \
+  TORCH_CHECK((a).size(1) == (b).size(0), #a "'s columns must equal " #b "'s rows (" #a ": [M, K], " #b         \
+              ": [K, N]), got " #a " ", shape_str((a).sizes()), " and " #b " ", shape_str((b).sizes()));         \
+  TORCH_CHECK((c).size(0) == (a).size(0) && (c).size(1) == (b).size(1), #c " must have shape [M, N] = ",         \
+              shape_str({(a).size(0), (b).size(1)}), ", got ", shape_str((c).sizes()))
 
 // ---------------------------------------------------------------------------------------------
 // Launch configuration.

@@ -1,0 +1,121 @@
+"""Lesson 09 on the GPU: every matmul variant at 4096^3 against cuBLAS (torch.matmul) and torch.compile, in one run.
+
+FLOPs are 2 M N K. fp32 runs with TF32 off, so torch.matmul is cuBLAS's fp32 SGEMM, like for like; the
+`vs eager` column is then the fraction of cuBLAS. bf16 and fp16 compare matmul9 and matmul10 with
+cuBLAS in the same dtype, and matmul11 (TF32) with torch.matmul with TF32 on. Then a roofline of the
+fp32 ladder, a chart of every variant as % of cuBLAS, and ptxas's registers and spills per kernel.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from ..bench import Row, bench, copy_bandwidth, plot, roofline, table
+from ..build import load
+from ..ptxas import resource_table, resource_usage
+
+SIZE = 4096
+FP32 = [f"matmul{k}" for k in range(1, 9)]
+HALF = ["matmul9", "matmul10"]
+# The fp32 variants' block tiles (BM, BN): each tile of A is loaded N / BN times and of B M / BM times,
+# so a variant loads 4 M N K (1/BM + 1/BN) bytes for 2 M N K FLOPs. matmul1/2 load 8 bytes per FMA.
+TILES = {"matmul3": (32, 32), "matmul4": (64, 64), "matmul5": (128, 128), "matmul6": (128, 128),
+         "matmul7": (128, 128), "matmul8": (128, 128)}
+
+
+def load_intensity(variant: str) -> float:
+    """FLOPs per byte a variant loads from global memory (L2 or DRAM), as its tiling implies."""
+    if variant not in TILES:
+        return 2 / 8
+    bm, bn = TILES[variant]
+    return 2 / (4 * (1 / bm + 1 / bn))
+
+
+def fp32_peak_tflops() -> float:
+    """The GPU's fp32 (non-tensor) peak: SMs x 128 lanes x 2 FLOPs per FMA x the clock (Hopper and Ampere+)."""
+    p = torch.cuda.get_device_properties(0)
+    ghz = getattr(p, "clock_rate", 1_755_000) / 1e6  # kHz; 1.755 GHz (H100 SXM boost) where torch does not say
+    return p.multi_processor_count * 128 * 2 * ghz / 1e3
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool):
+    """torch.matmul with TF32 on or off inside the block; the caller's setting afterwards."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> bool:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item() < rtol
+
+
+def _bench_dtype(ext, names: list[str], dtype: torch.dtype, label: str, copy: float, out_dir: Path, rtol: float,
+                 use_tf32: bool = False) -> list[Row]:
+    a = torch.randn(SIZE, SIZE, device="cuda", dtype=dtype)
+    b = torch.randn(SIZE, SIZE, device="cuda", dtype=dtype)
+    c = torch.empty(SIZE, SIZE, device="cuda", dtype=dtype)
+    with tf32(use_tf32):
+        want = a.double() @ b.double()
+
+        def all_correct() -> bool:
+            results = []
+            for name in names:
+                getattr(ext, name)(a, b, c)
+                results.append(_close(c, want, rtol))
+            return all(results)
+
+        variants = {name: (lambda f=getattr(ext, name): f(a, b, c)) for name in names}
+        rows = bench(f"matmul {SIZE}^3 {label}", variants, flops=2 * SIZE**3, torch_fn=torch.matmul, args=(a, b),
+                     copy_gbps=copy, check=all_correct, csv_path=out_dir / "lesson09.csv",
+                     plot_path=out_dir / f"lesson09_{label}.png", show=False)
+    del a, b, c, want
+    torch.cuda.empty_cache()
+    return rows
+
+
+def percent_of_cublas_chart(rows: list[Row], path: Path | None = None, show: bool = True):
+    """Every variant's TFLOP/s as % of cuBLAS in its own benchmark (the `eager` row), one bar each."""
+    import matplotlib.pyplot as plt
+
+    kernels = [r for r in rows if r.vs_eager is not None and r.variant != "eager"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(kernels) + 2), 3.4))
+    ax.bar([f"{r.variant} ({r.bench.split()[-1]})" for r in kernels], [100 * r.vs_eager for r in kernels],
+           color=["#999999" if r.variant == "torch.compile" else "#3b7dd8" for r in kernels])
+    ax.axhline(100, color="#d83b3b", linestyle="--", linewidth=1)
+    ax.set_ylabel("% of cuBLAS (same dtype)")
+    ax.set_title(f"matmul {SIZE}^3")
+    plt.setp(ax.get_xticklabels(), rotation=40, ha="right")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=120)
+    if show:
+        plt.show()
+    plt.close(fig)
+    return fig
+
+
+def run(out_dir: Path) -> list[Row]:
+    """fp32 ladder (TF32 off), WMMA bf16/fp16, TF32; roofline, % of cuBLAS chart, ptxas table into out_dir."""
+    ext = load("09", "cuda")
+    copy = copy_bandwidth()
+    rows = _bench_dtype(ext, FP32, torch.float32, "fp32", copy, out_dir, rtol=1e-5)
+    rows += _bench_dtype(ext, HALF, torch.bfloat16, "bf16", copy, out_dir, rtol=1e-2)
+    rows += _bench_dtype(ext, HALF, torch.float16, "fp16", copy, out_dir, rtol=2e-3)
+    rows += _bench_dtype(ext, ["matmul11"], torch.float32, "tf32", copy, out_dir, rtol=2e-3, use_tf32=True)
+    points = {r.variant: (load_intensity(r.variant), r.tflops) for r in rows if r.variant in FP32 and r.tflops}
+    roofline(points, fp32_peak_tflops(), copy, out_dir / "lesson09_roofline.png", show=False)
+    percent_of_cublas_chart(rows, out_dir / "lesson09_percent_of_cublas.png", show=False)
+    labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson09_all.png", show=False)
+    print(table(labelled, copy))
+    usage = resource_table(resource_usage("09"))
+    (out_dir / "lesson09_ptxas.txt").write_text(usage + "\n")
+    print(usage)
+    return rows

@@ -1,0 +1,88 @@
+"""What ptxas says about each kernel of a .cu file (`nvcc -Xptxas -v`): registers per thread, bytes spilled
+to local memory, static shared memory. A property of the compiled code, not of a run: it needs nvcc, not a GPU.
+
+    from kernels.ptxas import resource_usage, resource_table
+    print(resource_table(resource_usage("09")))
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .build import INCLUDE, BuildError, _cpp_extension, _missing_toolkit_headers, cuda_home, demangle, find_source
+
+
+@dataclass
+class KernelResources:
+    """One kernel as ptxas compiled it."""
+
+    kernel: str          # demangled, template arguments included
+    registers: int       # per thread
+    spill_stores: int    # bytes per thread written to local memory because the registers ran out
+    spill_loads: int
+    shared_bytes: int    # static shared memory per block
+    stack_bytes: int
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+a?)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> list[KernelResources]:
+    """The kernels in a `-Xptxas -v` log, in the order ptxas compiled them."""
+    rows: list[KernelResources] = []
+    name, frame = None, (0, 0, 0)
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            name, frame = m.group(1), (0, 0, 0)
+        elif (m := _FRAME.search(line)) and name:
+            frame = tuple(int(g) for g in m.groups())
+        elif (m := _USED.search(line)) and name:
+            rows.append(KernelResources(demangle(name), int(m.group(1)), frame[1], frame[2], int(m.group(2) or 0),
+                                        frame[0]))
+            name = None
+    return rows
+
+
+def resource_usage(source: str | Path, arch: str = "sm_90") -> list[KernelResources]:
+    """Compile `source` (a path, or a reference file's number such as "09") for `arch` and parse ptxas's report."""
+    entry = find_source(source)
+    home = cuda_home()
+    nvcc = Path(home) / "bin" / "nvcc" if home else None
+    if nvcc is None or not nvcc.exists():
+        raise BuildError("resource_usage needs nvcc (the CUDA toolkit); none was found")
+    cpp = _cpp_extension()
+    includes = [str(INCLUDE), *_missing_toolkit_headers(), *cpp.include_paths(device_type="cuda")]
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-O3", "-std=c++20", "-Xptxas", "-v",
+               "-DTORCH_EXTENSION_NAME=ptxas_report", *cpp.COMMON_NVCC_FLAGS, *(f"-I{d}" for d in includes),
+               str(entry), "-o", str(Path(tmp) / "out.cubin")]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise BuildError(f"nvcc failed on {entry.name}:\n{done.stderr[-3000:]}")
+    return parse_ptxas(done.stderr + done.stdout)
+
+
+def _short(kernel: str) -> str:
+    """A kernel's name with its template arguments, without its parameter list."""
+    depth, cut = 0, len(kernel)
+    for i, ch in enumerate(kernel):  # the parameter list is the first "(" outside template brackets
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            cut = i
+            break
+    return kernel[:cut]
+
+
+def resource_table(rows: list[KernelResources]) -> str:
+    """A plain-text table: kernel, registers, spills, shared memory."""
+    width = max([len("kernel"), *(len(_short(r.kernel)) for r in rows)]) + 2
+    lines = [f"{'kernel':<{width}}{'regs':>6}{'spill st':>10}{'spill ld':>10}{'smem B':>9}"]
+    for r in rows:
+        lines.append(f"{_short(r.kernel):<{width}}{r.registers:>6}{r.spill_stores:>10}{r.spill_loads:>10}{r.shared_bytes:>9}")
+    return "\n".join(lines)
