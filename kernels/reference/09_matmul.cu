@@ -407,14 +407,9 @@ using Warp8 = WarpTiling<128, 128, 16, 64, 32, 2, 1, 8, 4, 2, 2>;
 // Kernels: tensor cores (WMMA).
 namespace wmma = nvcuda::wmma;
 
-// bf16 and fp16 values to and from float, and 16 bytes of them (8 values) as one move.
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+// fp16 to and from float (helpers.cuh has float32 and bf16), and 16 bytes of values as one move.
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(float v) { return v; }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 
 // The tensor-core kernels' shapes: block tile BM x BN x BK, warp tiles WM x WN made of FM x FN fragments
 // of FRAG_M x FRAG_N x FRAG_K; STAGES shared buffers; T the input type (__nv_bfloat16, __half, or float for TF32).
@@ -581,8 +576,6 @@ using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2, 2>;
 // ---------------------------------------------------------------------------------------------
 // Launchers.
 
-static bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
-
 // a: [M, K] and b: [K, N], contiguous, on the device, of one of the `n` dtypes; c: [M, N], a's dtype.
 static void check_operands(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                            std::initializer_list<at::ScalarType> dtypes, const char* dtype_words) {
@@ -615,9 +608,6 @@ static dim3 tile_grid(int64_t M, int64_t N, int BM, int BN) {
 // An empty C needs no launch (a grid with no blocks is a launch error); K = 0 makes C all zeros, and the
 // kernels write those zeros themselves (their loops over K do not run).
 static bool nothing_to_do(const at::Tensor& c) { return c.numel() == 0; }
-
-template <typename T> static const T* ptr(const at::Tensor& t) { return static_cast<const T*>(t.data_ptr()); }
-template <typename T> static T* mut(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
 
 // The checks every fp32 launcher starts with; the sizes M, N, K; false when C is empty (no launch).
 static bool fp32_args(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, int& M, int& N, int& K) {
