@@ -29,7 +29,6 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 ifneq ($(filter-out cpu,$(TORCH)),)
 $(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
 endif
-PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 
 .PHONY: help setup lessons lab test test-all check hint bench doctor compile-check nbval nbval-lessons clean
 
@@ -68,8 +67,9 @@ lessons: setup
 lab: setup
 	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
+# The quick check (kernels/test_all.py): the simulator builds, then every lesson's tests.
 test: setup
-	$(PYTEST) tests
+	$(PYTHON) -m kernels.test_all build-cache lesson-tests
 
 compile-check: setup
 	$(PYTHON) -m kernels.compile_check

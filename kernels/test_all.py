@@ -3,6 +3,11 @@
     python -m kernels.test_all              every step (what `make test-all` runs)
     python -m kernels.test_all nbval ...    only the named steps, one after another
 
+`make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
+exercises and planted bugs on the default backend, and the notebooks' consistency; the toolkit's
+and the simulator's own suites, the compile check and the notebooks under nbval are left to
+`make test-all` (its step pytest holds the lesson tests too).
+
 First the simulator builds of every .cu are made, one file per core, so that nothing after them
 waits for a build. Then the rest runs in two lanes side by side, because each of those steps keeps
 one core busy (pytest and notebooks run one test at a time; the compile check runs one nvcc at a
@@ -43,6 +48,9 @@ def steps(jobs: int) -> dict[str, Step]:
     return {s.name: s for s in [
         Step("build-cache", "simulator builds of every .cu", [sys.executable, "-m", "kernels.compile_check", "--warm"]),
         Step("pytest", "pytest", [*PYTEST, "tests", "--durations=10"]),
+        Step("lesson-tests", "every lesson's tests",
+             [*PYTEST, *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_lesson*.py")),
+              "tests/test_notebooks.py", "--durations=10"]),
         Step("compile-check", "nvcc compile check", [sys.executable, "-m", "kernels.compile_check", "--jobs", str(jobs)]),
         Step("nbval", "solution notebooks (nbval)", [*PYTEST, "--nbval", "solutions", *NOTEBOOK_FLAGS]),
         Step("nbval-lessons", "lesson notebooks (executed)", [*PYTEST, "--nbval-lax", "lessons", *NOTEBOOK_FLAGS]),
@@ -150,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in chosen:
             run_step(s, prefix=False)
     else:
-        chosen = list(by_name.values())
+        chosen = [s for s in by_name.values() if s.name != "lesson-tests"]  # pytest runs them
         run_step(by_name["build-cache"], prefix=False)
         lanes = [[by_name["pytest"]], [by_name["compile-check"], by_name["nbval"], by_name["nbval-lessons"]]]
         if cores > 1:

@@ -140,7 +140,7 @@ def test_a_failing_step_fails_the_run_after_every_step_ran(monkeypatch, tmp_path
 
 def test_an_unknown_step_is_refused_with_the_names_it_accepts(capsys):
     assert test_all.main(["pytest", "nbvall"]) == 2
-    assert "unknown step nbvall: expected some of build-cache, pytest, compile-check" in capsys.readouterr().out
+    assert "unknown step nbvall: expected some of build-cache, pytest, lesson-tests, compile-check, nbval, nbval-lessons\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", ["nbval", "nbval-lessons"])
@@ -148,3 +148,10 @@ def test_the_notebook_steps_run_nbval_on_their_folder(name):
     command = test_all.steps(1)[name].command
     assert command[command.index("--nbval" if name == "nbval" else "--nbval-lax") + 1] == (
         "solutions" if name == "nbval" else "lessons")
+
+
+def test_the_quick_lesson_step_runs_every_lessons_test_file():
+    command = test_all.steps(1)["lesson-tests"].command
+    expected = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_lesson*.py"))
+    assert len(expected) >= 7 and [c for c in command if c.startswith("tests/test_lesson")] == expected
+    assert "tests/test_notebooks.py" in command
