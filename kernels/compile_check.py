@@ -11,7 +11,8 @@ it), which nvcc compiles for the GPU (device code to SASS) and the host compiler
 is then linked and loaded like any build. The headers are parsed once per group, not per file.
 A group that fails is split in halves until each failure is a file built alone, so a verdict of
 FAILED, and its message, is always the file's own. What a combined unit cannot see: a file that
-forgets an #include that an earlier file of its group made; the simulator builds each file alone.
+forgets an #include (or a macro from a header) that an earlier file of its group brought in; the
+simulator builds each file alone.
 
 `python -m kernels.compile_check --warm [cuda|sim ...]` instead builds every file for the given
 backends (default: the default backend) with the flags the tests and notebooks use, one file per
@@ -101,35 +102,42 @@ _CONDITIONAL_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|endif)\b", re.M)
 
 
 def _part(path: Path, n: int) -> str | None:
-    """`path` as part `n` of a combined translation unit, or None when it must be built alone
-    (an #include inside #if, which cannot be moved out of the namespace).
+    """`path` as part `n` of a combined translation unit, or None when it must be built alone (an
+    #include inside #if, or after a #define, which could change what the include means).
 
     Its #includes go before its namespace (headers belong at file scope), with a quoted one that
     resolves next to the file made absolute; the lines they held stay, blank, so `#line` keeps
-    every later line number the file's own."""
+    every later line number the file's own. Each macro the file defines is saved and undefined
+    before it and restored after it (push_macro/pop_macro), so the file defines it as it would
+    alone, and neither the headers nor the next file see its definition."""
     from .sim.translate import code_mask
 
     src = path.read_text()
     mask = code_mask(src)
-    depth, pos, includes = 0, 0, []
-    for m in sorted([*_CONDITIONAL_RE.finditer(src), *_INCLUDE_LINE_RE.finditer(src)], key=lambda m: m.start()):
+    depth, includes, defines = 0, [], []
+    directives = [*_CONDITIONAL_RE.finditer(src), *_INCLUDE_LINE_RE.finditer(src), *_DEFINE_RE.finditer(src)]
+    for m in sorted(directives, key=lambda m: m.start()):
         if not (mask[m.start()] or src[m.start()].isspace()):
             continue  # in a comment or a string
         if m.re is _CONDITIONAL_RE:
             depth += -1 if m.group(1) == "endif" else 1
-            continue
-        if depth:
+        elif m.re is _DEFINE_RE:
+            defines.append(m.group(1))
+        elif depth or defines:
             return None
-        name = m.group(2).strip()
-        beside = path.parent / name
-        includes.append(f'#include "{beside.resolve()}"' if m.group(1) == '"' and beside.is_file()
-                        else f"#include {m.group(1)}{name}{'>' if m.group(1) == '<' else chr(34)}")
+        else:
+            name = m.group(2).strip()
+            beside = path.parent / name
+            includes.append(f'#include "{beside.resolve()}"' if m.group(1) == '"' and beside.is_file()
+                            else f"#include {m.group(1)}{name}{'>' if m.group(1) == '<' else chr(34)}")
     body = _INCLUDE_LINE_RE.sub("", src)
-    undefs = "".join(f"#undef {name}\n" for name in dict.fromkeys(_DEFINE_RE.findall(src)))
-    return (f"// ---- {display_path(path)}\n" + "".join(i + "\n" for i in includes)
+    names = list(dict.fromkeys(defines))
+    save = "".join(f'#pragma push_macro("{d}")\n#undef {d}\n' for d in names)
+    restore = "".join(f'#pragma pop_macro("{d}")\n' for d in names)
+    return (f"// ---- {display_path(path)}\n" + "".join(i + "\n" for i in includes) + save
             + f"#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME compile_check_{n}\n"
             + f"namespace compile_check_{n} {{\n#line 1 \"{path}\"\n{body}\n}}  // namespace compile_check_{n}\n"
-            + undefs)
+            + restore)
 
 
 def _reaches_torch_api(path: Path) -> bool:
@@ -175,7 +183,8 @@ def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[P
         path, _, _, err = _compile((group[0], None))
         return group, time.perf_counter() - t0, {path: err} if err else {}
     try:
-        compile_only(_combined(group, first))
+        # loaded as a library: its PYBIND11_MODULEs are named after its parts, not after it
+        compile_only(_combined(group, first), python_module=False)
         return group, time.perf_counter() - t0, {}
     except Exception:  # noqa: BLE001 (the halves say which file failed, with its own message)
         half = len(group) // 2

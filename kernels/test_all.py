@@ -83,7 +83,8 @@ def run_step(step: Step, prefix: bool) -> None:
     proc.returncode = step.code = os.waitstatus_to_exitcode(status)
     step.wall = time.perf_counter() - t0
     step.cpu = usage.ru_utime + usage.ru_stime
-    say(f"== {step.title}: {'done' if step.code == 0 else f'FAILED (exit {step.code})'} in {step.wall:.0f} s")
+    verdict = "done" if step.code == 0 else f"FAILED (exit {step.code})"
+    say(f"== {step.title}: {verdict} in {step.wall:.0f} s ({step.cpu:.0f} s CPU): {counts(step)}")
 
 
 def run_lanes(lanes: list[list[Step]]) -> None:

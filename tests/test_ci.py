@@ -30,7 +30,22 @@ def test_a_part_moves_includes_before_its_namespace_and_keeps_line_numbers(tmp_p
     assert body.startswith(f'#line 1 "{src}"\n') and "#include" not in body
     lines = body.splitlines()[1:]
     assert lines[src.read_text().splitlines().index("#define BLOCK 256")] == "#define BLOCK 256"
-    assert after == "#undef BLOCK\n"  # the next file does not see this file's macros
+    # the file defines BLOCK as it would alone, and whatever BLOCK meant before it means that again after it
+    assert '#pragma push_macro("BLOCK")\n#undef BLOCK\n' in before
+    assert after == '#pragma pop_macro("BLOCK")\n'
+
+
+def test_a_macro_a_file_redefines_is_restored_for_the_files_after_it(tmp_path):
+    first, second = tmp_path / "a.cu", tmp_path / "b.cu"
+    first.write_text("#define CHECK_INPUT(x) mine(x)\nint a;\n")
+    second.write_text("int b = CHECK_INPUT(1);\n")
+    import subprocess
+
+    unit = compile_check._part(first, 0) + compile_check._part(second, 1)
+    src = tmp_path / "unit.cpp"
+    src.write_text("#define CHECK_INPUT(x) (x)\n" + unit)
+    out = subprocess.run(["c++", "-E", "-P", str(src)], capture_output=True, text=True, check=True).stdout
+    assert "int b = (1);" in out
 
 
 def test_a_file_with_an_include_under_if_is_built_alone(tmp_path):
@@ -40,8 +55,10 @@ def test_a_file_with_an_include_under_if_is_built_alone(tmp_path):
     other.write_text(KERNEL)
     commented = tmp_path / "commented.cu"
     commented.write_text("/*\n#if 0\n*/\n" + KERNEL)  # a directive in a comment is not one
-    assert compile_check._part(alone, 0) is None
-    assert compile_check.groups([alone, other, commented], 1) == [[alone], [other, commented]]
+    defines_first = tmp_path / "defines_first.cu"
+    defines_first.write_text("#define _USE_MATH_DEFINES\n" + KERNEL)  # it changes what <cmath> declares
+    assert compile_check._part(alone, 0) is None and compile_check._part(defines_first, 0) is None
+    assert compile_check.groups([alone, other, defines_first, commented], 1) == [[alone], [defines_first], [other, commented]]
 
 
 def test_files_that_reach_all_of_libtorch_are_grouped_apart_and_groups_split_by_jobs(tmp_path):
@@ -63,7 +80,8 @@ def test_a_failing_group_is_split_until_the_failing_file_reports_its_own_error(m
         files.append(f)
     built = []
 
-    def compile_only(path):
+    def compile_only(path, python_module=None):
+        assert python_module is False  # a combined file's PYBIND11_MODULEs are named after its parts
         built.append(path)
         if "this does not compile" in Path(path).read_text():
             raise compile_check.BuildError("a combined unit failed")
