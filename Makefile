@@ -30,7 +30,6 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 ifneq ($(filter-out cpu,$(TORCH)),)
 $(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
 endif
-PYTEST := $(PYTHON) -m pytest -p no:cacheprovider
 
 .PHONY: help setup lessons lab test test-all check hint bench profile doctor compile-check nbval nbval-lessons clean
 
@@ -69,29 +68,23 @@ lessons: setup
 lab: setup
 	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
+# The quick check (kernels/test_all.py): the simulator builds, then every lesson's tests.
 test: setup
-	$(PYTEST) tests
+	$(PYTHON) -m kernels.test_all build-cache lesson-tests
 
 compile-check: setup
 	$(PYTHON) -m kernels.compile_check
 
 nbval: setup
-	$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900
+	$(PYTHON) -m kernels.test_all nbval
 
 nbval-lessons: setup
-	$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900
+	$(PYTHON) -m kernels.test_all nbval-lessons
 
-# Each step says how long it took, so a slow one is easy to spot.
-STEP = @echo "== $(1)"; t0=$$(date +%s); $(2) && echo "== $(1): done in $$(( $$(date +%s) - t0 )) s"
-
-# The first step builds every .cu for the default backend one file per core, so the tests and
-# notebooks that follow (one at a time) find their builds in the cache.
+# kernels/test_all.py runs the steps (two at a time where there are two cores) and prints a summary:
+# each step's time and counts, and the slowest tests and builds.
 test-all: setup
-	$(call STEP,build cache,$(PYTHON) -m kernels.compile_check --warm)
-	$(call STEP,pytest,$(PYTEST) tests --durations=10)
-	$(call STEP,compile check,$(PYTHON) -m kernels.compile_check)
-	$(call STEP,solution notebooks (nbval),$(PYTEST) --nbval solutions --nbval-current-env --nbval-cell-timeout=900)
-	$(call STEP,lesson notebooks (executed),$(PYTEST) --nbval-lax lessons --nbval-current-env --nbval-cell-timeout=900)
+	$(PYTHON) -m kernels.test_all
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)

@@ -385,12 +385,14 @@ def _build_lock(out: Path, name: str):
 
 
 def build(source: str | os.PathLike, backend: str | None = None, *, verbose: bool = False,
-          extra_cflags: list[str] | None = None, quiet: bool = False):
+          extra_cflags: list[str] | None = None, quiet: bool = False, python_module: bool | None = None):
     """Build (or find in the cache) and load a .cu file; returns the module or its ops.
 
     `backend` is `cuda` or `sim` (default: $KERNELS_BACKEND, else cuda with a GPU, else sim).
     A file with PYBIND11_MODULE returns the Python module; a file with TORCH_LIBRARY returns an
-    object whose attributes are its ops. Every failure to compile or to load is a BuildError.
+    object whose attributes are its ops. `python_module=False` loads a file with PYBIND11_MODULE as
+    a library all the same (one whose module is not named after the file: the compile check's
+    combined files). Every failure to compile or to load is a BuildError.
     """
     entry = find_source(source)
     be = _backend.resolve(backend) if backend != "cuda-compile" else "cuda"
@@ -403,7 +405,7 @@ def build(source: str | os.PathLike, backend: str | None = None, *, verbose: boo
     if clash:
         raise clash
     out = build_root() / name
-    pybind = _is_pybind(entry)
+    pybind = _is_pybind(entry) if python_module is None else python_module
     after = None
     with _build_lock(out, name):
         so = _cached_library(out, name)
@@ -664,7 +666,8 @@ def load(source: str | os.PathLike, backend: str | None = None, **kwargs):
     return build(source, backend, **kwargs)
 
 
-def compile_only(source: str | os.PathLike) -> Path:
-    """Compile a .cu file as the real CUDA extension with nvcc, GPU or not; returns the built library."""
-    ext = build(source, "cuda-compile", quiet=True)
+def compile_only(source: str | os.PathLike, python_module: bool | None = None) -> Path:
+    """Compile a .cu file as the real CUDA extension with nvcc, GPU or not; returns the built library
+    (loaded; `python_module` as for `build`)."""
+    ext = build(source, "cuda-compile", quiet=True, python_module=python_module)
     return Path(getattr(ext, "so", None) or ext.__file__)

@@ -3,14 +3,27 @@
 Nothing runs: this proves that the files the simulator executes are also valid CUDA for nvcc.
 It needs nvcc and a CUDA build of torch, GPU or not; without them it says so and skips.
 
+Almost all of an nvcc build of one of these files is parsing torch's headers, three times (cudafe++,
+cicc for the device, the host compiler): about 25 of its 26 s of compiler time. So the files are
+checked together: each file becomes one part of a combined translation unit, inside a namespace
+of its own (its own TORCH_EXTENSION_NAME, its macros undefined after it, `#line` so errors name
+it), which nvcc compiles for the GPU (device code to SASS) and the host compiler compiles, and which
+is then linked and loaded like any build. The headers are parsed once per group, not per file.
+A group that fails is split in halves until each failure is a file built alone, so a verdict of
+FAILED, and its message, is always the file's own. What a combined unit cannot see: a file that
+forgets an #include (or a macro from a header) that an earlier file of its group brought in; the
+simulator builds each file alone.
+
 `python -m kernels.compile_check --warm [cuda|sim ...]` instead builds every file for the given
 backends (default: the default backend) with the flags the tests and notebooks use, one file per
 core, so that a test run that follows finds every build in the cache.
 """
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 import time
@@ -19,7 +32,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .backend import resolve
-from .build import ROOT, BuildError, build, compile_only, cuda_home, display_path
+from .build import ROOT, TORCH_API_HEADERS, BuildError, build, build_root, compile_only, cuda_home, display_path
 
 FOLDERS = ("kernels", "lessons", "solutions", "tests")
 SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
@@ -83,8 +96,138 @@ def _run(todo: list[tuple[Path, str | None]], what: str) -> int:
     return 1 if failed else 0
 
 
+_INCLUDE_LINE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"].*$', re.M)
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+_CONDITIONAL_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|endif)\b", re.M)
+
+
+def _part(path: Path, n: int) -> str | None:
+    """`path` as part `n` of a combined translation unit, or None when it must be built alone (an
+    #include inside #if, or after a #define, which could change what the include means).
+
+    Its #includes go before its namespace (headers belong at file scope), with a quoted one that
+    resolves next to the file made absolute; the lines they held stay, blank, so `#line` keeps
+    every later line number the file's own. Each macro the file defines is saved and undefined
+    before it and restored after it (push_macro/pop_macro), so the file defines it as it would
+    alone, and neither the headers nor the next file see its definition."""
+    from .sim.translate import code_mask
+
+    src = path.read_text()
+    mask = code_mask(src)
+    depth, includes, defines = 0, [], []
+    directives = [*_CONDITIONAL_RE.finditer(src), *_INCLUDE_LINE_RE.finditer(src), *_DEFINE_RE.finditer(src)]
+    for m in sorted(directives, key=lambda m: m.start()):
+        if not (mask[m.start()] or src[m.start()].isspace()):
+            continue  # in a comment or a string
+        if m.re is _CONDITIONAL_RE:
+            depth += -1 if m.group(1) == "endif" else 1
+        elif m.re is _DEFINE_RE:
+            defines.append(m.group(1))
+        elif depth or defines:
+            return None
+        else:
+            name = m.group(2).strip()
+            beside = path.parent / name
+            includes.append(f'#include "{beside.resolve()}"' if m.group(1) == '"' and beside.is_file()
+                            else f"#include {m.group(1)}{name}{'>' if m.group(1) == '<' else chr(34)}")
+    body = _INCLUDE_LINE_RE.sub("", src)
+    names = list(dict.fromkeys(defines))
+    save = "".join(f'#pragma push_macro("{d}")\n#undef {d}\n' for d in names)
+    restore = "".join(f'#pragma pop_macro("{d}")\n' for d in names)
+    return (f"// ---- {display_path(path)}\n" + "".join(i + "\n" for i in includes) + save
+            + f"#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME compile_check_{n}\n"
+            + f"namespace compile_check_{n} {{\n#line 1 \"{path}\"\n{body}\n}}  // namespace compile_check_{n}\n"
+            + restore)
+
+
+def _reaches_torch_api(path: Path) -> bool:
+    """Whether the file includes <torch/extension.h> or another header of all of libtorch's C++ API,
+    which costs several times the headers of the other files to parse."""
+    from .build import _sources, pch_headers
+
+    return "torch/extension.h" in pch_headers(_sources(path))
+
+
+def _combined(group: list[Path], first: int) -> Path:
+    """The combined translation unit of `group` (parts numbered from `first`), written under the
+    build folder; named by its content, so an unchanged group is found in the build cache."""
+    parts = [_part(p, first + i) for i, p in enumerate(group)]
+    text = ("// Generated by kernels/compile_check.py: these files compiled together, each in its own namespace.\n"
+            + "".join(parts))
+    out = build_root() / "compile-check" / f"group_{hashlib.sha256(text.encode()).hexdigest()[:10]}.cu"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
+def groups(paths: list[Path], count: int) -> list[list[Path]]:
+    """The files in groups that compile together: those that reach libtorch's whole C++ API apart from
+    the others, each kind in `count` groups of about equal size; a file that cannot be a part, alone."""
+    alone = [p for p in paths if _part(p, 0) is None]
+    heavy = [p for p in paths if p not in alone and _reaches_torch_api(p)]
+    light = [p for p in paths if p not in alone and p not in heavy]
+    out = [[p] for p in alone]
+    for kind in (light, heavy):
+        k = max(1, min(count, len(kind)))
+        out += [kind[i::k] for i in range(k) if kind[i::k]]
+    return out
+
+
+def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[Path, str]]:
+    """Compile a group; returns it, the seconds taken and the error of each file that failed.
+    A group that fails is split in halves, down to single files built as they are."""
+    group, first = job
+    t0 = time.perf_counter()
+    if len(group) == 1:
+        path, _, _, err = _compile((group[0], None))
+        return group, time.perf_counter() - t0, {path: err} if err else {}
+    try:
+        # loaded as a library: its PYBIND11_MODULEs are named after its parts, not after it
+        compile_only(_combined(group, first), python_module=False)
+        return group, time.perf_counter() - t0, {}
+    except Exception:  # noqa: BLE001 (the halves say which file failed, with its own message)
+        half = len(group) // 2
+        errors = {}
+        for sub, start in ((group[:half], first), (group[half:], first + half)):
+            errors.update(_check_group((sub, start))[2])
+        return group, time.perf_counter() - t0, errors
+
+
+def check_with_nvcc(paths: list[Path], jobs: int) -> int:
+    """Compile every file with nvcc in groups (see the module's docstring), `jobs` groups at a time."""
+    todo, first = [], 0
+    for g in groups(paths, jobs):
+        todo.append((g, first))
+        first += len(g)
+    jobs = max(1, min(jobs, len(todo)))
+    print(f"compile check with nvcc: {len(paths)} files in {len(todo)} builds, {jobs} at a time")
+    failed: list[Path] = []
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = 0
+        try:
+            for done, (group, secs, errors) in enumerate(pool.map(_check_group, todo), 1):
+                names = ", ".join(display_path(p) for p in group)
+                if len(group) > 3:
+                    names = f"{len(group)} files ({display_path(group[0])} ... {display_path(group[-1])})"
+                verdict = "ok" if not errors else f"FAILED: {len(errors)} of {len(group)} files"
+                print(f"[{done}/{len(todo)}] {names} {verdict} ({secs:.0f} s)", flush=True)
+                for path, err in errors.items():
+                    print(f"{display_path(path)} FAILED\n{err}")
+                    failed.append(path)
+        except BrokenProcessPool:  # a build process died (a crash while loading a library)
+            rest = [p for g, _ in todo[done:] for p in g]
+            print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
+            failed += rest
+    print(f"{len(paths) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    jobs = os.cpu_count() or 1
+    if argv[:1] == ["--jobs"] and len(argv) > 1 and argv[1].isdigit() and int(argv[1]) > 0:
+        jobs, argv = int(argv[1]), argv[2:]
     if argv and argv[0] == "--warm":
         backends = [resolve(b) for b in argv[1:]] or [resolve(None)]
         # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
@@ -95,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
         return 0
-    return _run([(p, None) for p in files()], "compile check with nvcc")
+    return check_with_nvcc(files(), jobs)
 
 
 if __name__ == "__main__":

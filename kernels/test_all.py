@@ -1,0 +1,175 @@
+"""`make test-all`: every check of the repository, with a summary of each step's time and counts.
+
+    python -m kernels.test_all              every step (what `make test-all` runs)
+    python -m kernels.test_all nbval ...    only the named steps, one after another
+
+`make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
+exercises and planted bugs on the default backend, and the notebooks' consistency; the toolkit's
+and the simulator's own suites, the compile check and the notebooks under nbval are left to
+`make test-all` (its step pytest holds the lesson tests too).
+
+First the simulator builds of every .cu are made, one file per core, so that nothing after them
+waits for a build. Then the rest runs in two lanes side by side, because each of those steps keeps
+one core busy (pytest and notebooks run one test at a time; the compile check runs one nvcc at a
+time here): pytest in one, the nvcc compile check and the notebooks in the other. On one core the
+lanes run one after the other. Each step's output is printed as it comes, its lines prefixed with
+the step's name while two run at once, and its whole output is kept in build/test-all/<step>.log.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .build import ROOT
+
+LOGS = ROOT / "build" / "test-all"
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
+NOTEBOOK_FLAGS = ["--nbval-current-env", "--nbval-cell-timeout=900", "--durations=5"]
+
+
+@dataclass
+class Step:
+    name: str
+    title: str
+    command: list[str]
+    wall: float = 0.0
+    cpu: float = 0.0
+    code: int | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+def steps(jobs: int) -> dict[str, Step]:
+    """Every step by name; `jobs` is how many builds the compile check runs at a time."""
+    return {s.name: s for s in [
+        Step("build-cache", "simulator builds of every .cu", [sys.executable, "-m", "kernels.compile_check", "--warm"]),
+        Step("pytest", "pytest", [*PYTEST, "tests", "--durations=10"]),
+        Step("lesson-tests", "every lesson's tests",
+             [*PYTEST, *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_lesson*.py")),
+              "tests/test_notebooks.py", "--durations=10"]),
+        Step("compile-check", "nvcc compile check", [sys.executable, "-m", "kernels.compile_check", "--jobs", str(jobs)]),
+        Step("nbval", "solution notebooks (nbval)", [*PYTEST, "--nbval", "solutions", *NOTEBOOK_FLAGS]),
+        Step("nbval-lessons", "lesson notebooks (executed)", [*PYTEST, "--nbval-lax", "lessons", *NOTEBOOK_FLAGS]),
+    ]}
+
+
+_print_lock = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print a line of progress (one at a time from the lanes)."""
+    with _print_lock:
+        print(text, flush=True)
+
+
+def run_step(step: Step, prefix: bool) -> None:
+    """Run the step, streaming its output, and record its wall time, CPU time and exit code."""
+    LOGS.mkdir(parents=True, exist_ok=True)
+    say(f"== {step.title}: {' '.join(step.command[1:] if step.command[0] == sys.executable else step.command)}")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(step.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with open(LOGS / f"{step.name}.log", "w") as log:
+        for line in proc.stdout:
+            log.write(line)
+            step.lines.append(line.rstrip("\n"))
+            say(f"[{step.name}] {line.rstrip()}" if prefix else line.rstrip("\n"))
+    # wait4, not proc.wait: it also says how much CPU the step and everything it started used
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = step.code = os.waitstatus_to_exitcode(status)
+    step.wall = time.perf_counter() - t0
+    step.cpu = usage.ru_utime + usage.ru_stime
+    verdict = "done" if step.code == 0 else f"FAILED (exit {step.code})"
+    say(f"== {step.title}: {verdict} in {step.wall:.0f} s ({step.cpu:.0f} s CPU): {counts(step)}")
+
+
+def run_lanes(lanes: list[list[Step]]) -> None:
+    """Run the lanes side by side, the steps of each one after another."""
+    threads = [threading.Thread(target=lambda lane=lane: [run_step(s, prefix=True) for s in lane]) for lane in lanes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+_PYTEST_TOTAL = re.compile(r"^=+ (.*\d+ (passed|failed|error|errors|skipped|deselected).*) in [\d.]+s")
+_BUILD_TOTAL = re.compile(r"^(\d+ passed, \d+ failed)$")
+_SKIPPED = re.compile(r"^compile check SKIPPED: (.*)")
+
+
+def counts(step: Step) -> str:
+    """The step's own count line: pytest's final tally or the builds passed and failed."""
+    for line in reversed(step.lines):
+        for pattern in (_PYTEST_TOTAL, _BUILD_TOTAL, _SKIPPED):
+            m = pattern.match(line)
+            if m:
+                return m.group(1) if pattern is not _SKIPPED else f"skipped: {m.group(1)}"
+    return "no count printed" if step.code is not None else "not run"
+
+
+_DURATION = re.compile(r"^(\d+\.\d+)s (call|setup|teardown) +(\S.*)$")
+_BUILD_TIME = re.compile(r"^\[\d+/\d+\] (.+) (ok|FAILED.*) \((\d+) s\)$")
+
+
+def slowest(all_steps: list[Step], count: int = 10) -> list[tuple[float, str]]:
+    """The slowest tests, notebook cells and builds that the steps reported."""
+    items = []
+    for step in all_steps:
+        for line in step.lines:
+            m = _DURATION.match(line)
+            if m:
+                items.append((float(m.group(1)), f"{m.group(3)} ({m.group(2)})"))
+            m = _BUILD_TIME.match(line)
+            if m:
+                names = m.group(1)
+                items.append((float(m.group(3)), f"{step.name}: {names if len(names) < 90 else names[:87] + '...'}"))
+    return sorted(items, reverse=True)[:count]
+
+
+def summary(all_steps: list[Step], wall: float) -> str:
+    """The table printed at the end: each step, its wall and CPU seconds, its counts; then the slowest items."""
+    ran = [s for s in all_steps if s.code is not None]
+    width = max(len(s.title) for s in all_steps)
+    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
+             f"{'step':<{width}}  {'wall':>6}  {'CPU':>6}  result"]
+    for s in all_steps:
+        verdict = "" if s.code in (0, None) else "FAILED: "
+        lines.append(f"{s.title:<{width}}  {s.wall:>5.0f}s  {s.cpu:>5.0f}s  {verdict}{counts(s)}")
+    lines.append("== slowest items (seconds)")
+    lines += [f"{secs:8.1f}  {what}" for secs, what in slowest(all_steps)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cores = os.cpu_count() or 1
+    # alongside pytest, the compile check leaves it a core
+    by_name = steps(jobs=cores if argv else max(1, cores - 1))
+    unknown = [a for a in argv if a not in by_name]
+    if unknown:
+        print(f"unknown step {', '.join(unknown)}: expected some of {', '.join(by_name)}")
+        return 2
+    t0 = time.perf_counter()
+    if argv:
+        chosen = [by_name[a] for a in argv]
+        for s in chosen:
+            run_step(s, prefix=False)
+    else:
+        chosen = [s for s in by_name.values() if s.name != "lesson-tests"]  # pytest runs them
+        run_step(by_name["build-cache"], prefix=False)
+        lanes = [[by_name["pytest"]], [by_name["compile-check"], by_name["nbval"], by_name["nbval-lessons"]]]
+        if cores > 1:
+            run_lanes(lanes)
+        else:
+            for s in lanes[0] + lanes[1]:
+                run_step(s, prefix=False)
+    print(summary(chosen, time.perf_counter() - t0))
+    return 0 if all(s.code == 0 for s in chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""`make test-all`'s machinery: the nvcc compile check's combined builds and the step runner's summary."""
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels import compile_check, test_all
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = """// a kernel file
+#include "helpers.cuh"
+
+#include <cmath>
+#define BLOCK 256
+
+__global__ void twice_kernel(float* x) { x[threadIdx.x] *= 2; }
+"""
+
+
+def test_a_part_moves_includes_before_its_namespace_and_keeps_line_numbers(tmp_path):
+    (tmp_path / "local.cuh").write_text("// beside the file\n")
+    src = tmp_path / "k.cu"
+    src.write_text(KERNEL.replace('#include <cmath>', '#include <cmath>\n#include "local.cuh"'))
+    part = compile_check._part(src, 7)
+    before, _, inside = part.partition("namespace compile_check_7 {\n")
+    assert "#include <cmath>" in before and '#include "helpers.cuh"' in before
+    assert f'#include "{(tmp_path / "local.cuh").resolve()}"' in before  # found beside the file, not on -I
+    assert "#define TORCH_EXTENSION_NAME compile_check_7" in before
+    body, _, after = inside.partition("}  // namespace compile_check_7\n")
+    assert body.startswith(f'#line 1 "{src}"\n') and "#include" not in body
+    lines = body.splitlines()[1:]
+    assert lines[src.read_text().splitlines().index("#define BLOCK 256")] == "#define BLOCK 256"
+    # the file defines BLOCK as it would alone, and whatever BLOCK meant before it means that again after it
+    assert '#pragma push_macro("BLOCK")\n#undef BLOCK\n' in before
+    assert after == '#pragma pop_macro("BLOCK")\n'
+
+
+def test_a_macro_a_file_redefines_is_restored_for_the_files_after_it(tmp_path):
+    first, second = tmp_path / "a.cu", tmp_path / "b.cu"
+    first.write_text("#define CHECK_INPUT(x) mine(x)\nint a;\n")
+    second.write_text("int b = CHECK_INPUT(1);\n")
+    import subprocess
+
+    unit = compile_check._part(first, 0) + compile_check._part(second, 1)
+    src = tmp_path / "unit.cpp"
+    src.write_text("#define CHECK_INPUT(x) (x)\n" + unit)
+    out = subprocess.run(["c++", "-E", "-P", str(src)], capture_output=True, text=True, check=True).stdout
+    assert "int b = (1);" in out
+
+
+def test_a_file_with_an_include_under_if_is_built_alone(tmp_path):
+    alone = tmp_path / "alone.cu"
+    alone.write_text(KERNEL.replace("#include <cmath>", "#ifdef USE_MATH\n#include <cmath>\n#endif"))
+    other = tmp_path / "other.cu"
+    other.write_text(KERNEL)
+    commented = tmp_path / "commented.cu"
+    commented.write_text("/*\n#if 0\n*/\n" + KERNEL)  # a directive in a comment is not one
+    defines_first = tmp_path / "defines_first.cu"
+    defines_first.write_text("#define _USE_MATH_DEFINES\n" + KERNEL)  # it changes what <cmath> declares
+    assert compile_check._part(alone, 0) is None and compile_check._part(defines_first, 0) is None
+    assert compile_check.groups([alone, other, defines_first, commented], 1) == [[alone], [defines_first], [other, commented]]
+
+
+def test_files_that_reach_all_of_libtorch_are_grouped_apart_and_groups_split_by_jobs(tmp_path):
+    files = []
+    for i in range(4):
+        f = tmp_path / f"k{i}.cu"
+        f.write_text(KERNEL)
+        files.append(f)
+    heavy = tmp_path / "ext.cu"
+    heavy.write_text("#include <torch/extension.h>\n" + KERNEL)
+    assert compile_check.groups([*files, heavy], 2) == [[files[0], files[2]], [files[1], files[3]], [heavy]]
+
+
+def test_a_failing_group_is_split_until_the_failing_file_reports_its_own_error(monkeypatch, tmp_path):
+    files = []
+    for i in range(5):
+        f = tmp_path / f"k{i}.cu"
+        f.write_text(KERNEL + ("this does not compile;\n" if i == 3 else ""))
+        files.append(f)
+    built = []
+
+    def compile_only(path, python_module=None):
+        assert python_module is False  # a combined file's PYBIND11_MODULEs are named after its parts
+        built.append(path)
+        if "this does not compile" in Path(path).read_text():
+            raise compile_check.BuildError("a combined unit failed")
+        return path
+
+    def compile_alone(job):
+        path, backend = job
+        assert backend is None  # nvcc, as the file is
+        return path, "nvcc", 0.0, f"{path.name}: error" if path == files[3] else ""
+
+    monkeypatch.setattr(compile_check, "build_root", lambda: tmp_path / "build")
+    monkeypatch.setattr(compile_check, "compile_only", compile_only)
+    monkeypatch.setattr(compile_check, "_compile", compile_alone)
+    group, _, errors = compile_check._check_group((files, 0))
+    assert group == files
+    assert errors == {files[3]: "k3.cu: error"}
+    assert len(built) == 4  # all five, [k0 k1] (passes), [k2 k3 k4], [k3 k4]; then k2, k3, k4 alone
+
+
+def test_the_combined_unit_is_named_by_its_content_so_an_unchanged_group_hits_the_cache(monkeypatch, tmp_path):
+    f = tmp_path / "k.cu"
+    f.write_text(KERNEL)
+    monkeypatch.setattr(compile_check, "build_root", lambda: tmp_path / "build")
+    first = compile_check._combined([f], 0)
+    assert compile_check._combined([f], 0) == first
+    f.write_text(KERNEL + "// changed\n")
+    assert compile_check._combined([f], 0) != first
+
+
+PYTEST_OUTPUT = """tests/test_x.py ....
+============================= slowest 10 durations =============================
+41.20s call     tests/test_lesson07.py::test_planted_bug_is_caught
+3.10s setup    tests/test_sim.py::test_shuffle
+======================= 577 passed, 2 skipped in 485.12s (0:08:05) ========================"""
+BUILD_OUTPUT = """compile check with nvcc: 35 files in 2 builds, 1 at a time
+[1/2] kernels/reference/01_thread_model.cu, lessons/01_thread_model/scale.cu ok (95 s)
+[2/2] tests/toolkit/pybind_square.cu FAILED: 1 of 1 files (30 s)
+34 passed, 1 failed"""
+
+
+def test_the_summary_gives_each_steps_counts_and_the_slowest_items():
+    pytest_step = test_all.Step("pytest", "pytest", [], wall=490, cpu=480, code=0, lines=PYTEST_OUTPUT.splitlines())
+    build_step = test_all.Step("compile-check", "nvcc compile check", [], wall=130, cpu=125, code=1,
+                               lines=BUILD_OUTPUT.splitlines())
+    not_run = test_all.Step("nbval", "solution notebooks (nbval)", [])
+    text = test_all.summary([pytest_step, build_step, not_run], 620)
+    lines = text.splitlines()
+    assert lines[0].startswith("== summary: 620 s wall, 605 s CPU in all")
+    assert any(line.startswith("pytest") and line.endswith("577 passed, 2 skipped") for line in lines)
+    assert any(line.startswith("nvcc compile check") and line.endswith("FAILED: 34 passed, 1 failed") for line in lines)
+    assert any(line.startswith("solution notebooks (nbval)") and line.endswith("not run") for line in lines)
+    slow = lines[lines.index("== slowest items (seconds)") + 1:]
+    assert slow[0].split() == ["95.0", "compile-check:", "kernels/reference/01_thread_model.cu,",
+                               "lessons/01_thread_model/scale.cu"]
+    assert slow[1].split() == ["41.2", "tests/test_lesson07.py::test_planted_bug_is_caught", "(call)"]
+    assert len(slow) == 4
+
+
+def test_a_failing_step_fails_the_run_after_every_step_ran(monkeypatch, tmp_path, capsys):
+    fake = {
+        "fails": test_all.Step("fails", "a failing step", [sys.executable, "-c", "print('1 passed, 1 failed'); raise SystemExit(3)"]),
+        "passes": test_all.Step("passes", "a passing step", [sys.executable, "-c", "print('2 passed, 0 failed')"]),
+    }
+    monkeypatch.setattr(test_all, "steps", lambda jobs: fake)
+    monkeypatch.setattr(test_all, "LOGS", tmp_path)
+    assert test_all.main(["fails", "passes"]) == 1
+    out = capsys.readouterr().out
+    assert "== a failing step: FAILED (exit 3)" in out
+    assert fake["passes"].code == 0
+    assert "a failing step  " in out and "FAILED: 1 passed, 1 failed" in out
+    assert (tmp_path / "fails.log").read_text() == "1 passed, 1 failed\n"
+    assert fake["fails"].cpu > 0  # measured from the child, not guessed
+
+
+def test_an_unknown_step_is_refused_with_the_names_it_accepts(capsys):
+    assert test_all.main(["pytest", "nbvall"]) == 2
+    assert "unknown step nbvall: expected some of build-cache, pytest, lesson-tests, compile-check, nbval, nbval-lessons\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["nbval", "nbval-lessons"])
+def test_the_notebook_steps_run_nbval_on_their_folder(name):
+    command = test_all.steps(1)[name].command
+    assert command[command.index("--nbval" if name == "nbval" else "--nbval-lax") + 1] == (
+        "solutions" if name == "nbval" else "lessons")
+
+
+def test_the_quick_lesson_step_runs_every_lessons_test_file():
+    command = test_all.steps(1)["lesson-tests"].command
+    expected = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_lesson*.py"))
+    assert len(expected) >= 7 and [c for c in command if c.startswith("tests/test_lesson")] == expected
+    assert "tests/test_notebooks.py" in command
