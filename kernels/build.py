@@ -473,20 +473,50 @@ def _compile(entry: Path, be: str, flags: list[str], out: Path, name: str, pybin
 
 
 def _compile_sim(cpp, entry: Path, flags: list[str], out: Path, kwargs: dict, quiet: bool):
-    """Translate the file and compile it for the simulator; returns what precompiles the headers
+    """Translate the file and compile it for the simulator, with the light torch/extension.h where the
+    file includes it and with the real one if that fails; returns what precompiles the headers
     afterwards when this build had no precompiled header to use, else None."""
+    try:
+        return _compile_translated(cpp, entry, flags, out, kwargs, quiet, light_torch=True)
+    except _LightTorchFailed as e:
+        (out / "light_torch.log").write_text(e.log)
+        if not quiet:
+            print(" the simulator's light torch/extension.h lacks what this file uses: building it with the full "
+                  "header ...", end="", flush=True)
+    _forget_in_process(cpp, kwargs["name"])
+    return _compile_translated(cpp, entry, flags, out, kwargs, quiet, light_torch=False)
+
+
+class _LightTorchFailed(Exception):
+    """A sim build with the light torch/extension.h failed to compile; `log` is what the compiler said."""
+
+    def __init__(self, log: str):
+        super().__init__("the light torch/extension.h build failed")
+        self.log = log
+
+
+def _compile_translated(cpp, entry: Path, flags: list[str], out: Path, kwargs: dict, quiet: bool, *,
+                        light_torch: bool):
+    """One attempt of _compile_sim; raises _LightTorchFailed when the light header was used and the
+    compiler failed."""
     from .sim.translate import TranslateError, translate_tree
 
     try:
-        main, originals = translate_tree(entry, out / "sim_src", [INCLUDE], lambda p: display_path(p))
+        main, originals = translate_tree(entry, out / "sim_src", [INCLUDE], lambda p: display_path(p),
+                                         LIGHT_TORCH if light_torch else None)
     except TranslateError as e:
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
-    headers = pch_headers(originals)
+    headers = pch_headers(originals, light_torch)
     pch = _sim_pch(flags, headers)
     enabled = os.environ.get("KERNELS_SIM_PCH", "1") != "0"
     use_pch = ["-include", str(pch)] if enabled and pch.with_suffix(".h.gch").exists() else []
-    cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
-             extra_cflags=flags + use_pch, **kwargs)
+    try:
+        cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
+                 extra_cflags=flags + use_pch, **kwargs)
+    except RuntimeError as e:
+        if headers == SIM_LIGHT_TORCH_PCH_HEADERS and str(e).startswith("Error building extension"):
+            raise _LightTorchFailed(str(e)) from None
+        raise
     if use_pch or not enabled or flags != SIM_FLAGS:
         return None
 
@@ -518,29 +548,34 @@ def _forget_in_process(cpp, name: str) -> None:
 # KERNELS_SIM_PCH=0 turns it off.
 # Two precompiled headers, since gcc uses one at most: the common one holds only what helpers.cuh
 # (which every kernel file includes) includes itself, so that a file that forgets an #include
-# fails on the simulator as it would with nvcc; files whose includes reach torch/extension.h (or
-# torch/all.h, torch/python.h: all of libtorch's C++ API and pybind11) get a second one that
-# holds those headers too. It takes about 90 s of compiler time once and 800 MB, and cuts such a
-# build from about 28 to about 20 s of compiler time; most of the rest is template instantiation
-# and code generation that gcc does again in every file that includes torch/extension.h (a file
-# holding only that #include costs 17 s), which no precompiled header saves.
+# fails on the simulator as it would with nvcc; files that include torch/extension.h get a second
+# one that also holds the simulator's light stand-in for it (see LIGHT_TORCH).
 SIM_PCH_HEADERS = ["cudasim.h", "ATen/core/Tensor.h", "c10/cuda/CUDAException.h", "c10/cuda/CUDAStream.h",
                    "cuda_bf16.h", "cstdint", "cstring", "string", "torch/library.h"]
 TORCH_API_HEADERS = ("torch/extension.h", "torch/all.h", "torch/python.h")
-SIM_TORCH_PCH_HEADERS = SIM_PCH_HEADERS + ["torch/extension.h"]
-_ANGLE_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<([^>\n]+)>", re.M)
+
+# torch/extension.h is all of libtorch's C++ API and pybind11: about 20 s of compiler time in every
+# file that includes it, mostly template instantiation and code generation that no precompiled
+# header saves. Sim builds include sim/include/cudasim_torch_extension.h instead (tensors, ATen's
+# functions, AT_DISPATCH, the op registry, pybind11), which with its precompiled header costs
+# about half as much; a file that uses more (torch::nn, autograd, ...) fails to compile with it
+# and is built again with the real header and the common precompiled header. The simulator's README has the
+# measurements, including why there is no precompiled header of the real torch/extension.h.
+LIGHT_TORCH = {"torch/extension.h": "cudasim_torch_extension.h"}
+SIM_LIGHT_TORCH_PCH_HEADERS = SIM_PCH_HEADERS + list(LIGHT_TORCH.values())
 
 
-def pch_headers(files: list[Path]) -> list[str]:
-    """The headers of the precompiled header for a build of these files (the file and its local headers)."""
-    from .sim.translate import code_mask
+def pch_headers(files: list[Path], light_torch: bool = True) -> list[str]:
+    """The headers of the precompiled header for a build of these files (the file and its local
+    headers, as the learner wrote them), with or without the light torch/extension.h."""
+    from .sim.translate import SYSTEM_INCLUDE_RE, code_mask
 
     reached = set()
     for f in files:
         src = f.read_text()
         mask = code_mask(src)
-        reached |= {m.group(1).strip() for m in _ANGLE_INCLUDE_RE.finditer(src) if mask[m.start(1)]}
-    return SIM_TORCH_PCH_HEADERS if reached & set(TORCH_API_HEADERS) else SIM_PCH_HEADERS
+        reached |= {m.group(1).strip() for m in SYSTEM_INCLUDE_RE.finditer(src) if mask[m.start(1)]}
+    return SIM_LIGHT_TORCH_PCH_HEADERS if light_torch and reached & set(LIGHT_TORCH) else SIM_PCH_HEADERS
 
 
 def _sim_pch(flags: list[str], headers: list[str] = SIM_PCH_HEADERS) -> Path:

@@ -131,10 +131,10 @@ def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("probe, headers", [("vector_add.cu", "SIM_PCH_HEADERS"), ("pybind_square.cu", "SIM_TORCH_PCH_HEADERS")])
+@pytest.mark.parametrize("probe, headers", [("vector_add.cu", "SIM_PCH_HEADERS"), ("pybind_square.cu", "SIM_LIGHT_TORCH_PCH_HEADERS")])
 def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch, probe, headers):
-    """The first sim build precompiles the headers it needs (helpers.cuh's, plus torch/extension.h's
-    for a file that includes it); a later build includes that file, and gcc accepts it."""
+    """The first sim build precompiles the headers it needs (helpers.cuh's, plus the light
+    torch/extension.h for a file that includes it); a later build includes that file, and gcc accepts it."""
     mod = sys.modules["kernels.build"]
 
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
@@ -402,18 +402,21 @@ def test_namespace_registered_from_python_without_ops_is_refused_before_building
 
 # --- the precompiled headers -----------------------------------------------------------------------
 
-def test_files_reaching_torch_extension_h_get_the_precompiled_header_that_covers_it(tmp_path):
-    from kernels.build import SIM_PCH_HEADERS, SIM_TORCH_PCH_HEADERS, pch_headers
+def test_files_reaching_torch_extension_h_get_the_precompiled_header_of_its_light_stand_in(tmp_path):
+    from kernels.build import SIM_LIGHT_TORCH_PCH_HEADERS, SIM_PCH_HEADERS, pch_headers
 
     lesson = tmp_path / "lesson.cu"
     lesson.write_text('#include "helpers.cuh"\n// #include <torch/extension.h> (a comment, not an include)\n'
-                      'const char* s = "#include <torch/all.h>";\n')
+                      'const char* s = "#include <torch/extension.h>";\n')
     assert pch_headers([lesson]) == SIM_PCH_HEADERS
-    for header in ("torch/extension.h", "torch/all.h", "torch/python.h"):
-        ext = tmp_path / "ext.cu"
+    ext = tmp_path / "ext.cu"
+    ext.write_text('#include <torch/extension.h>\n#include "helpers.cuh"\n')
+    assert pch_headers([ext]) == SIM_LIGHT_TORCH_PCH_HEADERS
+    assert pch_headers([ext], light_torch=False) == SIM_PCH_HEADERS  # the fallback build: the common one
+    for header in ("torch/all.h", "torch/python.h"):  # no light stand-in: the common one
         ext.write_text(f'#include <{header}>\n#include "helpers.cuh"\n')
-        assert pch_headers([ext]) == SIM_TORCH_PCH_HEADERS
+        assert pch_headers([ext]) == SIM_PCH_HEADERS
     local = tmp_path / "bindings.h"  # reached through a local header of the file
     local.write_text("#pragma once\n  #  include <torch/extension.h>\n")
-    assert pch_headers([lesson, local]) == SIM_TORCH_PCH_HEADERS
-    assert SIM_TORCH_PCH_HEADERS[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS
+    assert pch_headers([lesson, local]) == SIM_LIGHT_TORCH_PCH_HEADERS
+    assert SIM_LIGHT_TORCH_PCH_HEADERS[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS

@@ -243,3 +243,83 @@ def test_a_cublas_call_builds_and_raises_saying_the_simulator_has_no_cublas(tmp_
     ext = load(path, "sim")
     with pytest.raises(RuntimeError, match="cublasCreate: the simulator has no cuBLAS"):
         ext.make_handle()
+
+
+# ---------------------------------------------------------------------------------------------
+# torch/extension.h on the simulator: a light stand-in, and the real header when a file needs more
+@pytest.fixture(scope="module", params=BACKENDS)
+def pybind_ext(request):
+    return request.param, load(HERE / "pybind_extension.cu", request.param)
+
+
+def _sim_build_dir(ext) -> Path:
+    """The build folder of a sim extension (its library lies there)."""
+    return Path(ext.__file__).parent
+
+
+def _built_with_light_torch(ext) -> bool:
+    """Whether the last compile of a sim extension used the light torch/extension.h (and nothing
+    failed before it); the translated file names the header it was compiled with."""
+    out = _sim_build_dir(ext)
+    main = next((out / "sim_src").glob("sim_0_*.cpp")).read_text()
+    return "#include <cudasim_torch_extension.h>" in main and not (out / "light_torch.log").exists()
+
+
+@pytest.mark.parametrize("line, mapped", [
+    ("#include <torch/extension.h>", "#include <cudasim_torch_extension.h>"),
+    ("  #  include <torch/extension.h>", "#include <cudasim_torch_extension.h>"),
+    ("#include <torch/all.h>", "#include <torch/all.h>"),
+    ("// #include <torch/extension.h>", "// #include <torch/extension.h>"),
+    ('const char* s = "#include <torch/extension.h>";', 'const char* s = "#include <torch/extension.h>";'),
+])
+def test_system_map_replaces_only_the_named_include_directives(line, mapped):
+    body = translate_source(line, "t.cu", system_map={"torch/extension.h": "cudasim_torch_extension.h"})
+    assert body.split("\n", 2)[2] == mapped
+
+
+@pytest.mark.sim_only
+@pytest.mark.parametrize("name", ["pybind_extension.cu", "extension_style.cu"])
+def test_extension_files_build_on_the_sim_with_the_light_torch_header(name):
+    assert _built_with_light_torch(load(HERE / name, "sim"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dispatched_leaky_relu_through_packed_accessors_matches_torch(pybind_ext, dtype):
+    backend, ext = pybind_ext
+    x = torch.randn(5, 333, dtype=dtype, device=_device(backend))
+    torch.testing.assert_close(ext.leaky_relu(x, slope=0.1), torch.nn.functional.leaky_relu(x, 0.1))
+
+
+def test_dispatch_refuses_a_dtype_outside_floating_types_naming_the_op(pybind_ext):
+    backend, ext = pybind_ext
+    with pytest.raises(RuntimeError, match='"leaky_relu" not implemented for \'Int\''):
+        ext.leaky_relu(torch.ones(2, 3, dtype=torch.int32, device=_device(backend)), 0.1)
+
+
+def test_column_sums_through_64_bit_accessors_match_torch(pybind_ext):
+    backend, ext = pybind_ext
+    x = torch.randn(7, 130, device=_device(backend))
+    torch.testing.assert_close(ext.column_sums(x), x.sum(0))
+
+
+def test_a_vector_of_tensors_comes_back_as_a_list(pybind_ext):
+    backend, ext = pybind_ext
+    x = torch.randn(3, 100, dtype=torch.float64, device=_device(backend))
+    first, second, ones, numel = ext.moments(x, 0.5)
+    torch.testing.assert_close(first, 0.5 * x)
+    torch.testing.assert_close(second, 0.5 * x * x)
+    torch.testing.assert_close(ones, torch.ones_like(x))
+    assert numel.tolist() == [300]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_file_beyond_the_light_header_falls_back_to_the_real_one_and_works(backend):
+    ext = load(HERE / "uses_torch_nn.cu", backend)
+    if backend == "sim":
+        out = _sim_build_dir(ext)
+        assert not _built_with_light_torch(ext)
+        assert "#include <torch/extension.h>" in next((out / "sim_src").glob("sim_0_*.cpp")).read_text()
+        assert "nn" in (out / "light_torch.log").read_text()  # the light build failed on torch::nn
+    x = torch.randn(9, 4, device=_device(backend))
+    w, b = torch.randn(3, 4, device=x.device), torch.randn(3, device=x.device)
+    torch.testing.assert_close(ext.twice_linear(x, w, b), 2 * (x @ w.T + b))

@@ -356,6 +356,7 @@ def _kernel_return_edits(src: str, mask: bytearray) -> list[_Edit]:
 _PRAGMA_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", re.M)
 _IMPL_RE = re.compile(r"\b(TORCH_LIBRARY_IMPL\w*\s*\(\s*[^,()]+,\s*)CUDA(\s*,)")
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+SYSTEM_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<([^>\n]+)>", re.M)
 
 
 def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_Edit]:
@@ -436,8 +437,10 @@ def _refuse_asm(src: str, mask: bytearray, path: str) -> None:
             "#if defined(__CUDA_ARCH__) with a C++ fallback for the simulator")
 
 
-def translate_source(src: str, path: str, include_map: dict[str, str] | None = None) -> str:
-    """Translate one file's text; `include_map` maps quoted include names to translated files."""
+def translate_source(src: str, path: str, include_map: dict[str, str] | None = None,
+                     system_map: dict[str, str] | None = None) -> str:
+    """Translate one file's text; `include_map` maps quoted include names to translated files,
+    `system_map` maps <...> include names to the simulator's headers that stand in for them."""
     src = _cuda_device_as_cpu(src)
     mask = code_mask(src)
     _refuse_asm(src, mask, path)
@@ -447,6 +450,9 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     if include_map:
         edits += _simple_edits(src, mask, _INCLUDE_RE,
                                lambda m: f'#include "{include_map[m.group(1)]}"' if m.group(1) in include_map else m.group(0))
+    if system_map:
+        edits += _simple_edits(src, mask, SYSTEM_INCLUDE_RE,
+                               lambda m: f"#include <{system_map[m.group(1)]}>" if m.group(1) in system_map else m.group(0))
     edits.sort(key=lambda e: e.start)
     out, last = [], 0
     for e in edits:
@@ -476,8 +482,9 @@ def local_includes(path: Path, search: list[Path]) -> dict[str, Path]:
     return found
 
 
-def translate_tree(entry: Path, out_dir: Path, search: list[Path], display=lambda p: str(p)) -> tuple[Path, list[Path]]:
-    """Translate `entry` and every local header it includes into `out_dir`.
+def translate_tree(entry: Path, out_dir: Path, search: list[Path], display=lambda p: str(p),
+                   system_map: dict[str, str] | None = None) -> tuple[Path, list[Path]]:
+    """Translate `entry` and every local header it includes into `out_dir` (`system_map`: see translate_source).
 
     Returns the translated entry file and the list of original files read (for the cache key).
     """
@@ -491,7 +498,7 @@ def translate_tree(entry: Path, out_dir: Path, search: list[Path], display=lambd
         done[p] = target
         incs = local_includes(p, search)
         include_map = {name: str(visit(q)) for name, q in incs.items()}
-        text = translate_source(p.read_text(), display(p), include_map)
+        text = translate_source(p.read_text(), display(p), include_map, system_map)
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
         return target
