@@ -50,7 +50,7 @@ at::Tensor qualifiers(const at::Tensor& x) {
   constexpr int UNROLL = 4;
   qualifiers_kernel<float, UNROLL><<<ceil_div(n, 128 * UNROLL), 128>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
   CHECK_LAUNCH();
-  out.data_ptr<float>()[n] = square_plus_one(3.0f);
+  out.narrow(0, n, 1).fill_(square_plus_one(3.0f));  // a fill, not a host write: out may be GPU memory
   return out;
 }
 
@@ -657,10 +657,12 @@ std::vector<at::Tensor> atomics(const at::Tensor& v, const at::Tensor& f) {
   auto tickets = at::empty({n}, opt.dtype(at::kInt));
   auto fmax_ = at::empty({1}, opt.dtype(at::kFloat));
   fmax_.fill_(-INFINITY);
+  // starting values set by fills (the host cannot write GPU memory through a pointer)
+  const int starts[][2] = {{2, INT_MIN}, {3, INT_MAX}, {6, -1}, {7, -1}};
+  for (const auto& kv : starts) i32.narrow(0, kv[0], 1).fill_(kv[1]);
+  u32.narrow(0, 2, 2).fill_(-1);  // 0xFFFFFFFF as unsigned
   int* ip = i32.data_ptr<int>();
-  ip[2] = INT_MIN; ip[3] = INT_MAX; ip[6] = -1; ip[7] = -1;
   unsigned* up = reinterpret_cast<unsigned*>(u32.data_ptr<int>());
-  up[2] = 0xFFFFFFFFu; up[3] = 0xFFFFFFFFu;
   atomics_kernel<<<ceil_div(n, 128), 128>>>(v.data_ptr<int>(), f.data_ptr<float>(), n, ip, up,
                                             reinterpret_cast<unsigned long long*>(u64.data_ptr<int64_t>()),
                                             f32.data_ptr<float>(), f64.data_ptr<double>(), tickets.data_ptr<int>(),
