@@ -565,9 +565,8 @@ LIGHT_TORCH = {"torch/extension.h": "cudasim_torch_extension.h"}
 SIM_LIGHT_TORCH_PCH_HEADERS = SIM_PCH_HEADERS + list(LIGHT_TORCH.values())
 
 
-def pch_headers(files: list[Path], light_torch: bool = True) -> list[str]:
-    """The headers of the precompiled header for a build of these files (the file and its local
-    headers, as the learner wrote them), with or without the light torch/extension.h."""
+def system_includes(files: list[Path]) -> set[str]:
+    """The <...> headers these files include in code (not in comments or strings)."""
     from .sim.translate import SYSTEM_INCLUDE_RE, code_mask
 
     reached = set()
@@ -575,6 +574,13 @@ def pch_headers(files: list[Path], light_torch: bool = True) -> list[str]:
         src = f.read_text()
         mask = code_mask(src)
         reached |= {m.group(1).strip() for m in SYSTEM_INCLUDE_RE.finditer(src) if mask[m.start(1)]}
+    return reached
+
+
+def pch_headers(files: list[Path], light_torch: bool = True) -> list[str]:
+    """The headers of the precompiled header for a build of these files (the file and its local
+    headers, as the learner wrote them), with or without the light torch/extension.h."""
+    reached = system_includes(files)
     return SIM_LIGHT_TORCH_PCH_HEADERS if light_torch and reached & set(LIGHT_TORCH) else SIM_PCH_HEADERS
 
 

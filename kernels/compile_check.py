@@ -143,15 +143,9 @@ def _part(path: Path, n: int) -> str | None:
 def _reaches_torch_api(path: Path) -> bool:
     """Whether the file includes <torch/extension.h> or another header of all of libtorch's C++ API,
     which costs several times the headers of the other files to parse."""
-    from .build import _sources
-    from .sim.translate import SYSTEM_INCLUDE_RE, code_mask
+    from .build import _sources, system_includes
 
-    for f in _sources(path):
-        src = f.read_text()
-        mask = code_mask(src)
-        if any(mask[m.start(1)] and m.group(1).strip() in TORCH_API_HEADERS for m in SYSTEM_INCLUDE_RE.finditer(src)):
-            return True
-    return False
+    return bool(system_includes(_sources(path)) & set(TORCH_API_HEADERS))
 
 
 def _combined(group: list[Path], first: int) -> Path:
