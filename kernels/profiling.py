@@ -312,7 +312,18 @@ def _lesson06() -> list[tuple[str, object]]:
                                ("sum5", "the last steps with warp shuffles")]]
 
 
-LESSONS = {"04": _lesson04, "06": _lesson06}
+def _lesson09() -> list[tuple[str, object]]:
+    import torch
+
+    ext = load("09", "sim", quiet=True)
+    a, b, c = torch.rand(128, 128), torch.rand(128, 128), torch.empty(128, 128)  # one whole tile of matmul6
+    return [(f"{name}: {what}", lambda op=getattr(ext, name): op(a, b, c))
+            for name, what in [("matmul1", "lanes walk down a column of C"), ("matmul2", "lanes walk along a row of C"),
+                               ("matmul3", "32x32 tiles staged in shared memory"),
+                               ("matmul6", "float4 tile loads, the A tile stored transposed")]]
+
+
+LESSONS = {"04": _lesson04, "06": _lesson06, "09": _lesson09}
 
 
 def main(argv: list[str]) -> int:

@@ -195,7 +195,7 @@ def test_lesson06_sum2_runs_its_tree_with_fewer_active_lanes_than_sum3():
 
 def test_make_profile_names_the_lessons_it_knows_when_given_another(capsys):
     assert main(["99"]) == 2
-    assert "make profile LESSON=NN, with NN one of 04, 06" in capsys.readouterr().out
+    assert "make profile LESSON=NN, with NN one of 04, 06, 09" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -209,3 +209,20 @@ def test_make_profile_lesson_04_prints_the_strided_walks_sectors(capsys):
         load_line = next(line for line in section.splitlines() if " global load " in line)
         kernel, where, _, _, requests, per_request, lanes = load_line.split()
         assert (kernel, per_request, lanes) == ("scale_add_kernel3", str(sectors), "32")
+
+
+@pytest.mark.slow
+def test_lesson09_matmul1_stores_a_column_of_c_in_32_sectors_and_matmul2_a_row_in_4():
+    """matmul1's lanes walk down a column of C (one 32-byte sector each), matmul2's along a row (128 bytes)."""
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    ext = load("09", "sim")
+    a, b, c = torch.rand(32, 8), torch.rand(8, 32), torch.empty(32, 32)
+    stores = {}
+    for name in ("matmul1", "matmul2"):
+        rows = [r for r in profile(getattr(ext, name), a, b, c).rows if r.kind == "global store"]
+        assert len(rows) == 1 and rows[0].line.startswith("09_matmul.cu:"), rows
+        stores[name] = rows[0]
+    assert (stores["matmul1"].sectors_per_request, stores["matmul2"].sectors_per_request) == (32, 4)
+    assert stores["matmul1"].requests == stores["matmul2"].requests == 32  # a 32x32 block: 32 warps, one store each
+    torch.testing.assert_close(c, a @ b)
