@@ -27,7 +27,8 @@ from .build import ROOT, load
 
 FOLDER = ROOT / "lessons" / "10_model" / "debugging"
 GUIDE = ROOT / "lessons" / "10_model" / "debugging.md"
-CHILD_TIMEOUT_S = 600  # a first cuda build in the child (no_kernel_image) takes about a minute
+CHILD_TIMEOUT_S = 120  # a kernel that never ends (threads at different barriers may hang a GPU)
+BUILD_TIMEOUT_S = 600  # a child that also builds (no_kernel_image): a first cuda build takes about a minute
 
 
 def say(text: str = "") -> None:
@@ -88,10 +89,11 @@ def _ext(name: str, backend: str):
 def _late_error_inputs(dev):
     import torch
 
+    rows = 2**18 if dev.type == "cuda" else 512  # on a GPU, enough work that the launch returns long before the fault
     table = torch.rand(1000, 64, device=dev)
-    ids = torch.randint(0, 1000, (512,), device=dev)
-    ids[100] = 2**40 + 7  # a hashed word id that was never reduced modulo the vocabulary size
-    return table, ids, torch.empty(512, 64, device=dev)
+    ids = torch.randint(0, 1000, (rows,), device=dev)
+    ids[-1] = 2**40 + 7  # a hashed word id that was never reduced modulo the vocabulary size
+    return table, ids, torch.empty(rows, 64, device=dev)
 
 
 def _late_error_broken(backend: str, dev) -> None:
@@ -359,7 +361,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           "make doctor (the GPU's compute capability); cuobjdump --list-elf on the built library",
           isolate=("cuda",),
           gpu_only="the simulator compiles for the CPU: there is no GPU architecture to get wrong",
-          gpu_shows="torch.AcceleratorError: CUDA error: no kernel image is available for execution on the device"),
+          gpu_shows="CUDA error: no kernel image is available for execution on the device (raised at the launch, "
+                    "by CHECK_LAUNCH)"),
     Entry("timing_without_sync", "Timing without a sync", _timing_broken, _timing_fixed,
           "CUDA events or torch.cuda.synchronize() before reading the clock; kernels.bench",
           gpu_only="a simulator launch runs the whole grid before it returns, and its timings mean nothing",
@@ -380,24 +383,27 @@ def _entry(name: str) -> Entry:
     return ENTRIES[name]
 
 
-def _child(name: str, backend: str, part: str, env: dict[str, str] | None = None) -> None:
-    """Run one part of an entry in a child process (its CUDA context may break) and print its output."""
+def _child(name: str, backend: str, part: str, env: dict[str, str] | None = None,
+           timeout: int = CHILD_TIMEOUT_S) -> None:
+    """Run one part of an entry in a child process (its CUDA context may break) and print its output,
+    with the assertion messages a kernel printed and how the process ended when it failed."""
     cmd = [sys.executable, "-m", "kernels.debugging", name, "--backend", backend, "--part", part]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-           **(env or {})}
+    path = os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, cwd=ROOT, env=env)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": path, **(env or {})})
     except subprocess.TimeoutExpired as e:
-        say((e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""))
-        say(f"  the process did not finish in {CHILD_TIMEOUT_S} s (a kernel that never ends) and was stopped")
+        said = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        say(said.rstrip("\n"))
+        say(f"  the process did not finish in {timeout} s (a kernel that never ends?) and was stopped")
         return
     say(done.stdout.rstrip("\n"))
+    said = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    for line in [line for line in said if "Assertion" in line][:2]:
+        say(f"  the kernel printed: {line}")
     if done.returncode != 0:
-        said = [line for line in done.stderr.splitlines() if line.strip()]
-        assertion = [line for line in said if "Assertion" in line or "assert" in line.lower()]
-        shown = assertion[-1:] or said[-2:]
-        how = (f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}")
-        say(f"  the process ended ({how})" + ("".join(f"\n    {line.strip()}" for line in shown)))
+        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        say(f"  the process ended ({how})" + "".join(f"\n    {line}" for line in said[-2:] if "Assertion" not in line))
 
 
 def _run_part(entry: Entry, backend: str, part: str) -> None:
@@ -427,7 +433,7 @@ def run(name: str, backend: str | None = None) -> None:
             say(" with CUDA_LAUNCH_BLOCKING=1 (every launch waits for its kernel):")
             _child(entry.name, be, "broken", {"CUDA_LAUNCH_BLOCKING": "1"})
         elif entry.name == "no_kernel_image":
-            _child(entry.name, be, "broken", {"TORCH_CUDA_ARCH_LIST": _other_arch()})
+            _child(entry.name, be, "broken", {"TORCH_CUDA_ARCH_LIST": _other_arch()}, timeout=BUILD_TIMEOUT_S)
         else:
             _child(entry.name, be, "broken")
     else:

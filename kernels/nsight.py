@@ -192,7 +192,7 @@ def _value(text: str, unit: str) -> float | None:
         v = float(text.replace(",", "").strip())
     except ValueError:
         return None
-    return v * _UNITS.get(unit.strip().lower(), 1.0)
+    return v * _UNITS.get(unit.strip().lower().split("/")[0], 1.0)  # "Kbyte/block" scales as Kbyte
 
 
 def parse_details(text: str) -> list[Summary]:

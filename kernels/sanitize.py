@@ -46,8 +46,7 @@ def sanitizer_command(sanitizer: str, tool: str, lesson: str, solution: bool) ->
     """compute-sanitizer running one tool over the lesson's self-check in a fresh Python."""
     if tool not in TOOLS:
         raise ValueError(f"unknown tool {tool!r}: expected one of {', '.join(TOOLS)}")
-    extra = {"memcheck": ["--leak-check", "no"], "racecheck": ["--racecheck-report", "hazard"],
-             "synccheck": [], "initcheck": []}[tool]
+    extra = ["--leak-check", "no"] if tool == "memcheck" else []
     return [sanitizer, "--tool", tool, *extra, "--print-limit", "20", "--target-processes", "all",
             sys.executable, "-m", "kernels.exercises", lesson, *(["--solution"] if solution else []),
             "--backend", "cuda"]
@@ -78,13 +77,19 @@ class ToolResult:
 
 
 def _where(line: str) -> str:
-    """`kernel at file.cu:NN` from `at kernel<...>(args)+0x70 in /path/file.cu:NN`."""
-    m = re.match(r"\s*(?:at|and \w+ access at)\s+(.+?)\+0x[0-9a-f]+\s+in\s+(.+)$", line)
-    if not m:
-        return line.strip()
-    func, place = m.groups()
+    """`kernel at file.cu:NN` from an `at` clause: `at kernel<...>(args)+0x70 in /path/file.cu:NN`
+    (compute-sanitizer since CUDA 12) or `at 0x00000110 in /path/file.cu:NN:kernel(args)` (older)."""
+    text = re.sub(r"^.*?\bat\s+", "", line.strip(), count=1)
+    m = re.match(r"(.+?)\+0x[0-9a-fA-F]+\s+in\s+(\S+)", text)
+    if m:
+        func, place = m.groups()
+    else:
+        m = re.match(r"0x[0-9a-fA-F]+\s+in\s+(.+?:\d+):(.+)", text)
+        if not m:
+            return text
+        place, func = m.groups()
     depth, name = 0, ""
-    for ch in func:  # the name up to the parameter list, template arguments kept
+    for ch in func:  # the name up to its parameter list, template arguments kept
         if ch == "(" and depth == 0:
             break
         depth += (ch == "<") - (ch == ">")
@@ -92,28 +97,29 @@ def _where(line: str) -> str:
     return f"{name.strip()} at {Path(place.strip()).name}"
 
 
+_HEADLINES = ("invalid ", "uninitialized ", "barrier error", "error: race", "warning: race", "misaligned")
+
+
 def parse_output(tool: str, text: str) -> ToolResult:
-    """compute-sanitizer's report (lines starting with =========) as a ToolResult."""
+    """compute-sanitizer's report (its lines start with =========) as a ToolResult."""
     result = ToolResult(tool, None)
     lines = [_PREFIX.sub("", ln.rstrip()) for ln in text.splitlines() if ln.startswith("=")]
-    i = 0
-    while i < len(lines):
-        line = lines[i]
+    for i, line in enumerate(lines):
         m = re.match(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards? displayed \((\d+) errors?)", line)
         if m:
             count = int(m.group(2) if m.group(2) is not None else m.group(1))
             result.errors = count if result.errors is None else max(result.errors, count)
         elif line.startswith("Program hit "):
             result.api_errors[re.sub(r"\s+", " ", line[len("Program hit "):]).rstrip(".")] += 1
-        elif line and not line[0].isspace() and (line.startswith(("Invalid ", "Uninitialized ", "Barrier error",
-                                                                   "Error: Race", "Warning: Race", "Misaligned"))):
-            what = line.split(" at ")[0] if line.startswith(("Error: Race", "Warning: Race")) else line
-            where = next((lines[j] for j in range(i + 1, min(i + 4, len(lines))) if lines[j].lstrip().startswith("at ")),
-                         None)
-            if line.startswith(("Error: Race", "Warning: Race")) and " at " in line:
-                where = "at " + line.split(" at ", 1)[1]
-            result.findings[f"{what.strip()} ({_where(where) if where else 'no location'})"] += 1
-        i += 1
+        elif line[:1].strip() and line.lower().startswith(_HEADLINES):
+            after = lines[i + 1:i + 5]
+            if " access at " in line:  # racecheck: "Race reported between Write access at ..."
+                what, where = line.split(" at ", 1)[0], "at " + line.split(" at ", 1)[1]
+            else:
+                what = line
+                where = next((ln for ln in after if ln.lstrip().startswith("at ")), "")
+            why = next((m.group(1) for ln in after for m in [re.search(r"\bis (misaligned|out of bounds)", ln)] if m), "")
+            result.findings[f"{what.strip()}{': ' + why if why else ''} ({_where(where) if where else 'no location'})"] += 1
     return result
 
 
