@@ -139,7 +139,8 @@ def sanitize_sim(lesson: str, solution: bool) -> int:
 
 
 def sanitize_gpu(lesson: str, solution: bool, tools: tuple[str, ...] = TOOLS) -> int:
-    """Each tool over the self-check; a summary per tool; 1 when any tool found an error."""
+    """Each tool over the self-check; a summary per tool; 1 when a tool found an error or did not
+    finish, or the self-check failed under it."""
     sanitizer = find_compute_sanitizer()
     if not sanitizer:
         print("compute-sanitizer was not found in $CUDA_HOME/bin or on PATH: it ships with the CUDA toolkit "
@@ -165,7 +166,7 @@ def sanitize_gpu(lesson: str, solution: bool, tools: tuple[str, ...] = TOOLS) ->
         result = parse_output(tool, done.stdout + "\n" + done.stderr)
         passed = re.search(r"all exercises pass", done.stdout) is not None
         print(result.summary() + f"\n    self-check under {tool}: {'PASS' if passed else 'FAIL'}")
-        found_any |= bool(result.errors) or result.errors is None
+        found_any |= bool(result.errors) or result.errors is None or not passed
     return 1 if found_any else 0
 
 
