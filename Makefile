@@ -4,6 +4,8 @@
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
 #   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator
+#   make profile LESSON=04 KERNEL=scale_add4   Nsight Compute on one variant, on a GPU (report in build/profile/)
+#   make sanitize LESSON=05       your exercise's self-check under compute-sanitizer (GPU) or the simulator's orders
 # Other targets: setup test bench doctor compile-check clean (README.md says what each does).
 #
 # By default everything runs in .venv, which `make setup` creates (`make setup TORCH=cpu`: the
@@ -31,7 +33,7 @@ ifneq ($(filter-out cpu,$(TORCH)),)
 $(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
 endif
 
-.PHONY: help setup lessons lab test test-all check hint bench profile doctor compile-check nbval nbval-lessons clean
+.PHONY: help setup lessons lab test test-all check hint bench profile sanitize doctor compile-check nbval nbval-lessons clean
 
 help:
 	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
@@ -102,9 +104,17 @@ bench: setup
 
 # The simulator's access profile (sectors per request, bank ways, active lanes per source line)
 # of a lesson's variants; Nsight Compute's counters for the same probes on a GPU: tests/toolkit/ncu_compare.py.
+# KERNEL=name on a GPU: Nsight Compute on that variant (kernels/nsight.py), the report kept in build/profile/.
 profile: setup
-	@test -n "$(LESSON)" || (echo "which lesson? make profile LESSON=04"; exit 2)
-	$(PYTHON) -m kernels.profiling $(LESSON)
+	@test -n "$(LESSON)" || (echo "which lesson? make profile LESSON=04 [KERNEL=scale_add4]"; exit 2)
+	$(PYTHON) -m kernels.profiling $(LESSON) $(KERNEL)
+
+# The lesson's self-check (SOLUTION=1: the solution's) under compute-sanitizer's memcheck, racecheck,
+# synccheck and initcheck on a GPU (TOOLS=memcheck,racecheck picks some), with PyTorch's caching
+# allocator off; on the simulator, in every thread order with blocks shuffled (kernels/sanitize.py).
+sanitize: setup
+	@test -n "$(LESSON)" || (echo "which lesson? make sanitize LESSON=05 [SOLUTION=1] [TOOLS=memcheck]"; exit 2)
+	$(PYTHON) -m kernels.sanitize $(LESSON) $(if $(filter 1,$(SOLUTION)),--solution) $(if $(TOOLS),--tools $(TOOLS))
 
 doctor:
 	@$(if $(SETUP),test -x $(PYTHON) || (echo "no $(VENV) yet: run 'make setup' first (or make doctor PY=python3)"; exit 1))

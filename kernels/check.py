@@ -309,17 +309,23 @@ def _first_change(now: torch.Tensor, before: torch.Tensor) -> str:
 
 
 @contextlib.contextmanager
-def sim_order(order: str):
-    """Run the simulator's threads in `order` (forward, reverse, random) inside the block."""
-    old = os.environ.get("CUDASIM_ORDER")
-    os.environ["CUDASIM_ORDER"] = order
+def environment(**values: str):
+    """Set environment variables inside the block; what was there before comes back after it."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if old is None:
-            os.environ.pop("CUDASIM_ORDER", None)
-        else:
-            os.environ["CUDASIM_ORDER"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def sim_order(order: str):
+    """Run the simulator's threads in `order` (forward, reverse, random) inside the block."""
+    return environment(CUDASIM_ORDER=order)
 
 
 def _as_list(x) -> list:

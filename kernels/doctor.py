@@ -29,6 +29,69 @@ def kernels_clash() -> str | None:
             "elsewhere may import the other one. `pip uninstall kernels` removes the clash.")
 
 
+def driver_cuda_version() -> str | None:
+    """The newest CUDA the installed NVIDIA driver supports ("13.0"), from libcuda; None without a driver."""
+    import ctypes
+
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll", "libcuda.dylib"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        v = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value > 0:
+            return f"{v.value // 1000}.{v.value % 1000 // 10}"
+    return None
+
+
+def _major_minor(v: str) -> tuple[int, int]:
+    parts = (v.split(".") + ["0"])[:2]
+    return int(parts[0]), int(parts[1])
+
+
+def cuda_versions(driver: str | None, torch_cuda: str | None, nvcc: str | None) -> list[tuple[str, str]]:
+    """Rows saying whether the driver's CUDA, torch's CUDA and nvcc's fit together, and what breaks
+    when they do not (each argument "12.4" or None when absent)."""
+    rows = []
+    if driver is None:
+        rows.append(("driver", "no NVIDIA driver found (libcuda): the cuda backend cannot run here; the sim backend can"))
+    elif torch_cuda and _major_minor(driver)[0] < _major_minor(torch_cuda)[0]:
+        rows.append(("driver", f"supports CUDA up to {driver}, OLDER THAN torch's CUDA {torch_cuda}: torch sees no GPU "
+                               "(\"CUDA driver version is insufficient for CUDA runtime version\"): update the driver, "
+                               f"or install a torch built for CUDA {_major_minor(driver)[0]}"))
+    elif torch_cuda and _major_minor(driver) < _major_minor(torch_cuda):
+        rows.append(("driver", f"supports CUDA up to {driver}, torch's CUDA is {torch_cuda}: runs through minor-version "
+                               "compatibility; PTX built by a newer nvcc cannot be JIT-compiled by this driver"))
+    else:
+        rows.append(("driver", f"supports CUDA up to {driver}" + (f", enough for torch's CUDA {torch_cuda}" if torch_cuda else "")))
+    if nvcc and driver and _major_minor(nvcc)[0] > _major_minor(driver)[0]:
+        rows.append(("nvcc vs driver", f"nvcc {nvcc} is a newer major version than the driver's CUDA {driver}: what it "
+                                       "builds cannot run on this driver: update the driver, or use an nvcc of CUDA "
+                                       f"{_major_minor(driver)[0]}"))
+    elif nvcc and driver and _major_minor(nvcc) > _major_minor(driver):
+        rows.append(("nvcc vs driver", f"nvcc {nvcc} is newer than the driver's CUDA {driver}: machine code for this GPU "
+                                       "runs (minor-version compatibility), but PTX fails with \"the provided PTX was "
+                                       "compiled with an unsupported toolchain\": update the driver"))
+    return rows
+
+
+def arch_list(value: str | None, capability: tuple[int, int] | None) -> str:
+    """What $TORCH_CUDA_ARCH_LIST means for builds on this GPU (capability (9, 0) for an H100)."""
+    if not value or value.strip() == "native":
+        return "unset: kernels.build compiles for the GPUs this process sees (and PTX for the newest)"
+    archs = [a.strip() for a in re.split(r"[;\s]+", value) if a.strip()]
+    if capability is None:
+        return f"TORCH_CUDA_ARCH_LIST={value}: builds target these architectures"
+    cc = f"{capability[0]}.{capability[1]}"
+    if any(a.removesuffix("+PTX") == cc for a in archs):
+        return f"TORCH_CUDA_ARCH_LIST={value}: includes this GPU's {cc}"
+    ptx = [a.removesuffix("+PTX") for a in archs if a.endswith("+PTX")]
+    if ptx and all(_major_minor(p) <= capability for p in ptx):
+        return f"TORCH_CUDA_ARCH_LIST={value}: no {cc} machine code, but PTX the driver compiles for it at first launch"
+    return (f"TORCH_CUDA_ARCH_LIST={value} DOES NOT INCLUDE this GPU's {cc}: every kernel built so fails with "
+            f"\"no kernel image is available for execution on the device\"; unset it, or add {cc}")
+
+
 def report() -> list[tuple[str, str]]:
     rows = [("python", f"{sys.version.split()[0]} ({sys.executable if os.environ.get('DOCTOR_PATHS') else platform.python_implementation()})"),
             ("platform", f"{platform.system()} {platform.machine()}")]
@@ -57,6 +120,9 @@ def report() -> list[tuple[str, str]]:
         rows.append(("nvcc", f"{m.group(1)} ({match or 'torch is a CPU build: the cuda backend cannot build'})"))
     else:
         rows.append(("nvcc", "not found (needed only for the cuda backend and make compile-check)"))
+    rows += cuda_versions(driver_cuda_version(), torch.version.cuda, m.group(1) if m else None)
+    capability = torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None
+    rows.append(("arch list", arch_list(os.environ.get("TORCH_CUDA_ARCH_LIST"), capability)))
     try:
         import ninja  # noqa: F401
 

@@ -327,9 +327,21 @@ LESSONS = {"04": _lesson04, "06": _lesson06, "09": _lesson09}
 
 
 def main(argv: list[str]) -> int:
+    """`python -m kernels.profiling NN [KERNEL]`: the simulator's access tables of a lesson's variants,
+    or, with KERNEL on a machine with a GPU, Nsight Compute on that variant (kernels/nsight.py)."""
+    from .backend import gpu_available
+
     lesson = (argv[0] if argv else "").zfill(2)
+    kernel = argv[1] if len(argv) > 1 else ""
+    if kernel and gpu_available():
+        from .nsight import profile_kernel
+
+        return profile_kernel(lesson, kernel)
+    if kernel:
+        print(f"KERNEL={kernel} runs Nsight Compute, which needs an NVIDIA GPU, and PyTorch sees none here."
+              + (f" The simulator's access tables of lesson {lesson} instead:" if lesson in LESSONS else ""))
     if lesson not in LESSONS:
-        print(f"which lesson? make profile LESSON=NN, with NN one of {', '.join(LESSONS)}")
+        print(f"which lesson? make profile LESSON=NN, with NN one of {', '.join(LESSONS)} (on the simulator)")
         return 2
     problem = compiler_problem()
     if problem:
@@ -339,11 +351,9 @@ def main(argv: list[str]) -> int:
         print(f"== {title}")
         print(profile(fn))
         print()
-    from .backend import gpu_available
-
     if gpu_available():
-        print("These are the simulator's figures. Nsight Compute's counters for the same kernels on this GPU, "
-              "side by side with them: python tests/toolkit/ncu_compare.py")
+        print("These are the simulator's figures. Nsight Compute on one variant: make profile LESSON=NN KERNEL=name; "
+              "its counters for the same kernels side by side with these: python tests/toolkit/ncu_compare.py")
     return 0
 
 

@@ -1,0 +1,279 @@
+"""Nsight Compute on one kernel of a lesson: `make profile LESSON=04 KERNEL=scale_add4` on a GPU.
+
+KERNEL names a variant (an op) of the lesson's reference file, kernels/reference/NN_*.cu. A child
+process builds inputs of a realistic size and calls that op WARMUP + 1 times; `ncu` watches it,
+profiles only the file's own kernels (--kernel-name regex of the kernels defined in the file, so
+PyTorch's kernels that make the inputs are left out), skips the warm-up launches (the first pays
+for loading the module, cold caches and clocks) and profiles one launch with the SpeedOfLight,
+Occupancy and LaunchStats sections. The report is kept as build/profile/NN_KERNEL.ncu-rep (open
+it with `ncu-ui`), and a short summary is read back from it with `ncu --import --csv --page details`.
+Times under ncu differ from a timeline: ncu runs one kernel at a time, replays it once per pass
+with caches flushed, and locks the clocks.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .build import ROOT, cuda_home
+
+WARMUP = 3
+SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
+_UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 2**10, "mibyte": 2**20,
+          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Workloads: for each lesson, the arguments of each op at a size that fills an H100's DRAM path.
+
+def _lesson04(dev) -> dict[str, Callable[[], tuple]]:
+    import torch
+
+    n = 2**26
+    x, y, out = (torch.rand(n, device=dev) for _ in range(3))
+    three = lambda: (1.5, x, y, out)  # noqa: E731
+    return {"copy1": lambda: (x, out), "copy5": lambda: (x, out), "scale_add1": lambda: (*three(), 256),
+            "scale_add2": three, "scale_add3": lambda: (*three(), 1), "scale_add4": three, "scale_add5": three}
+
+
+def _lesson05(dev) -> dict[str, Callable[[], tuple]]:
+    import torch
+
+    r, c = 8192, 8192
+    x, y, grad, out, dx = (torch.rand(r, c, device=dev) for _ in range(5))
+    bias, dbias = torch.rand(c, device=dev), torch.empty(c, device=dev)
+    return {"relu_add_bias1": lambda: (x, y, bias, out), "relu_add_bias2": lambda: (x, y, bias, out),
+            "bias_gelu3": lambda: (x, bias, True, out), "relu_add_bias_backward4": lambda: (grad, x, dx, dbias),
+            "bias_gelu_backward5": lambda: (grad, x, bias, True, dx, dbias)}
+
+
+def _lesson06(dev) -> dict[str, Callable[[], tuple]]:
+    import torch
+
+    x, one = torch.rand(2**26, device=dev), torch.zeros(1, device=dev)
+    m, rows = torch.rand(8192, 8192, device=dev), torch.empty(8192, device=dev)
+    ops = {name: (lambda: (x, one)) for name in
+           ("sum1", "sum2", "sum3", "sum2_noatomic", "sum3_noatomic", "sum4", "sum5", "sum6", "sum7")}
+    return {**ops, "row_sum1": lambda: (m, rows), "row_sum2": lambda: (m, rows), "row_max2": lambda: (m, rows)}
+
+
+def _lesson07(dev) -> dict[str, Callable[[], tuple]]:
+    import torch
+
+    x = torch.rand(8192, 8192, device=dev)
+    y, dy, out = torch.softmax(x, 1), torch.rand_like(x), torch.empty_like(x)
+    ops = {f"softmax{v}": (lambda: (x, out)) for v in range(1, 7)}
+    return {**ops, "softmax7": lambda: (x, 0.125, 1024, out), "softmax_backward1": lambda: (y, dy, out),
+            "softmax_backward2": lambda: (y, dy, out)}
+
+
+def _lesson09(dev) -> dict[str, Callable[[], tuple]]:
+    import torch
+
+    a, b, c = (torch.rand(2048, 2048, device=dev) for _ in range(3))
+    return {f"matmul{v}": (lambda: (a, b, c)) for v in range(1, 12)}
+
+
+WORKLOADS = {"04": _lesson04, "05": _lesson05, "06": _lesson06, "07": _lesson07, "09": _lesson09}
+
+
+def reference_file(lesson: str) -> Path:
+    """kernels/reference/NN_topic.cu of a lesson."""
+    found = sorted((ROOT / "kernels" / "reference").glob(f"{lesson}_*.cu"))
+    if not found:
+        raise FileNotFoundError(f"no reference file for lesson {lesson} in kernels/reference/")
+    return found[0]
+
+
+_GLOBAL = re.compile(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"
+                     r"(?:void\s+)?(\w+)\s*\(")
+
+
+def kernel_names(source: str) -> list[str]:
+    """The names of the __global__ functions defined in a .cu file's text, in order, once each."""
+    return list(dict.fromkeys(_GLOBAL.findall(source)))
+
+
+def kernel_regex(names: list[str]) -> str:
+    """ncu's --kernel-name filter for these kernels (a template kernel's name goes on with <...>)."""
+    return "regex:^(" + "|".join(re.escape(n) for n in names) + r")(<|$|\()"
+
+
+def check_request(lesson: str, kernel: str) -> str | None:
+    """Why `make profile LESSON=lesson KERNEL=kernel` cannot run (None when it can)."""
+    if lesson not in WORKLOADS:
+        return (f"KERNEL= profiles a variant of lessons {', '.join(WORKLOADS)} with Nsight Compute; "
+                f"lesson {lesson} has no workload for it")
+    import torch
+
+    ops = WORKLOADS[lesson](torch.device("meta"))
+    if kernel not in ops:
+        return f"lesson {lesson} has no variant {kernel!r}; KERNEL= is one of: {', '.join(ops)}"
+    return None
+
+
+def find_ncu() -> str | None:
+    """The ncu executable: in $CUDA_HOME/bin, else on PATH."""
+    home = cuda_home()
+    if home and (Path(home) / "bin" / "ncu").exists():
+        return str(Path(home) / "bin" / "ncu")
+    return shutil.which("ncu")
+
+
+def report_path(lesson: str, kernel: str) -> Path:
+    return ROOT / "build" / "profile" / f"{lesson}_{kernel}.ncu-rep"
+
+
+def ncu_command(ncu: str, lesson: str, kernel: str, regex: str, report: Path) -> list[str]:
+    """The ncu command line that profiles one launch of the op after the warm-up ones."""
+    sections = [a for s in SECTIONS for a in ("--section", s)]
+    return [ncu, "--kernel-name", regex, "--launch-skip", str(WARMUP), "--launch-count", "1", *sections,
+            "--export", str(report.with_suffix("")), "--force-overwrite",
+            sys.executable, "-m", "kernels.nsight", "--workload", lesson, kernel]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the report back.
+
+@dataclasses.dataclass
+class Summary:
+    """The figures `make profile` prints for one profiled launch (None where the report lacks one)."""
+
+    kernel: str
+    grid: str = ""
+    block: str = ""
+    duration_s: float | None = None
+    dram_pct: float | None = None         # DRAM throughput, % of peak
+    memory_pct: float | None = None       # the busiest memory unit, % of peak
+    compute_pct: float | None = None      # SM throughput, % of peak
+    achieved_occupancy: float | None = None
+    theoretical_occupancy: float | None = None
+    registers: float | None = None
+    static_smem: float | None = None      # bytes per block
+    dynamic_smem: float | None = None
+
+    def __str__(self) -> str:
+        def pct(v):
+            return "?" if v is None else f"{v:.1f} %"
+
+        def size(v):
+            return "?" if v is None else (f"{v / 1024:.1f} KiB" if v >= 1024 else f"{v:.0f} B")
+
+        dur = "?" if self.duration_s is None else (f"{self.duration_s * 1e3:.3f} ms" if self.duration_s >= 1e-3
+                                                    else f"{self.duration_s * 1e6:.1f} us")
+        return "\n".join([
+            f"{self.kernel}  grid {self.grid}  block {self.block}",
+            f"  duration                  {dur}",
+            f"  DRAM throughput           {pct(self.dram_pct)} of peak   (memory {pct(self.memory_pct)}, "
+            f"compute {pct(self.compute_pct)})",
+            f"  achieved occupancy        {pct(self.achieved_occupancy)}   (theoretical {pct(self.theoretical_occupancy)})",
+            f"  registers per thread      {'?' if self.registers is None else f'{self.registers:.0f}'}",
+            f"  shared memory per block   {size(self.static_smem)} static + {size(self.dynamic_smem)} dynamic"])
+
+
+# Metric names of the details page -> Summary field
+_DETAILS = {"Duration": "duration_s", "DRAM Throughput": "dram_pct", "Memory Throughput": "memory_pct",
+            "Compute (SM) Throughput": "compute_pct", "Achieved Occupancy": "achieved_occupancy",
+            "Theoretical Occupancy": "theoretical_occupancy", "Registers Per Thread": "registers",
+            "Static Shared Memory Per Block": "static_smem", "Dynamic Shared Memory Per Block": "dynamic_smem"}
+
+
+def _value(text: str, unit: str) -> float | None:
+    """A details-page value in base units (bytes, seconds); percentages and counts as they are."""
+    try:
+        v = float(text.replace(",", "").strip())
+    except ValueError:
+        return None
+    return v * _UNITS.get(unit.strip().lower().split("/")[0], 1.0)  # "Kbyte/block" scales as Kbyte
+
+
+def parse_details(text: str) -> list[Summary]:
+    """`ncu --import R --csv --page details` output: one Summary per profiled launch, in order.
+    Lines before the CSV header (ncu's ==PROF== notes, the program's output) are skipped."""
+    start = text.find('"ID"')
+    if start < 0:
+        return []
+    out: dict[str, Summary] = {}
+    for row in csv.DictReader(io.StringIO(text[start:])):
+        launch = row.get("ID")
+        if launch is None or not row.get("Kernel Name"):
+            continue
+        s = out.setdefault(launch, Summary(row["Kernel Name"], row.get("Grid Size", ""), row.get("Block Size", "")))
+        field = _DETAILS.get((row.get("Metric Name") or "").strip())
+        if field and getattr(s, field) is None:
+            setattr(s, field, _value(row.get("Metric Value", ""), row.get("Metric Unit", "")))
+    return [out[k] for k in sorted(out, key=lambda k: int(k) if k.isdigit() else 0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Running it.
+
+def run_workload(lesson: str, kernel: str) -> None:
+    """The child process that ncu watches: the op WARMUP + 1 times on its inputs."""
+    import torch
+
+    from .build import load
+
+    ext = load(reference_file(lesson), "cuda", quiet=True)
+    args = WORKLOADS[lesson](torch.device("cuda"))[kernel]()
+    op = getattr(ext, kernel)
+    torch.cuda.synchronize()
+    for _ in range(WARMUP + 1):
+        op(*args)
+    torch.cuda.synchronize()
+
+
+def profile_kernel(lesson: str, kernel: str) -> int:
+    """`make profile LESSON=NN KERNEL=name` on a GPU: run ncu, keep the report, print the summary."""
+    problem = check_request(lesson, kernel)
+    if problem:
+        print(problem)
+        return 2
+    ncu = find_ncu()
+    if not ncu:
+        print("ncu (Nsight Compute) was not found in $CUDA_HOME/bin or on PATH: it ships with the CUDA toolkit "
+              "(or install the nsight-compute package); put its folder on PATH")
+        return 1
+    from .build import load
+
+    src = reference_file(lesson)
+    load(src, "cuda", quiet=True)  # build here, so that the profiled child only loads the library
+    report = report_path(lesson, kernel)
+    report.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ncu_command(ncu, lesson, kernel, kernel_regex(kernel_names(src.read_text())), report)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    if done.returncode != 0 or not report.exists():
+        print(f"ncu failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
+            print("This user may not read the GPU's performance counters: run as root, or allow it "
+                  "(NVreg_RestrictProfilingToAdminUsers=0; see NVIDIA's ERR_NVGPUCTRPERM page)")
+        return 1
+    details = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "details"], capture_output=True,
+                             text=True)
+    found = parse_details(details.stdout)
+    if not found:
+        print(f"the report {os.path.relpath(report)} holds no kernel launch: did {kernel} launch a kernel of "
+              f"{src.name} more than {WARMUP} times?\n{done.stdout[-2000:]}")
+        return 1
+    print(f"Nsight Compute, {kernel} of lesson {lesson} (launch {WARMUP + 1}; ncu serialises kernels and locks clocks)")
+    for s in found:
+        print(s)
+    print(f"report: {os.path.relpath(report)}  (open with ncu-ui, or ncu --import {os.path.relpath(report)} --page details)")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--workload":
+        run_workload(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("usage: python -m kernels.nsight --workload NN KERNEL (the process ncu watches; "
+                 "run `make profile LESSON=NN KERNEL=name` instead)")
