@@ -307,3 +307,48 @@ def test_the_self_check_checks_the_gradients_of_both_inputs():
     torch.testing.assert_close(dx, want_dx)
     torch.testing.assert_close(db, want_db)
     assert with_bias((3, 5), torch.float32, "cpu")[1].shape == (5,)
+
+
+# ---------------------------------------------------------------------------------------------
+# The recorded figures and the comparison.
+
+RECORDED = ("bench,variant,ms,gbps,tflops,of_copy,vs_eager,vs_compile,note,copy_gbps,device,date,torch\n"
+            "bias + GELU 8192x8192 fp32,eager,0.5,1074,,0.36,1.0,0.4,,3000,H100,2026-11-23,2.11\n"
+            "bias + GELU 8192x8192 fp32,load (.cu),0.2,2684,,0.89,2.5,1.0,,3000,H100,2026-11-23,2.11\n"
+            "bias + GELU 8192x8192 fp32,triton op,0.25,2147,,0.72,2.0,0.8,,3000,H100,2026-11-23,2.11\n"
+            "build: first and cached (ms),load (.cu): first build,41000,,,,,,,3000,H100,2026-11-23,2.11\n"
+            "build: first and cached (ms),load (.cu): cached load,120,,,,,,,3000,H100,2026-11-23,2.11\n")
+
+
+def test_recorded_build_times_are_tabled_but_not_drawn_as_empty_bars(tmp_path, monkeypatch, capsys):
+    import matplotlib.pyplot as plt
+
+    from kernels.benchmarks import show_recorded
+
+    (tmp_path / "lesson11.csv").write_text(RECORDED)
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf().axes[0].get_title()))
+    show_recorded("11", recorded_dir=tmp_path)
+    assert shown == ["bias + GELU 8192x8192 fp32"]
+    assert "load (.cu): first build" in capsys.readouterr().out
+
+
+def test_the_comparison_reads_build_times_in_seconds_and_speed_from_the_recording(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from kernels.benchmarks.lesson11 import comparison
+
+    (tmp_path / "lesson11.csv").write_text(RECORDED)
+    monkeypatch.setattr(plt, "show", lambda *a, **k: None)
+    rows = {r["route"]: r for r in comparison(tmp_path)}
+    assert rows["load (.cu)"]["first build s"] == 41.0 and rows["load (.cu)"]["cached load s"] == 0.12
+    assert rows["load (.cu)"]["bias+GELU GB/s"] == 2684.0 and rows["triton"]["bias+GELU GB/s"] == 2147.0
+    assert rows["cupy"]["first build s"] is None and rows["cupy"]["bias+GELU GB/s"] is None
+    assert all(r["lines"] > 10 for r in rows.values())
+
+
+def test_lines_of_code_skip_blank_lines_comments_and_docstrings():
+    from kernels.benchmarks.lesson11 import code_lines
+
+    assert code_lines('def f():\n    """doc\n    more"""\n    # note\n\n    return 1\n') == 2
+    assert code_lines('#include "x.h"\n// comment\nint a;\n') == 2
