@@ -55,10 +55,11 @@ def raw_kernel(name: str):
 
 
 def as_cupy(t: torch.Tensor):
-    """A CuPy array over the tensor's memory (DLPack): no copy, the same data pointer."""
+    """A CuPy array over the tensor's memory (DLPack): no copy, the same data pointer. (Detached first:
+    PyTorch refuses to export a tensor that requires grad, as inside an autograd.Function's forward.)"""
     import cupy
 
-    return cupy.from_dlpack(t)
+    return cupy.from_dlpack(t.detach())
 
 
 @contextlib.contextmanager
@@ -110,7 +111,7 @@ def bias_gelu_round_trip(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     import numpy as np
 
     _check(x, bias)
-    xc, bc = cupy.asarray(x.cpu().numpy()), cupy.asarray(bias.cpu().numpy())
+    xc, bc = cupy.asarray(x.detach().cpu().numpy()), cupy.asarray(bias.detach().cpu().numpy())
     out = cupy.empty_like(xc)
     n = x.numel()
     if n:

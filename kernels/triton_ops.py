@@ -131,7 +131,7 @@ def softmax_launch(x: torch.Tensor, out: torch.Tensor, wrap=lambda k: k) -> None
         raise ValueError(f"rows of at most {MAX_COLS} columns fit in one program's registers, got {cols}")
     if x.numel():
         block = triton.next_power_of_2(cols)
-        warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
+        warps = 4 if block < 2048 else 8 if block < 4096 else 16  # more warps for longer rows: fewer values per thread
         wrap(_kernel("softmax", x))[(rows,)](x, out, cols, BLOCK=block, num_warps=warps)
 
 

@@ -190,6 +190,13 @@ def test_the_triton_ops_refuse_bad_inputs_saying_what_was_expected(triton_ops_re
         call(triton_ops_registered, dev)
 
 
+def test_without_triton_the_route_says_why_and_refuses_to_register(monkeypatch):
+    monkeypatch.setitem(sys.modules, "triton", None)  # as on a CPU-only setup: `import triton` fails
+    assert "Triton is not installed" in triton_ops.missing()
+    with pytest.raises(RuntimeError, match="Triton is not installed"):
+        triton_ops.register()
+
+
 def test_without_the_interpreter_a_cpu_tensor_gets_a_clear_error_in_a_fresh_process():
     if triton_ops.missing():
         pytest.skip(triton_ops.missing())

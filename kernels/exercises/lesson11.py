@@ -146,8 +146,9 @@ def _autograd_cases(module, device) -> list[Case]:
     try:
         y.backward(g)
         cases.append(_case("x changed in place", "the backward ran with x changed after the forward",
-                           "x was kept as a plain attribute of ctx, so the backward silently used the new values; "
-                           "ctx.save_for_backward(x, bias) records their versions and makes autograd refuse"))
+                           "the backward used x's new values without a word: a tensor kept as a plain attribute of "
+                           "ctx skips autograd's check; ctx.save_for_backward(x, bias) records the versions and "
+                           "makes autograd refuse"))
     except RuntimeError as e:
         ok = "modified by an inplace operation" in str(e)
         cases.append(_case("x changed in place", "" if ok else "the backward raised another error", str(e)[:200]))
