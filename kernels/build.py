@@ -292,27 +292,42 @@ def _import_so(name: str, so: Path, pybind: bool, entry: Path, backend: str):
         module.backend, module.path = backend, entry
         return module
     torch.ops.load_library(str(so))
-    return Extension(name, entry, backend, so)
+    return Extension(_op_namespace(_sources(entry), name), entry, backend, so)
 
 
-_LIBRARY_RE = re.compile(r"\bTORCH_LIBRARY(_EXPAND)?\s*\(\s*(\w+)")
+# A TORCH_LIBRARY, or with `fragment` a TORCH_LIBRARY_FRAGMENT, block (_EXPAND forms too): the
+# namespace is group 3, the module variable group 4, and the block's body starts at the match's end.
+_BLOCK_RE = {fragment: re.compile(rf"\bTORCH_LIBRARY({'_FRAGMENT' if fragment else ''})(_EXPAND)?\s*\(\s*(\w+)"
+                                  r"\s*,\s*(\w+)\s*\)\s*\{") for fragment in (False, True)}
 _namespaces: dict[str, Path] = {}  # op namespace -> the file whose library registered it in this process
+
+
+def _library_blocks(files: list[Path], name: str, fragment: bool):
+    """(namespace, module variable, source, mask, body start) for each TORCH_LIBRARY block of the files (the
+    FRAGMENT blocks with `fragment`) in code, not in a comment or a #define; TORCH_EXTENSION_NAME is `name`."""
+    from .sim.translate import code_mask
+
+    for f in files:
+        src = f.read_text()
+        mask = code_mask(src)
+        for m in _BLOCK_RE[fragment].finditer(src):
+            line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
+            if mask[m.start()] and not line.lstrip().startswith("#"):  # a use, not a #define
+                # TORCH_LIBRARY quotes its argument before expanding it; the _EXPAND form expands it
+                ns = name if m.group(2) and m.group(3) == "TORCH_EXTENSION_NAME" else m.group(3)
+                yield ns, m.group(4), src, mask, m.end()
 
 
 def _fixed_namespaces(files: list[Path], name: str) -> set[str]:
     """The op namespaces that TORCH_LIBRARY blocks in these files register (TORCH_EXTENSION_NAME is `name`)."""
-    from .sim.translate import code_mask
+    return {ns for ns, *_ in _library_blocks(files, name, fragment=False)}
 
-    found = set()
-    for f in files:
-        src = f.read_text()
-        mask = code_mask(src)
-        for m in _LIBRARY_RE.finditer(src):
-            line = src[src.rfind("\n", 0, m.start()) + 1:m.start()]
-            if mask[m.start()] and not line.lstrip().startswith("#"):  # a use, not a #define
-                # TORCH_LIBRARY quotes its argument before expanding it; the _EXPAND form expands it
-                found.add(name if m.group(1) and m.group(2) == "TORCH_EXTENSION_NAME" else m.group(2))
-    return found
+
+def _op_namespace(files: list[Path], name: str) -> str:
+    """The namespace whose ops an Extension shows: the one namespace that the files' TORCH_LIBRARY and
+    TORCH_LIBRARY_FRAGMENT blocks define ops in, else TORCH_EXTENSION_NAME (`name`)."""
+    found = _fixed_namespaces(files, name) | {ns for ns, *_ in _library_blocks(files, name, fragment=True)}
+    return found.pop() if len(found) == 1 else name
 
 
 def _namespace_taken(ns: str) -> bool:
@@ -342,7 +357,33 @@ def _namespace_clash(entry: Path, name: str, backend: str) -> BuildError | None:
             f"registers it again with TORCH_LIBRARY, and PyTorch allows one TORCH_LIBRARY per namespace per "
             f"process. Restart the Python process (in Jupyter: Kernel > Restart) before loading it for {backend}, "
             "or give the file a namespace of its own (TORCH_EXTENSION_NAME).")
+    import torch
+
+    have = set(torch._C._dispatch_get_all_op_names())
+    for ns, op in _fragment_defs(_sources(entry), name):
+        if f"{ns}::{op}" in have:
+            return BuildError(
+                f"the op {ns}::{op} is already defined in this process; {display_path(entry)} defines it again "
+                f"in a TORCH_LIBRARY_FRAGMENT, and PyTorch allows one definition of an op per process (an edited "
+                f"copy of a source loaded before defines it a second time). Restart the Python process (in "
+                f"Jupyter: Kernel > Restart) before loading it for {backend}, or give the file a namespace of its "
+                "own (TORCH_LIBRARY_FRAGMENT_EXPAND(TORCH_EXTENSION_NAME, m): each build gets its own).")
     return None
+
+
+def _fragment_defs(files: list[Path], name: str) -> list[tuple[str, str]]:
+    """(namespace, op) for each op that a TORCH_LIBRARY_FRAGMENT block of the files defines (m.def("op...")),
+    fragments of TORCH_EXTENSION_NAME included (a namespace of `name`)."""
+    found = []
+    for ns, var, src, mask, start in _library_blocks(files, name, fragment=True):
+        depth, end = 1, start
+        while end < len(src) and depth:  # the block's body: to the brace that closes it
+            if mask[end]:
+                depth += {"{": 1, "}": -1}.get(src[end], 0)
+            end += 1
+        defs = re.finditer(rf"\b{var}\s*\.\s*def\s*\(\s*(R\"\(|\")\s*(\w+)", src[start:end])
+        found += [(ns, d.group(2)) for d in defs]
+    return found
 
 
 def _stamp(so: Path) -> str:
@@ -705,6 +746,41 @@ def _missing_toolkit_headers() -> list[str]:
 def load(source: str | os.PathLike, backend: str | None = None, **kwargs):
     """Build and load a .cu file (a path, or a reference name such as '04'); see `build`."""
     return build(source, backend, **kwargs)
+
+
+def load_inline(name: str, cuda_src: str, backend: str | None = None, **kwargs):
+    """Build and load CUDA source held in a Python string, on either backend, cached like a file.
+
+    The string is written to build/inline/<name>-<hash of the string>/<name>.cu (once) and built
+    by `build`, so the same string loads from the cache, on both backends, and a compiler error
+    names the string's own line ("line 12 of the inline source 'gelu'"). Like a file it may
+    include "helpers.cuh" and register ops with TORCH_LIBRARY_FRAGMENT (or TORCH_LIBRARY).
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise ValueError(f"load_inline's name must be an identifier (letters, digits, _), got {name!r}")
+    if not isinstance(cuda_src, str) or not cuda_src.strip():
+        raise ValueError(f"load_inline's cuda_src must be the CUDA source as a non-empty string, got {cuda_src!r:.60}")
+    digest = hashlib.sha256(cuda_src.encode()).hexdigest()[:10]
+    path = build_root() / "inline" / f"{name}-{digest}" / f"{name}.cu"
+    if not path.exists() or path.read_text() != cuda_src:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(cuda_src)
+        tmp.replace(path)  # atomic: a process building the same string at once never reads half a file
+    try:
+        return build(path, backend, **kwargs)
+    except BuildError as e:
+        raise BuildError(_inline_lines(str(e), path, name)) from None
+
+
+def _inline_lines(message: str, path: Path, name: str) -> str:
+    """A build error's `file:12:5:` and `file(12):` locations as the string's lines (the file may be
+    named absolutely, from the working directory or from the repository)."""
+    names = {str(path), display_path(path), _relative(str(path))}
+    where = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    message = re.sub(rf"(?:{where})(?::(\d+)(?::\d+)?:|\((\d+)\):?)",
+                     lambda m: f"line {m.group(1) or m.group(2)} of the inline source {name!r}:", message)
+    return re.sub(where, f"the inline source {name!r}", message)
 
 
 def compile_only(source: str | os.PathLike, python_module: bool | None = None) -> Path:

@@ -26,8 +26,9 @@ def plant(source: Path, old: str, new: str, name: str) -> Path:
     assert count == 1, f"{Path(source).name} contains {old!r} {count} times, not once: update the planted bug"
     PLANTED.mkdir(parents=True, exist_ok=True)
     dest = PLANTED / name
-    # the note goes last, so the copy's line numbers are the solution's
-    planted = text.replace(old, new) + f"\n// planted bug: {old!r} -> {new!r}\n"
+    # the note goes last, so the copy's line numbers are the solution's (a comment of the file's language)
+    comment = "#" if dest.suffix == ".py" else "//"
+    planted = text.replace(old, new) + f"\n{comment} planted bug: {old!r} -> {new!r}\n"
     if not dest.exists() or dest.read_text() != planted:
         dest.write_text(planted)
     return dest

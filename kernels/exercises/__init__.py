@@ -41,7 +41,7 @@ class Exercise:
     lesson: str            # "04"
     name: str              # "copy_vec4"
     file: str              # the file name, in lessons/NN_topic/ (stub) and solutions/NN_topic/
-    run: Callable          # run(ext, backend) -> Report
+    run: Callable          # run(ext, backend) -> Report; ext is the built file, or the imported .py module
     hints: list[str | Hint] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
 
 
@@ -116,10 +116,27 @@ def _print_hints(ex: Exercise, report: Report, show: int, shell: bool) -> None:
         print(f"  that was the last hint; the worked answer is solutions/{lesson_dir(ex.lesson, True).name}/{ex.file}")
 
 
+def import_fresh(path: Path):
+    """A Python exercise file imported anew (the learner's latest edit), under a name of its own."""
+    import importlib.util
+    import sys
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such exercise file: {path}")
+    name = f"_exercise_{path.stem}_{abs(hash(path.resolve()))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.pop(name, None)
+    spec.loader.exec_module(module)
+    return module
+
+
 def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | None = None,
                    solution: bool = False, backend: str | None = None, show_hints: int = 1,
                    shell: bool = False) -> Report:
-    """Build the exercise file (yours in lessons/, or the solution) and run its self-check.
+    """Build the exercise file (yours in lessons/, or the solution) and run its self-check; a Python
+    exercise file (.py) is imported instead of built.
 
     Prints a pass/fail line per case and, on failure, `show_hints` hints of the ladder starting
     from the one that fits the failure, and how to ask for the next (a make command if `shell`).
@@ -129,14 +146,17 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
     for ex in find(lesson, name):
         src = Path(path) if path else lesson_dir(ex.lesson, solution) / ex.file
         try:
-            ext = load(src, backend)
-        except (BuildError, FileNotFoundError) as e:
-            print(f"{ex.name}: does not build yet\n{e}")
+            ext = import_fresh(src) if src.suffix == ".py" else load(src, backend)
+        except Exception as e:  # a Python exercise may fail to import in any way; a .cu file only as below
+            if src.suffix != ".py" and not isinstance(e, (BuildError, FileNotFoundError)):
+                raise
+            print(f"{ex.name}: does not {'import' if src.suffix == '.py' else 'build'} yet\n{e}")
             r = Report(ex.name)
             from ..check import Case
             import torch
 
-            r.cases.append(Case("build", torch.float32, False, "the file does not compile"))
+            r.cases.append(Case("build", torch.float32, False,
+                                "the file does not import" if src.suffix == ".py" else "the file does not compile"))
             reports.append(r)
             continue
         r = ex.run(ext, backend)

@@ -1,0 +1,256 @@
+"""Lesson 11 on the GPU: the same ops by every route, in one run.
+
+- softmax 8192x8192 fp32: the Triton kernel against lesson 07's final kernel (softmax6), eager and
+  torch.compile (the bar: Triton >= 0.9x softmax6).
+- bias + GELU 8192x8192 fp32: the .cu op through kernels.load, the same source through kernels.load_inline,
+  CuPy's zero-copy launch of its kernel, the Triton kernel and lesson 05's vectorised bias_gelu3.
+- CuPy per call at 1 MiB and 256 MiB: zero copy through DLPack against the round trip through the CPU.
+- first build and cached load of each route, each timed in a fresh process with an empty cache
+  (rows of the bench "build: first and cached (ms)", no byte count: they stay out of the README table).
+GB/s count x read once and the output written once (bias is a row, read from cache).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..bench import Row, bench, copy_bandwidth, plot, table, write_csv
+from ..build import ROOT, load, load_inline
+from ..exercises.lesson11 import bias_gelu_ref
+
+BUILD_BENCH = "build: first and cached (ms)"
+N = 8192
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5)
+
+
+def _softmax(copy: float, out_dir: Path) -> list[Row]:
+    from .. import triton_ops
+
+    ext7 = load("07", "cuda")
+    ops = triton_ops.register("cuda")
+    x = torch.randn(N, N, device="cuda")
+    out = torch.empty_like(x)
+    want = torch.softmax(x, dim=-1)
+
+    def correct() -> bool:
+        ext7.softmax6(x, out)
+        return _close(out, want) and _close(ops.softmax(x), want)
+
+    # "triton kernel" launches into `out` as softmax6 does; "triton op" is the registered op (allocation and
+    # the op's Python dispatch included)
+    return bench(f"softmax {N}x{N} fp32", {"softmax6 (lesson 07)": lambda: ext7.softmax6(x, out),
+                                          "triton kernel": lambda: triton_ops.softmax_launch(x, out),
+                                          "triton op": lambda: ops.softmax(x)},
+                 bytes=2 * x.nbytes, torch_fn=lambda t: torch.softmax(t, dim=-1), args=(x,), copy_gbps=copy,
+                 check=correct, csv_path=out_dir / "lesson11.csv", plot_path=out_dir / "lesson11_softmax.png",
+                 show=False)
+
+
+def _bias_gelu(copy: float, out_dir: Path) -> list[Row]:
+    from .. import cupy_route, triton_ops
+
+    ext = load("11", "cuda")
+    inline = load_inline("bias_gelu_inline", cupy_route.SOURCE.read_text(), "cuda")
+    ext5 = load("05", "cuda")
+    ops = triton_ops.register("cuda")
+    x, b = torch.randn(N, N, device="cuda"), torch.randn(N, device="cuda")
+    out = torch.empty_like(x)
+    want = bias_gelu_ref(x, b)
+    variants = {"load (.cu)": lambda: ext.bias_gelu(x, b), "load_inline": lambda: inline.bias_gelu(x, b),
+                "triton kernel": lambda: triton_ops.bias_gelu_launch(x, b, out), "triton op": lambda: ops.bias_gelu(x, b),
+                "bias_gelu3 (lesson 05)": lambda: ext5.bias_gelu(x, b, True)}
+    if not cupy_route.missing():
+        variants["cupy zero-copy"] = lambda: cupy_route.bias_gelu(x, b)
+
+    def correct() -> bool:
+        triton_ops.bias_gelu_launch(x, b, out)
+        return _close(out, want) and all(_close(fn(), want) for name, fn in variants.items() if name != "triton kernel")
+
+    def eager(t, bias):
+        return torch.nn.functional.gelu(t + bias, approximate="tanh")
+
+    return bench(f"bias + GELU {N}x{N} fp32", variants, bytes=2 * x.nbytes, torch_fn=eager, args=(x, b),
+                 copy_gbps=copy, check=correct, csv_path=out_dir / "lesson11.csv",
+                 plot_path=out_dir / "lesson11_bias_gelu.png", show=False)
+
+
+def _cupy_overhead(copy: float, out_dir: Path) -> list[Row]:
+    from .. import cupy_route
+
+    if cupy_route.missing():
+        print(f"cupy per-call overhead skipped: {cupy_route.missing()}")
+        return []
+    ext = load("11", "cuda")
+    rows = []
+    for mib in (1, 256):
+        cols = 1024
+        x = torch.randn(mib * 2**20 // 4 // cols, cols, device="cuda")
+        b = torch.randn(cols, device="cuda")
+        want = bias_gelu_ref(x, b)
+
+        def correct() -> bool:
+            return _close(cupy_route.bias_gelu(x, b), want) and _close(cupy_route.bias_gelu_round_trip(x, b), want)
+
+        rows += bench(f"cupy per call, {mib} MiB fp32", {
+            "load (.cu)": lambda: ext.bias_gelu(x, b),
+            "cupy zero-copy": lambda: cupy_route.bias_gelu(x, b),
+            "cupy round trip": lambda: cupy_route.bias_gelu_round_trip(x, b),
+        }, bytes=2 * x.nbytes, torch_fn=lambda t, bias: torch.nn.functional.gelu(t + bias, approximate="tanh"),
+            args=(x, b), compile=False, copy_gbps=copy, check=correct, csv_path=out_dir / "lesson11.csv",
+            plot_path=out_dir / f"lesson11_cupy_{mib}mib.png", show=False)
+    return rows
+
+
+# What each route's fresh process runs: the import, then `first` timed; the same in a second process
+# with the cache the first one filled gives the cached load.
+_BUILDS = {
+    "load (.cu)": ("from kernels import load", "load('11', 'cuda', quiet=True)", "KERNELS_BUILD_DIR"),
+    "load_inline": ("from kernels import load_inline; from kernels.cupy_route import SOURCE; s = SOURCE.read_text()",
+                    "load_inline('bias_gelu_inline', s, 'cuda', quiet=True)", "KERNELS_BUILD_DIR"),
+    "triton": ("import torch; from kernels import triton_ops; ops = triton_ops.register('cuda'); "
+               "x = torch.randn(64, 1024, device='cuda'); torch.cuda.synchronize()",
+               "ops.softmax(x); ops.bias_gelu(x, x[0]); torch.cuda.synchronize()", "TRITON_CACHE_DIR"),
+    "cupy": ("import torch; from kernels import cupy_route; x = torch.randn(64, 1024, device='cuda'); "
+             "torch.cuda.synchronize()", "cupy_route.bias_gelu(x, x[0]); torch.cuda.synchronize()", "CUPY_CACHE_DIR"),
+}
+
+
+def _seconds_in_fresh_process(setup: str, timed: str, env: dict) -> float:
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); {setup}\n"
+            f"t = time.perf_counter(); {timed}; print('SECONDS', time.perf_counter() - t)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("SECONDS")]
+    if run.returncode or not lines:
+        raise RuntimeError(f"timing a build failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    return float(lines[-1].split()[1])
+
+
+def _builds(copy: float, out_dir: Path) -> list[Row]:
+    """Each route's first build (an empty cache) and cached load (the cache the first filled), in fresh processes."""
+    from .. import cupy_route
+
+    rows = []
+    for route, (setup, timed, cache_var) in _BUILDS.items():
+        if route == "cupy" and cupy_route.missing():
+            continue
+        with tempfile.TemporaryDirectory() as cache:
+            env = {**os.environ, cache_var: cache}
+            for when in ("first build", "cached load"):
+                s = _seconds_in_fresh_process(setup, timed, env)
+                rows.append(Row(BUILD_BENCH, f"{route}: {when}", 1000 * s, None, None, None, None, None))
+                print(f"{route:<12} {when:<12} {s:8.2f} s")
+    write_csv(rows, out_dir / "lesson11.csv", copy)
+    return rows
+
+
+def run(out_dir: Path) -> list[Row]:
+    """Softmax (Triton vs lesson 07), bias + GELU by every route, CuPy's per-call overhead, build times."""
+    copy = copy_bandwidth()
+    rows = _softmax(copy, out_dir)
+    rows += _bias_gelu(copy, out_dir)
+    rows += _cupy_overhead(copy, out_dir)
+    labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson11_all.png", show=False)
+    print(table(labelled, copy))
+    return rows + _builds(copy, out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison the lesson shows (from the recorded CSV on a machine without a GPU).
+
+def code_lines(text: str) -> int:
+    """Lines of code in C++ or Python text: blank lines, comment lines and docstring lines not counted."""
+    count, in_doc = 0, False
+    for line in text.splitlines():
+        s = line.strip()
+        if in_doc:
+            in_doc = not (s.endswith('"""') or s.endswith("'''"))
+            continue
+        if s.startswith(('"""', "'''")):
+            in_doc = not (len(s) > 3 and s.endswith(s[:3]))
+            continue
+        if s and not s.startswith(("//", "#")) or s.startswith("#include"):
+            count += 1
+    return count
+
+
+def route_lines() -> dict[str, int]:
+    """Lines of code each route needs for bias + GELU forward (kernel, launcher, registration; the shared
+    helpers and the learner's own call not counted)."""
+    import inspect
+
+    from .. import cupy_route, triton_ops
+
+    cu = cupy_route.SOURCE.read_text()
+    kernels = cupy_route.kernel_source()
+    backward = cu[cu.index("// bias_gelu_backward_kernel1"):cu.index("// ----", cu.index("// bias_gelu_backward_kernel1"))]
+    forward_cu = cu.replace(backward, "")
+    forward_cu = forward_cu[:forward_cu.index("at::Tensor bias_gelu_backward")] + forward_cu[forward_cu.index("// ----", forward_cu.index("at::Tensor bias_gelu_backward")):]
+    cupy_code = kernels.replace(backward, "") + "".join(inspect.getsource(f) for f in (
+        cupy_route.raw_kernel, cupy_route.as_cupy, cupy_route.torch_stream, cupy_route.launch, cupy_route.bias_gelu))
+    triton_code = "".join(inspect.getsource(f) for f in (triton_ops._bias_gelu_kernel, triton_ops.bias_gelu_launch))
+    return {"load (.cu)": code_lines(forward_cu), "load_inline": code_lines(forward_cu) + 1,
+            "cupy": code_lines(cupy_code), "triton": code_lines(triton_code) + 5}  # + the op's 5 lines in register()
+
+
+CAN = {  # what each route can and cannot do, as the lesson shows it
+    "load (.cu)": "everything CUDA C++ can: shared memory, warp shuffles, templates, any launch; ops with autograd, "
+                  "torch.compile and the simulator; an nvcc build per change (cached)",
+    "load_inline": "the same as load, with the source in a Python string: handy in a notebook, but no editor "
+                   "support, and an edit in one process cannot redefine an op (restart)",
+    "cupy": "CUDA C++ kernels compiled at run time (NVRTC, seconds), no PyTorch headers: raw pointers, your own "
+            "launch; no op registration, autograd by hand, GPU only",
+    "triton": "Python kernels over blocks of values; the compiler picks the memory moves and autotunes; no explicit "
+              "shared memory or warp shuffles; NVIDIA and AMD GPUs, a CPU interpreter for tests",
+}
+
+
+def comparison(recorded_dir: Path | None = None, plot_it: bool = True) -> list[dict]:
+    """A table (and a plot) of the routes: lines of code, first build and cached load, bias + GELU GB/s,
+    from the recorded GPU run; one dict per route."""
+    import csv
+
+    from . import RECORDED
+
+    path = (recorded_dir or RECORDED) / "lesson11.csv"
+    records = list(csv.DictReader(path.open())) if path.exists() else []
+    if not records:
+        print("No recorded GPU figures for lesson 11 yet (they come from `make bench RECORD=1` on a GPU).")
+    ms = {(r["bench"], r["variant"]): float(r["ms"]) for r in records}
+    gbps = {r["variant"]: float(r["gbps"]) for r in records if r["bench"].startswith("bias + GELU") and r["gbps"]}
+    speed_of = {"load (.cu)": "load (.cu)", "load_inline": "load_inline", "cupy": "cupy zero-copy",
+                "triton": "triton op"}
+    out = []
+    for route, lines in route_lines().items():
+        first, cached = (ms.get((BUILD_BENCH, f"{route}: {w}")) for w in ("first build", "cached load"))
+        out.append({"route": route, "lines": lines, "first build s": first and first / 1000,
+                    "cached load s": cached and cached / 1000, "bias+GELU GB/s": gbps.get(speed_of[route])})
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    print(f"{'route':<13}{'lines':>6}{'first build':>13}{'cached load':>13}{'bias+GELU':>11}")
+    for r in out:
+        print(f"{r['route']:<13}{r['lines']:>6}{fmt(r['first build s'], '.1f'):>11} s{fmt(r['cached load s'], '.2f'):>11} s"
+              f"{fmt(r['bias+GELU GB/s'], '.0f'):>7} GB/s")
+    if records:
+        print(f"(recorded on {records[0]['device']}, {records[0]['date']}, torch {records[0]['torch']})")
+    if plot_it:
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3))
+        names = [r["route"] for r in out]
+        for ax, key, title in zip(axes, ("lines", "first build s", "bias+GELU GB/s"),
+                                  ("lines of code", "first build (s, GPU machine)", "bias + GELU 8192^2 (GB/s)")):
+            ax.bar(names, [r[key] or 0 for r in out], color="#3b7dd8")
+            ax.set_title(title, fontsize=10)
+            plt.setp(ax.get_xticklabels(), rotation=25, ha="right")
+        fig.tight_layout()
+        plt.show()
+    return out
