@@ -594,10 +594,11 @@ using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2, 2>;
 
 // matmul12's shapes: block tile BM x BN x BK, warp tiles WM x WN (FM x FN fragments), STAGES shared buffers in
 // dynamic shared memory, each filled by cp.async (__pipeline_memcpy_async) STAGES - 1 steps ahead of its use.
-template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 1>
 struct AsyncTiling {
   static constexpr bool TF32 = sizeof(T) == 4;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
+  static constexpr int GROUP = GROUP_;  // blocks walk C in bands of GROUP row tiles (see tile_of_block)
   static constexpr int FRAG_M = 16, FRAG_N = 16, FRAG_K = TF32 ? 8 : 16;
   static constexpr int FM = WM / FRAG_M, FN = WN / FRAG_N;
   static constexpr int WARPS = (BM / WM) * (BN / WN), THREADS = 32 * WARPS;
@@ -616,6 +617,7 @@ struct AsyncTiling {
                 (A_STAGE * sizeof(T)) % 128 == 0 && (B_STAGE * sizeof(T)) % 128 == 0,
                 "each fragment starts 32-byte aligned, as load_matrix_sync requires");
   static_assert(STAGES >= 2 && STAGES <= 8, "2 to 8 buffers (__pipeline_wait_prior counts up to 8)");
+  static_assert(GROUP >= 1, "a band holds at least one row tile");
   static_assert(SHARED <= 227 * 1024 && EPILOGUE <= SHARED, "an H100 block has at most 227 KB of shared memory");
 };
 
@@ -649,6 +651,18 @@ __device__ __forceinline__ void async_load_tiles(T* As, T* Bs, const T* __restri
   async_copy_tile<W::BK, W::BN, W::LDB, W::THREADS, T, ALIGNED>(Bs, B, K, N, k0, n0);
 }
 
+// The tile of C that block (blockIdx.x, blockIdx.y) computes, as (row tile, column tile). Numbered in
+// launch order, blocks run across all column tiles of a band of GROUP row tiles before the next band:
+// the blocks resident at one time then share fewer rows of A and columns of B, which stay in L2.
+// GROUP 1 is the plain order (row tile blockIdx.y, column tile blockIdx.x).
+template <int GROUP>
+__device__ __forceinline__ int2 tile_of_block() {
+  const int tiles_n = gridDim.x, tiles_m = gridDim.y, id = blockIdx.y * tiles_n + blockIdx.x;
+  const int first = id / (GROUP * tiles_n) * GROUP, rows = min(tiles_m - first, GROUP);
+  const int in_band = id % (GROUP * tiles_n);
+  return make_int2(first + in_band % rows, in_band / rows);
+}
+
 // matmul_wmma_async_kernel (matmul12): block owns a BM x BN tile of C, warp w a WM x WN region (FM x FN
 // accumulator fragments). The tiles of A and B reach shared memory by cp.async, STAGES - 1 steps ahead:
 // while the warps multiply step s, the copies for steps s + 1 .. s + STAGES - 1 are in flight, with no
@@ -663,7 +677,8 @@ __global__ void __launch_bounds__(W::THREADS) matmul_wmma_async_kernel(const T* 
   T* Bs = As + W::STAGES * W::A_STAGE;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
-  const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * W::BN;
+  const int2 tile = tile_of_block<W::GROUP>();
+  const int m0 = tile.x * W::BM, n0 = tile.y * W::BN;
 
   Accumulators<W> acc;
   zero_accumulators<W>(acc);
@@ -916,28 +931,41 @@ static void launch_wmma_async(const at::Tensor& a, const at::Tensor& b, at::Tens
 void matmul12(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_async<Wmma12>(a, b, c); }
 
 #ifdef MATMUL12_SWEEP
-// Tile shapes for the benchmark's sweep (`python -m kernels.benchmarks.lesson09 --quick`), built only when
-// MATMUL12_SWEEP is defined: each instantiation costs compile time. Entry i of the names describes config i.
-template <typename T> using Sweep0 = AsyncTiling<T, 128, 256, 32, 64, 64, 3>;
-template <typename T> using Sweep1 = AsyncTiling<T, 128, 128, 32, 64, 64, 4>;
-template <typename T> using Sweep2 = AsyncTiling<T, 256, 128, 32, 64, 64, 3>;
-template <typename T> using Sweep3 = AsyncTiling<T, 128, 256, 32, 64, 64, 4>;
-template <typename T> using Sweep4 = AsyncTiling<T, 128, 128, 64, 64, 64, 3>;
+// Tile shapes for the benchmark's sweep (`python -m kernels.benchmarks.lesson09 --quick --sweep`), built only
+// when MATMUL12_SWEEP is defined (each instantiation costs compile time), for 16-byte aligned rows only.
+#define MATMUL12_SWEEP_CONFIGS(X)                          \
+  X(0, "128x256x32, warps 64x64, 3 stages", 128, 256, 32, 64, 64, 3, 1) \
+  X(1, "128x256x32, warps 64x64, 4 stages", 128, 256, 32, 64, 64, 4, 1) \
+  X(2, "128x128x32, warps 64x64, 4 stages", 128, 128, 32, 64, 64, 4, 1) \
+  X(3, "256x128x32, warps 64x64, 3 stages", 256, 128, 32, 64, 64, 3, 1) \
+  X(4, "128x256x64, warps 64x64, 3 stages", 128, 256, 64, 64, 64, 3, 1) \
+  X(5, "128x256x32, warps 64x64, 3 stages, bands of 8", 128, 256, 32, 64, 64, 3, 8)
 
 std::vector<std::string> matmul12_sweep_configs() {
-  return {"128x256x32 warps 64x64, 3 stages", "128x128x32 warps 64x64, 4 stages", "256x128x32 warps 64x64, 3 stages",
-          "128x256x32 warps 64x64, 4 stages", "128x128x64 warps 64x64, 3 stages"};
+#define MATMUL12_NAME(i, name, ...) name,
+  return {MATMUL12_SWEEP_CONFIGS(MATMUL12_NAME)};
+#undef MATMUL12_NAME
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int GROUP>
+static void launch_sweep(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
+  TORCH_CHECK(vec16_ok<__half>(a, b) && aligned16(c), "the sweep takes 16-byte aligned rows only (K and N multiples of 8)");
+  if (nothing_to_do(c)) return;
+  if (a.scalar_type() == at::kBFloat16)
+    launch_wmma_async_kernel<AsyncTiling<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, GROUP>, __nv_bfloat16, true>(a, b, c);
+  else
+    launch_wmma_async_kernel<AsyncTiling<__half, BM, BN, BK, WM, WN, STAGES, GROUP>, __half, true>(a, b, c);
 }
 
 void matmul12_sweep(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int64_t config) {
   switch (config) {
-    case 0: return launch_wmma_async<Sweep0>(a, b, c);
-    case 1: return launch_wmma_async<Sweep1>(a, b, c);
-    case 2: return launch_wmma_async<Sweep2>(a, b, c);
-    case 3: return launch_wmma_async<Sweep3>(a, b, c);
-    case 4: return launch_wmma_async<Sweep4>(a, b, c);
+#define MATMUL12_CASE(i, name, ...) \
+  case i: return launch_sweep<__VA_ARGS__>(a, b, c);
+    MATMUL12_SWEEP_CONFIGS(MATMUL12_CASE)
+#undef MATMUL12_CASE
   }
-  TORCH_CHECK(false, "config must be 0 to 4 (see matmul12_sweep_configs()), got ", std::to_string(config));
+  TORCH_CHECK(false, "config must be one of matmul12_sweep_configs()'s indices, got ", std::to_string(config));
 }
 #endif
 
