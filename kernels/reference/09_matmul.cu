@@ -594,11 +594,12 @@ using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2, 2>;
 
 // matmul12's shapes: block tile BM x BN x BK, warp tiles WM x WN (FM x FN fragments), STAGES shared buffers in
 // dynamic shared memory, each filled by cp.async (__pipeline_memcpy_async) STAGES - 1 steps ahead of its use.
-template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 1>
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 1, int MIN_BLOCKS_ = 1>
 struct AsyncTiling {
   static constexpr bool TF32 = sizeof(T) == 4;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
   static constexpr int GROUP = GROUP_;  // blocks walk C in bands of GROUP row tiles (see tile_of_block)
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;  // blocks per SM that __launch_bounds__ asks registers for
   static constexpr int FRAG_M = 16, FRAG_N = 16, FRAG_K = TF32 ? 8 : 16;
   static constexpr int FM = WM / FRAG_M, FN = WN / FRAG_N;
   static constexpr int WARPS = (BM / WM) * (BN / WN), THREADS = 32 * WARPS;
@@ -670,8 +671,8 @@ __device__ __forceinline__ int2 tile_of_block() {
 // mma_syncs (64x64 warps: 8 loads for 16 products, where matmul10's 64x32 needs 6 for 8). The epilogue
 // converts to T in a per-warp staging tile and stores 8 values (16 bytes) per lane where C allows.
 template <class W, typename T, bool ALIGNED>
-__global__ void __launch_bounds__(W::THREADS) matmul_wmma_async_kernel(const T* __restrict__ A, const T* __restrict__ B,
-                                                                       T* __restrict__ C, int M, int N, int K) {
+__global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS)
+    matmul_wmma_async_kernel(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K) {
   extern __shared__ uint4 async_smem[];  // uint4 in every instantiation: extern shared arrays share one name and type
   T* As = reinterpret_cast<T*>(async_smem);
   T* Bs = As + W::STAGES * W::A_STAGE;
@@ -899,16 +900,14 @@ void matmul11(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   if (!nothing_to_do(c)) launch_wmma<Wmma11, float>(a, b, c);
 }
 
-// matmul12: above 48 KB a kernel must opt in to more dynamic shared memory, once per kernel. The 16-byte
+// matmul12: above 48 KB a kernel must opt in to more dynamic shared memory. The 16-byte
 // copies and stores need K and N multiples of 16 bytes and A, B and C 16-byte aligned.
 template <class W, typename T, bool ALIGNED>
 static void launch_wmma_async_kernel(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   const int M = a.size(0), K = a.size(1), N = b.size(1);
   auto kernel = matmul_wmma_async_kernel<W, T, ALIGNED>;
-  if (W::SHARED > 48 * 1024) {
-    static const cudaError_t opted = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, W::SHARED);
-    C10_CUDA_CHECK(opted);
-  }
+  if (W::SHARED > 48 * 1024)  // per device, so at every launch (a host call of about a microsecond)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, W::SHARED));
   kernel<<<tile_grid(M, N, W::BM, W::BN), W::THREADS, W::SHARED, c10::cuda::getCurrentCUDAStream()>>>(
       ptr<T>(a), ptr<T>(b), mut<T>(c), M, N, K);
   CHECK_LAUNCH();
@@ -933,13 +932,14 @@ void matmul12(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_
 #ifdef MATMUL12_SWEEP
 // Tile shapes for the benchmark's sweep (`python -m kernels.benchmarks.lesson09 --quick --sweep`), built only
 // when MATMUL12_SWEEP is defined (each instantiation costs compile time), for 16-byte aligned rows only.
-#define MATMUL12_SWEEP_CONFIGS(X)                          \
-  X(0, "128x256x32, warps 64x64, 3 stages", 128, 256, 32, 64, 64, 3, 1) \
-  X(1, "128x256x32, warps 64x64, 4 stages", 128, 256, 32, 64, 64, 4, 1) \
-  X(2, "128x128x32, warps 64x64, 4 stages", 128, 128, 32, 64, 64, 4, 1) \
-  X(3, "256x128x32, warps 64x64, 3 stages", 256, 128, 32, 64, 64, 3, 1) \
-  X(4, "128x256x64, warps 64x64, 3 stages", 128, 256, 64, 64, 64, 3, 1) \
-  X(5, "128x256x32, warps 64x64, 3 stages, bands of 8", 128, 256, 32, 64, 64, 3, 8)
+#define MATMUL12_SWEEP_CONFIGS(X) \
+  X(0, "128x256x32, warps 64x64, 3 stages", 128, 256, 32, 64, 64, 3, 1, 1) \
+  X(1, "128x256x32, warps 64x64, 4 stages", 128, 256, 32, 64, 64, 4, 1, 1) \
+  X(2, "128x128x32, warps 64x64, 4 stages", 128, 128, 32, 64, 64, 4, 1, 1) \
+  X(3, "256x128x32, warps 64x64, 3 stages", 256, 128, 32, 64, 64, 3, 1, 1) \
+  X(4, "128x256x64, warps 64x64, 3 stages", 128, 256, 64, 64, 64, 3, 1, 1) \
+  X(5, "128x256x32, warps 64x64, 3 stages, bands of 8", 128, 256, 32, 64, 64, 3, 8, 1) \
+  X(6, "128x128x32, warps 64x32, 4 stages, 2 blocks per SM", 128, 128, 32, 64, 32, 4, 1, 2)
 
 std::vector<std::string> matmul12_sweep_configs() {
 #define MATMUL12_NAME(i, name, ...) name,
@@ -947,15 +947,15 @@ std::vector<std::string> matmul12_sweep_configs() {
 #undef MATMUL12_NAME
 }
 
-template <int BM, int BN, int BK, int WM, int WN, int STAGES, int GROUP>
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int GROUP, int MIN_BLOCKS>
 static void launch_sweep(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
   TORCH_CHECK(vec16_ok<__half>(a, b) && aligned16(c), "the sweep takes 16-byte aligned rows only (K and N multiples of 8)");
   if (nothing_to_do(c)) return;
   if (a.scalar_type() == at::kBFloat16)
-    launch_wmma_async_kernel<AsyncTiling<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, GROUP>, __nv_bfloat16, true>(a, b, c);
+    launch_wmma_async_kernel<AsyncTiling<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, GROUP, MIN_BLOCKS>, __nv_bfloat16, true>(a, b, c);
   else
-    launch_wmma_async_kernel<AsyncTiling<__half, BM, BN, BK, WM, WN, STAGES, GROUP>, __half, true>(a, b, c);
+    launch_wmma_async_kernel<AsyncTiling<__half, BM, BN, BK, WM, WN, STAGES, GROUP, MIN_BLOCKS>, __half, true>(a, b, c);
 }
 
 void matmul12_sweep(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int64_t config) {
