@@ -1,7 +1,7 @@
 """Lesson 09 on the GPU: every matmul variant at 4096^3 against cuBLAS (torch.matmul) and torch.compile, in one run.
 
 FLOPs are 2 M N K. fp32 runs with TF32 off, so torch.matmul is cuBLAS's fp32 SGEMM, like for like; the
-`vs eager` column is then the fraction of cuBLAS. bf16 and fp16 compare matmul9 and matmul10 with
+`vs eager` column is then the fraction of cuBLAS. bf16 and fp16 compare matmul9, matmul10 and matmul12 with
 cuBLAS in the same dtype, and matmul11 (TF32) with torch.matmul with TF32 on. Then a roofline of the
 fp32 ladder, a chart of every variant as % of cuBLAS, and ptxas's registers and spills per kernel.
 
