@@ -13,7 +13,7 @@ from planting import assert_diagnosis, self_check_of_planted
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_matmul" / "matmul_blocktile.cu"
 FP32 = [f"matmul{k}" for k in range(1, 9)]
-HALF = ["matmul9", "matmul10"]
+HALF = ["matmul9", "matmul10", "matmul12"]
 # shapes that cross the 128-wide tiles of matmul5 .. matmul11 and their 16- and 32-deep steps
 WIDE = ((129, 257, 33), (128, 128, 32), (3, 200, 70), (256, 5, 129))
 
@@ -85,6 +85,25 @@ def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
 @pytest.mark.parametrize("name", HALF)
 def test_the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes(ext, name, dtype):
     check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dtype,), name=name, quiet=True, raise_on_fail=True)
+
+
+# K and N multiples of 8, so matmul12 takes its asynchronous 16-byte copies, with M, N and K crossing its
+# 128x256x32 tiles: the copies past an edge must read nothing and write zeros (zfill)
+ALIGNED_EDGES = ((129, 264, 40), (3, 8, 264), (200, 136, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_matmul12_zero_fills_the_tile_edges_of_shapes_with_16_byte_rows(ext, dtype):
+    check_matmul(ext.matmul12, ALIGNED_EDGES, dtypes=(dtype,), name="matmul12", quiet=True, raise_on_fail=True)
+
+
+def test_matmul12_takes_the_value_by_value_path_when_a_row_is_not_16_byte_aligned(ext, dev):
+    buf = torch.randn(1 + 40 * 48, device=dev).bfloat16()
+    a = buf[1:].view(40, 48)  # K a multiple of 8, but every row of A starts 2 bytes past a 16-byte boundary
+    b = torch.randn(48, 264, device=dev).bfloat16()
+    c = torch.full((40, 264), float("nan"), device=dev).bfloat16()
+    ext.matmul12(a, b, c)
+    torch.testing.assert_close(c, matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
 
 
 def tf32(t: torch.Tensor) -> torch.Tensor:

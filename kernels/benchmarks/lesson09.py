@@ -1,25 +1,32 @@
 """Lesson 09 on the GPU: every matmul variant at 4096^3 against cuBLAS (torch.matmul) and torch.compile, in one run.
 
 FLOPs are 2 M N K. fp32 runs with TF32 off, so torch.matmul is cuBLAS's fp32 SGEMM, like for like; the
-`vs eager` column is then the fraction of cuBLAS. bf16 and fp16 compare matmul9 and matmul10 with
+`vs eager` column is then the fraction of cuBLAS. bf16 and fp16 compare matmul9, matmul10 and matmul12 with
 cuBLAS in the same dtype, and matmul11 (TF32) with torch.matmul with TF32 on. Then a roofline of the
 fp32 ladder, a chart of every variant as % of cuBLAS, and ptxas's registers and spills per kernel.
+
+A quicker look while tuning, one line per variant and dtype (checked, then timed against cuBLAS):
+
+    python -m kernels.benchmarks.lesson09 --quick matmul8 matmul10 matmul12 [--dtypes bf16 fp16] [--sweep]
+
+--sweep also times each of matmul12's tile configurations (a build with MATMUL12_SWEEP defined).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 from pathlib import Path
 
 import torch
 
-from ..bench import Row, bench, copy_bandwidth, plot, roofline, table
+from ..bench import Row, bench, copy_bandwidth, plot, roofline, table, time_ms
 from ..build import load
 from ..ptxas import resource_table, resource_usage
 
 SIZE = 4096
 FP32 = [f"matmul{k}" for k in range(1, 9)]
-HALF = ["matmul9", "matmul10"]
+HALF = ["matmul9", "matmul10", "matmul12"]
 # The fp32 variants' block tiles (BM, BN): each tile of A is loaded N / BN times and of B M / BM times,
 # so a variant loads 4 M N K (1/BM + 1/BN) bytes for 2 M N K FLOPs. matmul1/2 load 8 bytes per FMA.
 TILES = {"matmul3": (32, 32), "matmul4": (64, 64), "matmul5": (128, 128), "matmul6": (128, 128),
@@ -119,3 +126,75 @@ def run(out_dir: Path) -> list[Row]:
     (out_dir / "lesson09_ptxas.txt").write_text(usage + "\n")
     print(usage)
     return rows
+
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+RTOL = {"fp32": 1e-5, "bf16": 1e-2, "fp16": 2e-3, "tf32": 2e-3}
+
+
+def _dtypes_of(name: str, half_dtypes: list[str]) -> list[str]:
+    """The dtypes a variant runs in: the fp32 ladder in fp32, matmul11 in TF32, the WMMA variants in half_dtypes."""
+    if name in FP32:
+        return ["fp32"]
+    if name == "matmul11":
+        return ["tf32"]
+    if name in HALF:
+        return half_dtypes
+    raise ValueError(f"unknown variant {name!r}: expected one of {', '.join(FP32 + HALF + ['matmul11'])}")
+
+
+def quick(names: list[str], half_dtypes: list[str], sweep: bool = False, size: int = SIZE) -> list[str]:
+    """One line per variant and dtype: TFLOP/s at size^3 and the fraction of cuBLAS in that dtype, after a check."""
+    wanted = [(name, label) for name in names for label in _dtypes_of(name, half_dtypes)]  # a typo fails before the build
+    ext = load("09", "cuda", extra_cflags=["-DMATMUL12_SWEEP"] if sweep else None)
+    runs = [(name, label, getattr(ext, name)) for name, label in wanted]
+    if sweep:
+        configs = list(ext.matmul12_sweep_configs())
+        runs += [(f"matmul12 [{cfg}]", label, lambda a, b, c, i=i: ext.matmul12_sweep(a, b, c, i))
+                 for i, cfg in enumerate(configs) for label in half_dtypes]
+    flops = 2 * size**3
+    lines, cublas = [], {}
+    for name, label, fn in runs:
+        a = torch.randn(size, size, device="cuda", dtype=DTYPES[label])
+        b = torch.randn(size, size, device="cuda", dtype=DTYPES[label])
+        c = torch.empty(size, size, device="cuda", dtype=DTYPES[label])
+        with tf32(label == "tf32"):
+            if label not in cublas:
+                cublas[label] = flops / time_ms(lambda: torch.matmul(a, b), rep_ms=100) / 1e9
+                lines.append(f"cuBLAS {label}: {cublas[label]:.1f} TFLOP/s")
+                print(lines[-1])
+            fn(a, b, c)
+            ok = _close(c, a.double() @ b.double(), RTOL[label])
+            tflops = flops / time_ms(lambda: fn(a, b, c), rep_ms=100) / 1e9
+        lines.append(f"{name} {label}: {tflops:.1f} TFLOP/s, {tflops / cublas[label]:.3f} of cuBLAS"
+                     + ("" if ok else "  WRONG RESULT"))
+        print(lines[-1])
+        del a, b, c
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: --quick NAMES [--dtypes ...] [--sweep] prints quick figures; without --quick, the full run."""
+    p = argparse.ArgumentParser(prog="python -m kernels.benchmarks.lesson09", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", nargs="*", metavar="VARIANT", help="time only these variants (e.g. matmul10 matmul12)")
+    p.add_argument("--dtypes", nargs="+", default=["bf16", "fp16"], choices=["bf16", "fp16"],
+                   help="dtypes for the WMMA variants (default: bf16 fp16)")
+    p.add_argument("--sweep", action="store_true", help="also time every tile configuration of matmul12")
+    p.add_argument("--out", type=Path, default=None, help="the full run's output folder (default: build/bench)")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("lesson 09's benchmark needs an NVIDIA GPU: PyTorch sees none")
+        return 1
+    if args.quick is not None:
+        quick(args.quick, args.dtypes, args.sweep)
+        return 0
+    from . import OUT
+
+    out = args.out or OUT
+    out.mkdir(parents=True, exist_ok=True)
+    run(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,6 +12,7 @@
 //   matmul9   tensor cores (WMMA): bf16 or fp16 A and B, fp32 accumulation, fragments from shared-memory tiles
 //   matmul10  matmul9 with two shared-memory buffers and two blocks per SM
 //   matmul11  tensor cores on float32 inputs rounded to TF32 (10 mantissa bits), fp32 accumulation
+//   matmul12  WMMA fed by asynchronous copies (cp.async) through a 3-stage shared-memory pipeline, 64x64 warp tiles
 //   matmul    functional form: matmul8 for float32, matmul10 for bfloat16 and float16
 //
 // Conventions, fixed for every kernel: A is [M, K], B is [K, N], C is [M, N], all row-major and contiguous,
@@ -21,7 +22,7 @@
 // blockIdx.y its row tiles. M, N and K may be any size: every load past an edge reads 0 instead, every
 // store past an edge is skipped. FLOPs are 2 M N K (a multiply and an add per term).
 //
-// The fp32 variants take float32 tensors; matmul9 and matmul10 take bfloat16 or float16 (C in the same
+// The fp32 variants take float32 tensors; matmul9, matmul10 and matmul12 take bfloat16 or float16 (C in the same
 // dtype, rounded once from the fp32 accumulator, as torch.matmul does); matmul11 takes float32.
 
 // ---------------------------------------------------------------------------------------------
@@ -35,6 +36,8 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <vector>
+#include <cuda_pipeline.h>
 #include <mma.h>
 
 // ---------------------------------------------------------------------------------------------
@@ -487,6 +490,44 @@ __device__ __forceinline__ void wmma_store_tiles(T* As, T* Bs, const Vec16<T> (&
   }
 }
 
+// A warp's FM x FN accumulator fragments (fp32), and one step of the product: acc += (the warp's WM rows of
+// the BM x BK tile `as`) x (its WN columns of the BK x BN tile `bs`), FM + FN fragment loads from shared
+// memory for FM x FN mma_syncs per FRAG_K. TF32: float inputs rounded to TF32 in the fragments.
+template <class W>
+using Accumulators = wmma::fragment<wmma::accumulator, W::FRAG_M, W::FRAG_N, W::FRAG_K, float>[W::FM][W::FN];
+
+template <class W>
+__device__ __forceinline__ void zero_accumulators(Accumulators<W>& acc) {
+#pragma unroll
+  for (int i = 0; i < W::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < W::FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+}
+
+template <class W, typename T>
+__device__ __forceinline__ void wmma_step(const T* as, const T* bs, int wm, int wn, Accumulators<W>& acc) {
+  using In = typename std::conditional<W::TF32, wmma::precision::tf32, T>::type;
+  wmma::fragment<wmma::matrix_a, W::FRAG_M, W::FRAG_N, W::FRAG_K, In, wmma::row_major> fa[W::FM];
+  wmma::fragment<wmma::matrix_b, W::FRAG_M, W::FRAG_N, W::FRAG_K, In, wmma::row_major> fb;
+#pragma unroll
+  for (int kk = 0; kk < W::BK; kk += W::FRAG_K) {
+#pragma unroll
+    for (int i = 0; i < W::FM; ++i) {
+      wmma::load_matrix_sync(fa[i], &as[(wm + i * W::FRAG_M) * W::LDA + kk], W::LDA);
+      if constexpr (W::TF32)
+        for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
+    }
+#pragma unroll
+    for (int j = 0; j < W::FN; ++j) {
+      wmma::load_matrix_sync(fb, &bs[kk * W::LDB + wn + j * W::FRAG_N], W::LDB);
+      if constexpr (W::TF32)
+        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
+#pragma unroll
+      for (int i = 0; i < W::FM; ++i) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
+    }
+  }
+}
+
 // matmul_wmma_kernel (matmul9, matmul10, matmul11): block owns a BM x BN tile of C, warp w a WM x WN region,
 // held as FM x FN accumulator fragments (fp32) spread over the warp's registers by the hardware. Per step
 // the block stages BM x BK of A and BK x BN of B in shared memory (16-byte moves); each warp loads its
@@ -497,7 +538,6 @@ __device__ __forceinline__ void wmma_store_tiles(T* As, T* Bs, const Vec16<T> (&
 template <class W, typename T, bool ALIGNED>
 __global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS) matmul_wmma_kernel(const T* __restrict__ A, const T* __restrict__ B,
                                                                  T* __restrict__ C, int M, int N, int K) {
-  using In = typename std::conditional<W::TF32, wmma::precision::tf32, T>::type;
   __shared__ alignas(32) T As[W::STAGES][W::BM * W::LDA];
   __shared__ alignas(32) T Bs[W::STAGES][W::BK * W::LDB];
   __shared__ alignas(32) float Cs[W::WARPS][W::FRAG_M * W::FRAG_N];  // a warp's staging tile for the epilogue
@@ -505,13 +545,8 @@ __global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS) matmul_wmma_kernel(
   const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
   const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * W::BN;
 
-  wmma::fragment<wmma::accumulator, W::FRAG_M, W::FRAG_N, W::FRAG_K, float> acc[W::FM][W::FN];
-#pragma unroll
-  for (int i = 0; i < W::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < W::FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-  wmma::fragment<wmma::matrix_a, W::FRAG_M, W::FRAG_N, W::FRAG_K, In, wmma::row_major> fa[W::FM];
-  wmma::fragment<wmma::matrix_b, W::FRAG_M, W::FRAG_N, W::FRAG_K, In, wmma::row_major> fb;
+  Accumulators<W> acc;
+  zero_accumulators<W>(acc);
   Vec16<T> a[W::A_LOADS], b[W::B_LOADS];
   const int steps = (K + W::BK - 1) / W::BK;
 
@@ -529,23 +564,7 @@ __global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS) matmul_wmma_kernel(
     } else if (s + 1 < steps) {
       wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, (s + 1) * W::BK, a, b);  // in flight during the math
     }
-#pragma unroll
-    for (int kk = 0; kk < W::BK; kk += W::FRAG_K) {
-#pragma unroll
-      for (int i = 0; i < W::FM; ++i) {
-        wmma::load_matrix_sync(fa[i], &As[cur][(wm + i * W::FRAG_M) * W::LDA + kk], W::LDA);
-        if constexpr (W::TF32)
-          for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
-      }
-#pragma unroll
-      for (int j = 0; j < W::FN; ++j) {
-        wmma::load_matrix_sync(fb, &Bs[cur][kk * W::LDB + wn + j * W::FRAG_N], W::LDB);
-        if constexpr (W::TF32)
-          for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
-#pragma unroll
-        for (int i = 0; i < W::FM; ++i) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
-      }
-    }
+    wmma_step<W>(As[cur], Bs[cur], wm, wn, acc);
     if (W::STAGES == 2 && s + 1 < steps) wmma_store_tiles<W, T>(As[1 - cur], Bs[1 - cur], a, b);
     __syncthreads();  // STAGES 1: done with the tiles before the next load; 2: the next tiles are in
   }
@@ -572,6 +591,156 @@ template <typename T> using Wmma9 = WmmaTiling<T, 128, 128, 32, 64, 32, 1>;
 template <typename T> using Wmma10 = WmmaTiling<T, 128, 128, 32, 64, 32, 2, 2>;
 // matmul11 (TF32): 128x128x16 float tiles, 8 warps of 64x32, two buffers, two blocks per SM.
 using Wmma11 = WmmaTiling<float, 128, 128, 16, 64, 32, 2, 2>;
+
+// matmul12's shapes: block tile BM x BN x BK, warp tiles WM x WN (FM x FN fragments), STAGES shared buffers in
+// dynamic shared memory, each filled by cp.async (__pipeline_memcpy_async) STAGES - 1 steps ahead of its use.
+template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int GROUP_ = 1, int MIN_BLOCKS_ = 1>
+struct AsyncTiling {
+  static constexpr bool TF32 = sizeof(T) == 4;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
+  static constexpr int GROUP = GROUP_;  // blocks walk C in bands of GROUP row tiles (see tile_of_block)
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;  // blocks per SM that __launch_bounds__ asks registers for
+  static constexpr int FRAG_M = 16, FRAG_N = 16, FRAG_K = TF32 ? 8 : 16;
+  static constexpr int FM = WM / FRAG_M, FN = WN / FRAG_N;
+  static constexpr int WARPS = (BM / WM) * (BN / WN), THREADS = 32 * WARPS;
+  static constexpr int VEC = 16 / sizeof(T);  // values per 16-byte copy
+  // 16 bytes of padding per shared row: the 8 rows that one phase of load_matrix_sync reads start on
+  // 8 different groups of 4 banks, so the fragment loads are free of bank conflicts
+  static constexpr int LDA = BK + VEC, LDB = BN + VEC;
+  static constexpr int A_STAGE = BM * LDA, B_STAGE = BK * LDB;  // values per buffer
+  static constexpr int SHARED = STAGES * (A_STAGE + B_STAGE) * (int)sizeof(T);
+  static constexpr int EPILOGUE = WARPS * FRAG_M * FRAG_N * 4;  // a 16x16 float tile per warp, after the loop
+  static_assert(BM % WM == 0 && BN % WN == 0 && WM % FRAG_M == 0 && WN % FRAG_N == 0 && BK % FRAG_K == 0,
+                "fragments cover the warp tiles and the warp tiles the block tile");
+  static_assert((BM * BK / VEC) % THREADS == 0 && (BK * BN / VEC) % THREADS == 0,
+                "every thread issues as many 16-byte copies of each tile as the others");
+  static_assert((FRAG_M * LDA * sizeof(T)) % 32 == 0 && (FRAG_K * LDB * sizeof(T)) % 32 == 0 &&
+                (A_STAGE * sizeof(T)) % 128 == 0 && (B_STAGE * sizeof(T)) % 128 == 0,
+                "each fragment starts 32-byte aligned, as load_matrix_sync requires");
+  static_assert(STAGES >= 2 && STAGES <= 8, "2 to 8 buffers (__pipeline_wait_prior counts up to 8)");
+  static_assert(GROUP >= 1, "a band holds at least one row tile");
+  static_assert(SHARED <= 227 * 1024 && EPILOGUE <= SHARED, "an H100 block has at most 227 KB of shared memory");
+};
+
+// Issues this thread's part of a ROWS x COLS tile at (r0, c0) of a rows x cols matrix into shared memory
+// (row length LD). ALIGNED: 16-byte copies that land later (cp.async); a copy past an edge reads nothing and
+// writes 16 zero bytes (zfill), from the matrix's first address so that the source is always valid.
+// Otherwise (rows not 16-byte aligned) each group is loaded value by value and stored at once; the barrier
+// before its use orders it like the asynchronous copies.
+template <int ROWS, int COLS, int LD, int THREADS, typename T, bool ALIGNED>
+__device__ __forceinline__ void async_copy_tile(T* dst, const T* __restrict__ src, int rows, int cols, int r0, int c0) {
+  constexpr int VEC = 16 / sizeof(T), COPIES = ROWS * COLS / VEC / THREADS;
+#pragma unroll
+  for (int l = 0; l < COPIES; ++l) {
+    const int i = threadIdx.x + l * THREADS, r = i / (COLS / VEC), c = (i % (COLS / VEC)) * VEC;
+    T* d = &dst[r * LD + c];
+    if (ALIGNED) {
+      const bool in = r0 + r < rows && c0 + c < cols;
+      __pipeline_memcpy_async(d, in ? src + (int64_t)(r0 + r) * cols + c0 + c : src, 16, in ? 0 : 16);
+    } else {
+      const Vec16<T> v = load16<T, false>(src + (int64_t)(r0 + r) * cols, c0 + c, r0 + r < rows ? cols : 0);
+      memcpy(d, &v, 16);
+    }
+  }
+}
+
+// Step k0's tiles into one buffer: BM x BK of A at (m0, k0), BK x BN of B at (k0, n0).
+template <class W, typename T, bool ALIGNED>
+__device__ __forceinline__ void async_load_tiles(T* As, T* Bs, const T* __restrict__ A, const T* __restrict__ B, int M,
+                                                 int N, int K, int m0, int n0, int k0) {
+  async_copy_tile<W::BM, W::BK, W::LDA, W::THREADS, T, ALIGNED>(As, A, M, K, m0, k0);
+  async_copy_tile<W::BK, W::BN, W::LDB, W::THREADS, T, ALIGNED>(Bs, B, K, N, k0, n0);
+}
+
+// The tile of C that block (blockIdx.x, blockIdx.y) computes, as (row tile, column tile). Numbered in
+// launch order, blocks run across all column tiles of a band of GROUP row tiles before the next band:
+// the blocks resident at one time then share fewer rows of A and columns of B, which stay in L2.
+// GROUP 1 is the plain order (row tile blockIdx.y, column tile blockIdx.x).
+template <int GROUP>
+__device__ __forceinline__ int2 tile_of_block() {
+  const int tiles_n = gridDim.x, tiles_m = gridDim.y, id = blockIdx.y * tiles_n + blockIdx.x;
+  const int first = id / (GROUP * tiles_n) * GROUP, rows = min(tiles_m - first, GROUP);
+  const int in_band = id % (GROUP * tiles_n);
+  return make_int2(first + in_band % rows, in_band / rows);
+}
+
+// matmul_wmma_async_kernel (matmul12): block owns a BM x BN tile of C, warp w a WM x WN region (FM x FN
+// accumulator fragments). The tiles of A and B reach shared memory by cp.async, STAGES - 1 steps ahead:
+// while the warps multiply step s, the copies for steps s + 1 .. s + STAGES - 1 are in flight, with no
+// registers spent on them and one barrier per step. Each step a warp loads FM + FN fragments for FM x FN
+// mma_syncs (64x64 warps: 8 loads for 16 products, where matmul10's 64x32 needs 6 for 8). The epilogue
+// converts to T in a per-warp staging tile and stores 8 values (16 bytes) per lane where C allows.
+template <class W, typename T, bool ALIGNED>
+__global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS)
+    matmul_wmma_async_kernel(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K) {
+  extern __shared__ uint4 async_smem[];  // uint4 in every instantiation: extern shared arrays share one name and type
+  T* As = reinterpret_cast<T*>(async_smem);
+  T* Bs = As + W::STAGES * W::A_STAGE;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
+  const int2 tile = tile_of_block<W::GROUP>();
+  const int m0 = tile.x * W::BM, n0 = tile.y * W::BN;
+
+  Accumulators<W> acc;
+  zero_accumulators<W>(acc);
+  const int steps = (K + W::BK - 1) / W::BK;
+
+  // Prologue: the first STAGES - 1 steps in flight, one commit group each (empty past the last step, so
+  // that the wait below always counts the same number of groups).
+#pragma unroll
+  for (int s = 0; s < W::STAGES - 1; ++s) {
+    if (s < steps)
+      async_load_tiles<W, T, ALIGNED>(As + s * W::A_STAGE, Bs + s * W::B_STAGE, A, B, M, N, K, m0, n0, s * W::BK);
+    __pipeline_commit();
+  }
+  for (int s = 0; s < steps; ++s) {
+    __pipeline_wait_prior(W::STAGES - 2);  // this thread's copies for step s have landed
+    __syncthreads();  // everyone's have, and everyone is done with step s - 1's buffer
+    const int next = s + W::STAGES - 1, fill = next % W::STAGES;  // step s - 1's buffer, free now
+    if (next < steps)
+      async_load_tiles<W, T, ALIGNED>(As + fill * W::A_STAGE, Bs + fill * W::B_STAGE, A, B, M, N, K, m0, n0, next * W::BK);
+    __pipeline_commit();
+    const T* as = As + (s % W::STAGES) * W::A_STAGE;
+    const T* bs = Bs + (s % W::STAGES) * W::B_STAGE;
+    wmma_step<W>(as, bs, wm, wn, acc);
+  }
+  __pipeline_wait_prior(0);  // only empty groups are left, but no copy may land on the staging tiles
+  __syncthreads();           // every warp is done with the buffers: they become the staging tiles
+
+  // Epilogue: a fragment at a time through the warp's 16x16 float tile; lane l converts row l / 2, columns
+  // 8 (l % 2) .. + 7 and stores them in 16-byte moves where they are inside C (ALIGNED: every row of C starts
+  // 16-byte aligned).
+  float* stage = reinterpret_cast<float*>(async_smem) + warp * W::FRAG_M * W::FRAG_N;
+  const int er = lane / 2, ec = (lane % 2) * 8;
+#pragma unroll
+  for (int i = 0; i < W::FM; ++i)
+#pragma unroll
+    for (int j = 0; j < W::FN; ++j) {
+      wmma::store_matrix_sync(stage, acc[i][j], W::FRAG_N, wmma::mem_row_major);
+      __syncwarp();  // the fragment is in the staging tile
+      const int m = m0 + wm + i * W::FRAG_M + er, n = n0 + wn + j * W::FRAG_N + ec;
+      if (m < M) {
+        T* row = C + (int64_t)m * N;
+        if (ALIGNED && n + 8 <= N) {
+#pragma unroll
+          for (int q = 0; q < 8; q += W::VEC) {
+            Vec16<T> out;
+#pragma unroll
+            for (int e = 0; e < W::VEC; ++e) out.v[e] = from_float<T>(stage[er * W::FRAG_N + ec + q + e]);
+            uint4 raw;
+            memcpy(&raw, &out, 16);
+            *reinterpret_cast<uint4*>(row + n + q) = raw;  // one 16-byte store
+          }
+        } else {
+          for (int e = 0; e < 8 && n + e < N; ++e) row[n + e] = from_float<T>(stage[er * W::FRAG_N + ec + e]);
+        }
+      }
+      __syncwarp();  // every lane has read the tile before the next fragment overwrites it
+    }
+}
+
+// matmul12: 128x256x32 tiles, 8 warps of 64x64 (4x4 fragments), three buffers (79.5 KB of dynamic shared memory).
+template <typename T> using Wmma12 = AsyncTiling<T, 128, 256, 32, 64, 64, 3>;
 
 // ---------------------------------------------------------------------------------------------
 // Launchers.
@@ -731,6 +900,75 @@ void matmul11(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   if (!nothing_to_do(c)) launch_wmma<Wmma11, float>(a, b, c);
 }
 
+// matmul12: above 48 KB a kernel must opt in to more dynamic shared memory. The 16-byte
+// copies and stores need K and N multiples of 16 bytes and A, B and C 16-byte aligned.
+template <class W, typename T, bool ALIGNED>
+static void launch_wmma_async_kernel(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  const int M = a.size(0), K = a.size(1), N = b.size(1);
+  auto kernel = matmul_wmma_async_kernel<W, T, ALIGNED>;
+  if (W::SHARED > 48 * 1024)  // per device, so at every launch (a host call of about a microsecond)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, W::SHARED));
+  kernel<<<tile_grid(M, N, W::BM, W::BN), W::THREADS, W::SHARED, c10::cuda::getCurrentCUDAStream()>>>(
+      ptr<T>(a), ptr<T>(b), mut<T>(c), M, N, K);
+  CHECK_LAUNCH();
+}
+
+template <template <typename> class W>
+static void launch_wmma_async(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
+  if (nothing_to_do(c)) return;
+  const bool aligned = vec16_ok<__half>(a, b) && aligned16(c);  // both types are 2 bytes: 8 values per 16 bytes
+  if (a.scalar_type() == at::kBFloat16) {
+    if (aligned) launch_wmma_async_kernel<W<__nv_bfloat16>, __nv_bfloat16, true>(a, b, c);
+    else launch_wmma_async_kernel<W<__nv_bfloat16>, __nv_bfloat16, false>(a, b, c);
+  } else {
+    if (aligned) launch_wmma_async_kernel<W<__half>, __half, true>(a, b, c);
+    else launch_wmma_async_kernel<W<__half>, __half, false>(a, b, c);
+  }
+}
+
+void matmul12(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_async<Wmma12>(a, b, c); }
+
+#ifdef MATMUL12_SWEEP
+// Tile shapes for the benchmark's sweep (`python -m kernels.benchmarks.lesson09 --quick --sweep`), built only
+// when MATMUL12_SWEEP is defined (each instantiation costs compile time), for 16-byte aligned rows only.
+#define MATMUL12_SWEEP_CONFIGS(X) \
+  X(0, "128x256x32, warps 64x64, 3 stages", 128, 256, 32, 64, 64, 3, 1, 1) \
+  X(1, "128x256x32, warps 64x64, 4 stages", 128, 256, 32, 64, 64, 4, 1, 1) \
+  X(2, "128x128x32, warps 64x64, 4 stages", 128, 128, 32, 64, 64, 4, 1, 1) \
+  X(3, "256x128x32, warps 64x64, 3 stages", 256, 128, 32, 64, 64, 3, 1, 1) \
+  X(4, "128x256x64, warps 64x64, 3 stages", 128, 256, 64, 64, 64, 3, 1, 1) \
+  X(5, "128x256x32, warps 64x64, 3 stages, bands of 8", 128, 256, 32, 64, 64, 3, 8, 1) \
+  X(6, "128x128x32, warps 64x32, 4 stages, 2 blocks per SM", 128, 128, 32, 64, 32, 4, 1, 2)
+
+std::vector<std::string> matmul12_sweep_configs() {
+#define MATMUL12_NAME(i, name, ...) name,
+  return {MATMUL12_SWEEP_CONFIGS(MATMUL12_NAME)};
+#undef MATMUL12_NAME
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, int GROUP, int MIN_BLOCKS>
+static void launch_sweep(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
+  TORCH_CHECK(vec16_ok<__half>(a, b) && aligned16(c), "the sweep takes 16-byte aligned rows only (K and N multiples of 8)");
+  if (nothing_to_do(c)) return;
+  if (a.scalar_type() == at::kBFloat16)
+    launch_wmma_async_kernel<AsyncTiling<__nv_bfloat16, BM, BN, BK, WM, WN, STAGES, GROUP, MIN_BLOCKS>, __nv_bfloat16, true>(a, b, c);
+  else
+    launch_wmma_async_kernel<AsyncTiling<__half, BM, BN, BK, WM, WN, STAGES, GROUP, MIN_BLOCKS>, __half, true>(a, b, c);
+}
+
+void matmul12_sweep(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int64_t config) {
+  switch (config) {
+#define MATMUL12_CASE(i, name, ...) \
+  case i: return launch_sweep<__VA_ARGS__>(a, b, c);
+    MATMUL12_SWEEP_CONFIGS(MATMUL12_CASE)
+#undef MATMUL12_CASE
+  }
+  TORCH_CHECK(false, "config must be one of matmul12_sweep_configs()'s indices, got ", std::to_string(config));
+}
+#endif
+
 // Functional matmul of two 2-D tensors: matmul8 for float32, matmul10 for bfloat16 and float16.
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "a and b must have 2 dimensions, got shapes ", shape_str(a.sizes()),
@@ -755,6 +993,11 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("matmul9(Tensor a, Tensor b, Tensor(a!) c) -> ()");
   m.def("matmul10(Tensor a, Tensor b, Tensor(a!) c) -> ()");
   m.def("matmul11(Tensor a, Tensor b, Tensor(a!) c) -> ()");
+  m.def("matmul12(Tensor a, Tensor b, Tensor(a!) c) -> ()");
+#ifdef MATMUL12_SWEEP
+  m.def("matmul12_sweep(Tensor a, Tensor b, Tensor(a!) c, int config) -> ()");
+  m.def("matmul12_sweep_configs() -> str[]", &matmul12_sweep_configs);
+#endif
   m.def("matmul(Tensor a, Tensor b) -> Tensor");
 }
 
@@ -770,5 +1013,9 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("matmul9", &matmul9);
   m.impl("matmul10", &matmul10);
   m.impl("matmul11", &matmul11);
+  m.impl("matmul12", &matmul12);
+#ifdef MATMUL12_SWEEP
+  m.impl("matmul12_sweep", &matmul12_sweep);
+#endif
   m.impl("matmul", &matmul);
 }
