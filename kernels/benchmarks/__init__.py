@@ -166,13 +166,14 @@ class Bar(NamedTuple):
 def bar_report(rows: list, bars: list[Bar]) -> str:
     """One line per bar: the measured value, the bar, and PASS or MISS (or NOT MEASURED when no row matches)."""
     by = {(r.bench, r.variant): r for r in rows}
-    lines = [f"{'benchmark':<34}{'variant':<20}{'measure':<12}{'value':>8}{'bar':>7}  result"]
+    wide = max([len(b.bench) for b in bars] + [9]) + 2
+    lines = [f"{'benchmark':<{wide}}{'variant':<20}{'measure':<12}{'value':>8}{'bar':>7}  result"]
     for b in bars:
         row = by.get((b.bench, b.variant))
         value = getattr(row, b.measure) if row else None
         verdict = "NOT MEASURED" if value is None else "PASS" if value >= b.at_least else "MISS"
         shown = "" if value is None else f"{value:.3f}"
-        lines.append(f"{b.bench:<34}{b.variant:<20}{b.measure:<12}{shown:>8}{b.at_least:>7.2f}  {verdict}")
+        lines.append(f"{b.bench:<{wide}}{b.variant:<20}{b.measure:<12}{shown:>8}{b.at_least:>7.2f}  {verdict}")
     return "\n".join(lines)
 
 

@@ -645,8 +645,8 @@ FORWARD_SIGNATURE(layernorm6) {
 }
 
 // layernorm6 with `threads` threads per row (32: a warp per row, 8 rows a block) and the fewest register
-// packs per thread (of those compiled) that hold the row, `min_blocks` blocks per SM asked of ptxas (256
-// threads x 8 packs only): for the benchmark's comparison of layouts.
+// packs per thread (of those compiled) that hold the row, `min_blocks` blocks per SM asked of ptxas (0: its
+// own choice; 4 for 256 threads x 8 packs only): for the benchmark's comparison of layouts.
 void layernorm6_layout(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
                        at::Tensor& out, at::Tensor& mean, at::Tensor& rstd, int64_t threads, int64_t min_blocks) {
   if (!forward_args(x, weight, bias, eps, out, mean, rstd)) return;
@@ -657,8 +657,9 @@ void layernorm6_layout(const at::Tensor& x, const at::Tensor& weight, const at::
     TORCH_CHECK(x.size(1) % kVec<T> == 0 && aligned16(x) && aligned16(out) && aligned16(weight) && aligned16(bias),
                 "layernorm6_layout needs rows of whole 16-byte packs, 16-byte aligned");
     const auto fits = [&](int g, int r) { return threads == g && n <= (int64_t)g * r; };
-    TORCH_CHECK(min_blocks == 1 || (min_blocks == 4 && fits(BLOCK, 8) && !fits(BLOCK, 4)),
-                "min_blocks must be 1, or 4 for 256 threads x 8 packs; got ", std::to_string(min_blocks));
+    TORCH_CHECK(min_blocks == 0 || (min_blocks == 4 && fits(BLOCK, 8) && !fits(BLOCK, 4)),
+                "min_blocks must be 0 (ptxas chooses), or 4 for 256 threads x 8 packs; got ",
+                std::to_string(min_blocks));
     if (min_blocks == 4) launch6<T, BLOCK, 8, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     else if (fits(32, 1)) launch6<T, 32, 1>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     else if (fits(32, 2)) launch6<T, 32, 2>(x, weight, bias, eps, out, mean, rstd, 0, stream);
@@ -827,7 +828,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("layernorm5(" LAYERNORM_SCHEMA);
   m.def("layernorm6(" LAYERNORM_SCHEMA);
   m.def("layernorm6_layout(Tensor x, Tensor weight, Tensor bias, float eps, Tensor(a!) out, Tensor(b!) mean, "
-        "Tensor(c!) rstd, int threads, int min_blocks=1) -> ()");
+        "Tensor(c!) rstd, int threads, int min_blocks=0) -> ()");
   m.def("layernorm(Tensor x, Tensor weight, Tensor bias, float eps) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward1(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward2(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
