@@ -104,6 +104,27 @@ def test_make_bench_refuses_politely_without_a_gpu():
     assert "needs an NVIDIA GPU" in r.stdout
 
 
+def test_bar_report_says_pass_miss_or_not_measured_for_each_bar():
+    from kernels.bench import Row
+    from kernels.benchmarks import Bar, bar_report
+
+    rows = [Row("softmax 8x8 fp32", "softmax6", 1.0, 100.0, None, 0.9, 1.6, 0.99)]
+    lines = bar_report(rows, [Bar("softmax 8x8 fp32", "softmax6", "vs_eager", 1.5),
+                              Bar("softmax 8x8 fp32", "softmax6", "vs_compile", 1.0),
+                              Bar("softmax 8x8 bf16", "softmax6", "vs_compile", 1.0)]).splitlines()
+    assert lines[1].split()[-3:] == ["1.600", "1.50", "PASS"]
+    assert lines[2].split()[-3:] == ["0.990", "1.00", "MISS"]
+    assert lines[3].endswith("NOT MEASURED")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_the_quick_benchmarks_refuse_politely_without_a_gpu():
+    for lesson in ("07", "08"):
+        r = subprocess.run([sys.executable, "-m", f"kernels.benchmarks.lesson{lesson}", "--quick"], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "needs an NVIDIA GPU" in r.stdout
+
+
 def test_make_check_without_a_lesson_asks_which():
     r = subprocess.run(["make", "-s", "check", f"PY={sys.executable}"], cwd=ROOT, env=ENV, capture_output=True,
                        text=True, timeout=120)

@@ -16,6 +16,7 @@ import pkgutil
 import re
 import sys
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from ..backend import gpu_available
 from ..build import ROOT
@@ -150,6 +151,53 @@ def show_recorded(lesson: str | int, recorded_dir: Path | None = None, plot: boo
         if plot and any(r.gbps or r.tflops for r, _ in rows):  # rows of times alone (build times) have no bars
             bar_chart([r for r, _ in rows], copy, show=True)
     return [r for rows in groups.values() for r, _ in rows]
+
+
+class Bar(NamedTuple):
+    """A performance bar: in the benchmark named `bench`, `variant` must reach `at_least` on `measure`
+    (a Row field: "vs_eager", "vs_compile" or "of_copy")."""
+
+    bench: str
+    variant: str
+    measure: str
+    at_least: float
+
+
+def bar_report(rows: list, bars: list[Bar]) -> str:
+    """One line per bar: the measured value, the bar, and PASS or MISS (or NOT MEASURED when no row matches)."""
+    by = {(r.bench, r.variant): r for r in rows}
+    wide = max([len(b.bench) for b in bars] + [9]) + 2
+    lines = [f"{'benchmark':<{wide}}{'variant':<20}{'measure':<12}{'value':>8}{'bar':>7}  result"]
+    for b in bars:
+        row = by.get((b.bench, b.variant))
+        value = getattr(row, b.measure) if row else None
+        verdict = "NOT MEASURED" if value is None else "PASS" if value >= b.at_least else "MISS"
+        shown = "" if value is None else f"{value:.3f}"
+        lines.append(f"{b.bench:<{wide}}{b.variant:<20}{b.measure:<12}{shown:>8}{b.at_least:>7.2f}  {verdict}")
+    return "\n".join(lines)
+
+
+def print_quick(rows: list, copy_gbps: float, bars: list[Bar]) -> None:
+    """A quick run's result: a table per benchmark, then the bars."""
+    from ..bench import table
+
+    for name in dict.fromkeys(r.bench for r in rows):
+        print(table([r for r in rows if r.bench == name], copy_gbps), end="\n\n")
+    print(bar_report(rows, bars))
+
+
+def quick_main(run_quick: Callable[[], object], argv: list[str] | None = None) -> int:
+    """`python -m kernels.benchmarks.lessonNN --quick`: run_quick() on a GPU, or say why not."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["--quick"]:
+        print("usage: python -m kernels.benchmarks.lessonNN --quick  (the rows that carry performance bars; "
+              "`make bench LESSON=NN` runs everything)")
+        return 2
+    if not gpu_available():
+        print("the quick benchmark needs an NVIDIA GPU: simulator timings say nothing about a GPU")
+        return 2
+    run_quick()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,10 +8,16 @@ times shows it as a lower GB/s. The thread-per-row variants (layernorm1 to 3) ar
 Then the backward at 8192x8192 (x and dy read, dx written; dweight and dbias are one row), both ways
 of summing dweight and dbias (atomics, and per-block partials with a second pass), and a training-style
 step, forward and backward through autograd, against eager autograd and torch.compile.
+`python -m kernels.benchmarks.lesson08 --quick` times only the rows that carry the issue's bars
+(layernorm6 at every bar shape and its layouts at 8192 columns, the backwards and their layouts, the
+training step; about a minute), adds two rows that split the training step's time between the GPU
+(the same kernels without autograd) and the CPU (the step on a 64x64 input), and prints PASS or MISS
+for each bar. It writes no CSV: `make bench` records figures.
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +26,7 @@ import torch.nn.functional as F
 
 from ..bench import Row, bench, copy_bandwidth, plot, table
 from ..build import load
+from . import Bar, print_quick, quick_main
 from ..exercises.lesson08 import EPS, register_layernorm
 
 SHAPES = ((8192, 8192), (65536, 1024), (2048, 65536))
@@ -47,8 +54,38 @@ def _params(c: int, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return (1 + 0.1 * torch.randn(c, device="cuda")).to(dt), (0.1 * torch.randn(c, device="cuda")).to(dt)
 
 
-def _forward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
-    csv = out_dir / "lesson08.csv"
+# The issue's bars for the final kernels (H100, side by side in one run).
+BARS = [
+    *(Bar(f"layernorm {r}x{c} {s}", "layernorm6", "vs_compile", 1.1 if c == 65536 else 1.0)
+      for s in ("fp32", "bf16") for r, c in SHAPES),
+    *(Bar(f"layernorm 8192x8192 {s}", "layernorm6", "vs_eager", 1.5) for s in ("fp32", "bf16")),
+    *(Bar(f"layernorm backward 8192x8192 {s}", "layernorm_backward2", "vs_compile", 1.0) for s in ("fp32", "bf16")),
+    *(Bar(f"layernorm fwd+bwd 8192x8192 {s}", "layernorm op", "vs_eager", 1.5) for s in ("fp32", "bf16")),
+]
+# The layouts the quick run compares at 8192 columns: (threads per row, blocks per SM asked of ptxas, 0 for
+# its own choice) for
+# layernorm6_layout, (threads per block, rows per step) for layernorm_backward2_layout.
+FORWARD_LAYOUTS = ((256, 0), (256, 4), (512, 0), (1024, 0))
+BACKWARD_LAYOUTS = ((256, 1), (512, 1), (512, 2), (1024, 1), (1024, 2))
+
+
+def _compiled(f: Callable[[], object]) -> bool:
+    """False when f raises the extension's error for a layout it has no kernel for (the layout is skipped)."""
+    try:
+        f()
+        return True
+    except RuntimeError:
+        return False
+
+
+def _files(out_dir: Path | None, plot_name: str) -> dict:
+    """bench()'s CSV and plot paths in out_dir; none for the quick run."""
+    if out_dir is None:
+        return {}
+    return {"csv_path": out_dir / "lesson08.csv", "plot_path": out_dir / f"lesson08_{plot_name}.png"}
+
+
+def _forward_benches(ext, copy: float, out_dir: Path | None, quick: bool = False) -> list[Row]:
     rows = []
     for dt in DTYPES:
         for r, c in SHAPES:
@@ -58,19 +95,24 @@ def _forward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
             mean = torch.empty(r, device="cuda")
             rstd = torch.empty_like(mean)
             want = _torch_layernorm(x.float(), w.float(), b.float())
-            names = [v for v in VARIANTS if not (v in THREAD_PER_ROW and c > 8192)]
+            names = ["layernorm6"] if quick else [v for v in VARIANTS if not (v in THREAD_PER_ROW and c > 8192)]
+            variants = {name: (lambda f=getattr(ext, name): f(x, w, b, EPS, out, mean, rstd)) for name in names}
+            for threads, blocks in FORWARD_LAYOUTS if quick and c == 8192 else ():
+                f = (lambda t=threads, k=blocks: ext.layernorm6_layout(x, w, b, EPS, out, mean, rstd, t, k))
+                if _compiled(f):
+                    variants[f"layernorm6 {threads}t" + (f" {blocks}b/SM" if blocks else "")] = f
 
-            def all_correct(names=names) -> bool:
+            def all_correct(variants=variants) -> bool:
                 results = []
-                for name in names:
-                    getattr(ext, name)(x, w, b, EPS, out, mean, rstd)
+                for f in variants.values():
+                    out.fill_(float("nan"))
+                    f()
                     results.append(_close(out, want))
                 return all(results)
 
-            variants = {name: (lambda f=getattr(ext, name): f(x, w, b, EPS, out, mean, rstd)) for name in names}
             rows += bench(f"layernorm {r}x{c} {SHORT[dt]}", variants, bytes=2 * x.nbytes, torch_fn=_torch_layernorm,
-                          args=(x, w, b), copy_gbps=copy, check=all_correct, csv_path=csv,
-                          plot_path=out_dir / f"lesson08_layernorm_{r}x{c}_{SHORT[dt]}.png", show=False)
+                          args=(x, w, b), copy_gbps=copy, check=all_correct, show=False,
+                          **_files(out_dir, f"layernorm_{r}x{c}_{SHORT[dt]}"))
             del x, out, want
             torch.cuda.empty_cache()
     return rows
@@ -81,8 +123,59 @@ def _train_step(fn: Callable, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
     return lambda: torch.autograd.grad(fn(x, w, b), (x, w, b), grad)
 
 
-def _backward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
-    csv = out_dir / "lesson08.csv"
+def _function(ext) -> Callable:
+    """The same kernels behind a plain torch.autograd.Function: the CPU cost of the op's registration
+    (torch.library's autograd) shows as the difference."""
+    class LayerNorm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            y, mean, rstd = ext.layernorm(x, w, b, EPS)
+            ctx.save_for_backward(x, w, mean, rstd)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, w, mean, rstd = ctx.saved_tensors
+            return ext.layernorm_backward(grad.contiguous(), x, w, mean, rstd)
+
+    return LayerNorm.apply
+
+
+def _step_benches(ext, copy: float, out_dir: Path | None, quick: bool, x, w, b, dy, s: str) -> list[Row]:
+    """The training-style step. The quick run adds rows that say where its time goes: the same kernels
+    without autograd (the GPU's share), behind a plain autograd.Function, and the step on a 64x64 input
+    (the CPU's share per step)."""
+    r, c = x.shape
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    compiled = torch.compile(_torch_layernorm)
+
+    def ours(x, w, b):
+        return ext.layernorm(x, w, b, EPS)[0]
+
+    def kernels_only():
+        _, mean, rstd = ext.layernorm(x, w, b, EPS)
+        return ext.layernorm_backward(dy, x, w, mean, rstd)
+
+    variants = {"torch.compile": _train_step(compiled, xg, wg, bg, dy), "layernorm op": _train_step(ours, xg, wg, bg, dy)}
+    if quick:
+        variants.update({"autograd.Function": _train_step(_function(ext), xg, wg, bg, dy),
+                         "kernels, no autograd": kernels_only})
+    # forward: x read, y written; backward: x and dy read, dx written
+    rows = bench(f"layernorm fwd+bwd {r}x{c} {s}", variants, bytes=5 * x.nbytes,
+                 torch_fn=_train_step(_torch_layernorm, xg, wg, bg, dy), args=(), compile=False, copy_gbps=copy,
+                 show=False, **_files(out_dir, f"train_{s}"))
+    if quick:
+        sx, sw, sb, sdy = (t[:64, :64].contiguous() if t.dim() == 2 else t[:64].clone() for t in (x, w, b, dy))
+        sx, sw, sb = (t.requires_grad_() for t in (sx, sw, sb))
+        rows += bench(f"layernorm fwd+bwd 64x64 {s} (CPU)",
+                      {"layernorm op": _train_step(ours, sx, sw, sb, sdy),
+                       "autograd.Function": _train_step(_function(ext), sx, sw, sb, sdy)},
+                      torch_fn=_train_step(_torch_layernorm, sx, sw, sb, sdy), args=(), compile=False, copy_gbps=copy,
+                      show=False)
+    return rows
+
+
+def _backward_benches(ext, copy: float, out_dir: Path | None, quick: bool = False) -> list[Row]:
     rows = []
     r, c = 8192, 8192
     for dt in DTYPES:
@@ -92,29 +185,21 @@ def _backward_benches(ext, copy: float, out_dir: Path) -> list[Row]:
         _, mean, rstd = ext.layernorm(x, w, b, EPS)
         dy = torch.randn_like(x)
         want = _torch_backward(dy.float(), x.float(), w.float(), b.float(), mean, rstd)
-
-        def backward_ok() -> bool:
-            return all(_close(got, ref) for name in ("layernorm_backward1", "layernorm_backward2")
-                       for got, ref in zip(getattr(ext, name)(dy, x, w, mean, rstd), want))
-
         variants = {name: (lambda f=getattr(ext, name): f(dy, x, w, mean, rstd))
                     for name in ("layernorm_backward1", "layernorm_backward2")}
+        for threads, step in BACKWARD_LAYOUTS if quick else ():
+            f = (lambda t=threads, k=step: ext.layernorm_backward2_layout(dy, x, w, mean, rstd, t, k))
+            if _compiled(f):
+                variants[f"backward2 {threads}t {step} rows"] = f
+
+        def backward_ok(variants=variants) -> bool:
+            return all(_close(got, ref) for f in variants.values() for got, ref in zip(f(), want))
+
         rows += bench(f"layernorm backward {r}x{c} {s}", variants, bytes=3 * x.nbytes, torch_fn=_torch_backward,
-                      args=(dy, x, w, b, mean, rstd), copy_gbps=copy, check=backward_ok, csv_path=csv,
-                      plot_path=out_dir / f"lesson08_backward_{s}.png", show=False)
-        xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
-        compiled = torch.compile(_torch_layernorm)
-
-        def ours(x, w, b):
-            return ext.layernorm(x, w, b, EPS)[0]
-
-        variants = {"torch.compile": _train_step(compiled, xg, wg, bg, dy),
-                    "layernorm op": _train_step(ours, xg, wg, bg, dy)}
-        # forward: x read, y written; backward: x and dy read, dx written
-        rows += bench(f"layernorm fwd+bwd {r}x{c} {s}", variants, bytes=5 * x.nbytes,
-                      torch_fn=_train_step(_torch_layernorm, xg, wg, bg, dy), args=(), compile=False, copy_gbps=copy,
-                      csv_path=csv, plot_path=out_dir / f"lesson08_train_{s}.png", show=False)
-        del x, dy, xg, want
+                      args=(dy, x, w, b, mean, rstd), copy_gbps=copy, check=backward_ok, show=False,
+                      **_files(out_dir, f"backward_{s}"))
+        rows += _step_benches(ext, copy, out_dir, quick, x, w, b, dy, s)
+        del x, dy, want
         torch.cuda.empty_cache()
     return rows
 
@@ -130,3 +215,18 @@ def run(out_dir: Path) -> list[Row]:
     plot(labelled, copy, out_dir / "lesson08_all.png", show=False)
     print(table(labelled, copy))
     return rows
+
+
+def quick() -> list[Row]:
+    """The rows that carry the bars, in about a minute: layernorm6 (and its layouts at 8192 columns) against
+    eager and compile at every bar shape, the backwards (and their layouts) and the training step at 8192x8192."""
+    ext = load("08", "cuda")
+    register_layernorm(ext)
+    copy = copy_bandwidth()
+    rows = _forward_benches(ext, copy, None, quick=True) + _backward_benches(ext, copy, None, quick=True)
+    print_quick(rows, copy, BARS)
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(quick_main(quick))

@@ -9,6 +9,7 @@
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
 //   to_float(v), from_float<T>(f)      float32 and bfloat16 widened to float and rounded back
 //   kVec<T>, Pack<T>, load16, store16  16 bytes of T moved by one instruction (lessons 05, 07, 08)
+//   keep_packed(p)            keeps a pack 16 bytes in registers, not widened to floats (lessons 07, 08)
 //   dispatch(x, f), ptr<T>(t), mut<T>(t), aligned16(t)
 //       run a generic lambda for x's dtype (float32 or bfloat16); a tensor's data as const T* / T*
 //   TORCH_LIBRARY_EXPAND / TORCH_LIBRARY_FRAGMENT_EXPAND / TORCH_LIBRARY_IMPL_EXPAND
@@ -197,6 +198,23 @@ __device__ __forceinline__ void store16(T* p, const Pack<T>& r) {
   uint4 raw;
   memcpy(&raw, &r, 16);
   *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// A barrier for the compiler, not the GPU: it must assume the pack's registers change here, so values
+// it widened from them before this point are not kept alive past it. A bf16 pack is 4 registers, its
+// 8 widened floats are 8: without the barrier ptxas kept the floats of a kernel's first pass over
+// its packs for the second (softmax_backward_kernel2: 78 registers a thread instead of about 47 for
+// 4 packs of y and dy, ptxas -v), and fewer threads fit on an SM. It emits no instruction; the simulator, which has no registers to save,
+// skips it (__CUDA_ARCH__ is defined only when nvcc compiles for the GPU).
+template <typename T>
+__device__ __forceinline__ void keep_packed(Pack<T>& p) {
+#ifdef __CUDA_ARCH__
+  uint32_t w[4];
+  memcpy(w, &p, 16);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(w[i]));
+  memcpy(&p, w, 16);
+#endif
 }
 
 // Calls f(T{}) with T = float or __nv_bfloat16 for x's dtype (the caller has checked it is one of

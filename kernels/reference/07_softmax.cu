@@ -380,23 +380,6 @@ __global__ void __launch_bounds__(BLOCK) softmax_backward_kernel1(const T* __res
   }
 }
 
-// A barrier for the compiler, not the GPU: it must assume the pack's registers change here, so values
-// it widened from them before this point are not kept alive past it. A bf16 pack is 4 registers, its
-// 8 widened floats are 8: without the barrier ptxas kept the floats of the dot product's pass for
-// the output pass (78 registers a thread instead of about 47 for 4 packs of y and dy, ptxas -v), and
-// fewer threads fit on an SM. It emits no instruction; the simulator, which has no registers to save,
-// skips it (__CUDA_ARCH__ is defined only when nvcc compiles for the GPU).
-template <typename T>
-__device__ __forceinline__ void keep_packed(Pack<T>& p) {
-#ifdef __CUDA_ARCH__
-  uint32_t w[4];
-  memcpy(w, &p, 16);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(w[i]));
-  memcpy(&p, w, 16);
-#endif
-}
-
 // softmax_backward_kernel2: GROUP threads own a row: a warp (GROUP 32, THREADS / 32 rows per block,
 // no barrier) or the whole block (GROUP = THREADS). Thread t of the group holds packs t, t + GROUP, ...
 // of y and dy in registers, R of each: every load is issued before the first multiply, so 2R loads

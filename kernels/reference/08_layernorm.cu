@@ -9,8 +9,12 @@
 //   layernorm5            one block per row; Welford per thread, merged in each warp, then across warps
 //   layernorm6            16-byte loads and the row kept on chip (registers, then shared memory): one read of DRAM,
 //                         and an exact two-pass variance from the cached row
-//   layernorm_backward1   dx per row from two row reductions; dweight and dbias summed with atomics
+//   layernorm6_layout     layernorm6 with the threads per row chosen by the caller: the benchmark compares layouts
+//   layernorm_backward1   dx per row from two row reductions; dweight and dbias summed with atomics. Each block
+//                         takes many rows, two at a time where the row is short enough (more loads in flight)
 //   layernorm_backward2   the same dx; dweight and dbias as per-block partial sums and a second pass (deterministic)
+//   layernorm_backward2_layout  layernorm_backward2 with the threads per block and rows per step chosen by the
+//                         caller: the benchmark compares layouts with it
 //   layernorm             functional form of layernorm6, returns (out, mean, rstd): the op registered with autograd
 //   layernorm_backward    functional form of layernorm_backward2, returns (dx, dweight, dbias)
 //
@@ -244,8 +248,11 @@ __device__ __forceinline__ float group_sum(float v, float* scratch) {
 // memory (`spill`, read back only by the thread that wrote it, so no barrier guards it). With the row
 // on chip, the variance is an exact second pass, sum((x - mean)^2), at no DRAM cost. Reads x once,
 // writes out once (weight and bias stay in L2): bandwidth-bound while the row fits (the launcher checks).
-template <typename T, int G, int R>
-__global__ void __launch_bounds__(G < BLOCK ? BLOCK : G) layernorm_kernel6(
+// MIN_BLOCKS > 0 asks ptxas for at most 64K / (MIN_BLOCKS * threads) registers a thread, so that many blocks
+// fit on an SM (more rows' loads in flight), at the risk of spilling; 0 leaves it to ptxas (an explicit 1
+// lets it take up to 255: 99 registers instead of 48 for a float32 warp per row, ptxas -v).
+template <typename T, int G, int R, int MIN_BLOCKS = 0>
+__global__ void __launch_bounds__(G < BLOCK ? BLOCK : G, MIN_BLOCKS) layernorm_kernel6(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ out,
     float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
   extern __shared__ uint4 spill[];  // uint4 in every instantiation: extern shared arrays share one name and type
@@ -312,100 +319,154 @@ __global__ void __launch_bounds__(G < BLOCK ? BLOCK : G) layernorm_kernel6(
 //   dx = rstd * (g - (sum(g) + xhat * sum(g * xhat)) / cols)
 // (two row reductions), and over all rows dweight = sum(dy * xhat), dbias = sum(dy): column sums.
 
-// layernorm_backward_kernel: block b takes rows b, b + G, b + 2G, ... (G = gridDim.x, a few blocks
-// per SM) and keeps running column sums of dy * xhat and dy for the columns its threads own, so the
-// column sums need one write per block, not one per row. With R > 0 (packed rows of at most
-// THREADS * R packs) thread t owns packs t, t + THREADS, ...: it reads x and dy once into registers,
-// writes dx once, and keeps its column sums in registers; at the end it adds them to `acc` with
-// atomics (ATOMIC) or writes them to its block's row of `acc` for a second pass. With R = 0 (ragged
-// or long rows) it reads x and dy twice and keeps its sums in its block's row of `acc`, or adds each
+// The block's totals of N per-thread values, in every thread: each warp adds its lanes with shuffles,
+// then one trip through shared memory serves all N (block_reduce_sum would take two barriers for each).
+// Callers alternate between two scratch buffers from one call to the next: a warp that runs ahead into
+// the next call writes the other buffer while slower warps still read this one, so one barrier a call.
+template <int N>
+__device__ __forceinline__ void block_sums(float (&v)[N], float (*scratch)[32]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_allreduce_sum(v[i]);
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch[i][warp] = v[i];
+  }
+  __syncthreads();  // every warp's sums are in shared memory
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_allreduce_sum(lane < nwarps ? scratch[i][lane] : 0.0f);
+}
+
+// layernorm_backward_kernel: block b takes rows in steps of ROWS: rows bS .. bS + S - 1, then the same
+// G steps further on, ... (S = ROWS, G = gridDim.x, as many blocks as fit on the GPU at once) and keeps
+// running column sums of dy * xhat and dy for the columns its threads own, so the column sums need one
+// write per block, not one per row. With R > 0 (packed rows of at most THREADS * R packs) thread t owns
+// packs t, t + THREADS, ...: it loads x and dy of all ROWS rows at once (2 * ROWS * R 16-byte loads in
+// flight: a step waits for DRAM once, not once a row), the 2 * ROWS row sums share one barrier, it
+// writes dx once, and keeps its column sums in registers; at the end it adds them to `acc` with atomics
+// (ATOMIC) or writes them to its block's row of `acc` for a second pass. With R = 0 (ragged or long
+// rows) it reads x and dy twice and keeps its sums in its block's row of `acc` (zeroed), or adds each
 // value with an atomic. acc: [2 * cols] (ATOMIC, zeroed) or [G, 2 * cols]: dweight then dbias.
-template <typename T, int THREADS, int R, bool ATOMIC>
+// Reads x and dy once, writes dx once (packed rows): bound by the bytes in flight while a step waits.
+template <typename T, int THREADS, int R, int ROWS, bool ATOMIC>
 __global__ void __launch_bounds__(THREADS) layernorm_backward_kernel(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ acc, int64_t rows, int64_t cols) {
-  __shared__ float scratch[32];
+  static_assert(R > 0 || ROWS == 1, "the unpacked path takes one row at a time");
+  __shared__ float scratch[2][2 * ROWS][32];  // two buffers: block_sums alternates between them
   const int t = threadIdx.x;
   float* my_acc = ATOMIC ? acc : acc + blockIdx.x * 2 * cols;
   if constexpr (R > 0) {
     constexpr int V = kVec<T>;
-    const int64_t n = cols / V;
+    const int n = (int)(cols / V);  // at most THREADS * R packs: 32-bit offsets within a row
+    const float inv_cols = 1.0f / cols;
     Pack<T> wv[R];
     float dw[R][V], db[R][V];
 #pragma unroll
     for (int k = 0; k < R; ++k) {
-      if (t + (int64_t)THREADS * k < n) wv[k] = load16(w + (t + (int64_t)THREADS * k) * V);
+      if (t + THREADS * k < n) wv[k] = load16(w + (t + THREADS * k) * V);
 #pragma unroll
       for (int e = 0; e < V; ++e) dw[k][e] = db[k][e] = 0.0f;
     }
-    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-      const float m = mean[row], rs = rstd[row];
-      Pack<T> xv[R], gv[R];
-      float sg = 0.0f, sgx = 0.0f;
+    int buffer = 0;
+    for (int64_t first = (int64_t)blockIdx.x * ROWS; first < rows; first += (int64_t)gridDim.x * ROWS) {
+      Pack<T> xv[ROWS][R], gv[ROWS][R];
+      float m[ROWS], rs[ROWS], sums[2 * ROWS];  // sums: sum(g) and sum(g * xhat) of each row
 #pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t j = t + (int64_t)THREADS * k;
-        if (j < n) {
-          xv[k] = load16(x + row * cols + j * V);
-          gv[k] = load16(dy + row * cols + j * V);
+      for (int k = 0; k < R; ++k) keep_packed(wv[k]);  // widened once a step, not kept widened across steps
 #pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const float xh = (to_float(xv[k].v[e]) - m) * rs, d = to_float(gv[k].v[e]), g = d * to_float(wv[k].v[e]);
-            sg += g;
-            sgx += g * xh;
-            dw[k][e] += d * xh;
-            db[k][e] += d;
+      for (int i = 0; i < ROWS; ++i) {  // every load of the step before the first use
+        const int64_t row = first + i;  // row < rows is the same in every thread: no divergent barrier below
+        m[i] = row < rows ? mean[row] : 0.0f;
+        rs[i] = row < rows ? rstd[row] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          const int j = t + THREADS * k;
+          if (row < rows && j < n) {
+            xv[i][k] = load16(x + row * cols + j * V);  // row * cols: 64-bit, it passes 2^31 in large inputs
+            gv[i][k] = load16(dy + row * cols + j * V);
           }
         }
       }
-      sg = block_reduce_sum(sg, scratch);
-      sgx = block_reduce_sum(sgx, scratch);
 #pragma unroll
-      for (int k = 0; k < R; ++k) {
-        const int64_t j = t + (int64_t)THREADS * k;
-        if (j < n) {
-          Pack<T> o;
+      for (int i = 0; i < ROWS; ++i) {
+        float sg = 0.0f, sgx = 0.0f;
 #pragma unroll
-          for (int e = 0; e < V; ++e) {
-            const float xh = (to_float(xv[k].v[e]) - m) * rs, g = to_float(gv[k].v[e]) * to_float(wv[k].v[e]);
-            o.v[e] = from_float<T>(rs * (g - (sg + xh * sgx) / cols));
+        for (int k = 0; k < R; ++k) {
+          if (first + i < rows && t + THREADS * k < n) {
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const float xh = (to_float(xv[i][k].v[e]) - m[i]) * rs[i], d = to_float(gv[i][k].v[e]);
+              const float g = d * to_float(wv[k].v[e]);
+              sg += g;
+              sgx += g * xh;
+              dw[k][e] += d * xh;
+              db[k][e] += d;
+            }
+            keep_packed(xv[i][k]);  // the dx pass widens them again: cheaper than twice the registers
+            keep_packed(gv[i][k]);
           }
-          store16(dx + row * cols + j * V, o);
+        }
+        sums[2 * i] = sg;
+        sums[2 * i + 1] = sgx;
+      }
+      block_sums(sums, scratch[buffer]);
+      buffer ^= 1;
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) {
+        const int64_t row = first + i;
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+          const int j = t + THREADS * k;
+          if (row < rows && j < n) {
+            Pack<T> o;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+              const float xh = (to_float(xv[i][k].v[e]) - m[i]) * rs[i];
+              const float g = to_float(gv[i][k].v[e]) * to_float(wv[k].v[e]);
+              o.v[e] = from_float<T>(rs[i] * (g - (sums[2 * i] + xh * sums[2 * i + 1]) * inv_cols));
+            }
+            store16(dx + row * cols + j * V, o);
+          }
         }
       }
     }
 #pragma unroll
     for (int k = 0; k < R; ++k) {
-      const int64_t j = t + (int64_t)THREADS * k;
+      const int j = t + THREADS * k;
       if (j < n) {
+        if (ATOMIC) {
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          if (ATOMIC) {
+          for (int e = 0; e < V; ++e) {
             atomicAdd(&my_acc[j * V + e], dw[k][e]);
             atomicAdd(&my_acc[cols + j * V + e], db[k][e]);
-          } else {
-            my_acc[j * V + e] = dw[k][e];
-            my_acc[cols + j * V + e] = db[k][e];
+          }
+        } else {  // V floats of a column run: whole 16-byte stores (cols is a multiple of V, so aligned)
+#pragma unroll
+          for (int e = 0; e < V; e += 4) {
+            store16(my_acc + j * V + e, Pack<float>{{dw[k][e], dw[k][e + 1], dw[k][e + 2], dw[k][e + 3]}});
+            store16(my_acc + cols + j * V + e, Pack<float>{{db[k][e], db[k][e + 1], db[k][e + 2], db[k][e + 3]}});
           }
         }
       }
     }
   } else {
+    int buffer = 0;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
       const float m = mean[row], rs = rstd[row];
       const T* xr = x + row * cols;
       const T* dyr = dy + row * cols;
-      float sg = 0.0f, sgx = 0.0f;
+      float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
       for (int64_t c = t; c < cols; c += THREADS) {
         const float g = to_float(dyr[c]) * to_float(w[c]);
-        sg += g;
-        sgx += g * (to_float(xr[c]) - m) * rs;
+        sums[0] += g;
+        sums[1] += g * (to_float(xr[c]) - m) * rs;
       }
-      sg = block_reduce_sum(sg, scratch);
-      sgx = block_reduce_sum(sgx, scratch);
+      block_sums(sums, scratch[buffer]);
+      buffer ^= 1;
       for (int64_t c = t; c < cols; c += THREADS) {
         const float d = to_float(dyr[c]), xh = (to_float(xr[c]) - m) * rs, g = d * to_float(w[c]);
-        dx[row * cols + c] = from_float<T>(rs * (g - (sg + xh * sgx) / cols));
+        dx[row * cols + c] = from_float<T>(rs * (g - (sums[0] + xh * sums[1]) / cols));
         if (ATOMIC) {
           atomicAdd(&my_acc[c], d * xh);
           atomicAdd(&my_acc[cols + c], d);
@@ -418,18 +479,27 @@ __global__ void __launch_bounds__(THREADS) layernorm_backward_kernel(
   }
 }
 
-// column_sum_kernel: thread i owns column i of a [parts, 2 * cols] float matrix and adds its parts
-// in order (the same bits on every run); columns below cols go to dw, the others to db. Reads the
-// matrix once, coalesced across threads.
+// column_sum_kernel: block b owns 32 neighbouring columns of a [parts, 2 * cols] float matrix (a warp
+// reads 32 neighbouring floats of a part: one 128-byte line); its 8 warps take every 8th part each, and
+// warp 0 adds the 8 warps' sums in a fixed order: the same bits on every run. Columns below cols go to
+// dw, the others to db. Reads the matrix once, with parts / 8 loads in a row per thread, not parts.
 template <typename T>
 __global__ void __launch_bounds__(BLOCK) column_sum_kernel(const float* __restrict__ acc, int64_t parts, int64_t cols,
                                                           T* __restrict__ dw, T* __restrict__ db) {
-  const int64_t i = blockIdx.x * (int64_t)BLOCK + threadIdx.x;
-  if (i >= 2 * cols) return;
+  __shared__ float part[WARPS][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t i = blockIdx.x * (int64_t)32 + lane;
   float s = 0.0f;
-  for (int64_t p = 0; p < parts; ++p) s += acc[p * 2 * cols + i];
-  if (i < cols) dw[i] = from_float<T>(s);
-  else db[i - cols] = from_float<T>(s);
+  if (i < 2 * cols)
+    for (int64_t p = warp; p < parts; p += WARPS) s += acc[p * 2 * cols + i];
+  part[warp][lane] = s;
+  __syncthreads();  // every warp's sums are in shared memory
+  if (warp == 0 && i < 2 * cols) {
+    float total = 0.0f;
+    for (int k = 0; k < WARPS; ++k) total += part[k][lane];
+    if (i < cols) dw[i] = from_float<T>(total);
+    else db[i - cols] = from_float<T>(total);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -528,12 +598,12 @@ FORWARD_SIGNATURE(layernorm5) {
   CHECK_LAUNCH();
 }
 
-template <typename T, int G, int R>
+template <typename T, int G, int R, int MIN_BLOCKS = 0>
 static void launch6(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
                     at::Tensor& out, at::Tensor& mean, at::Tensor& rstd, int64_t spill_bytes, cudaStream_t stream) {
   const int64_t rows = x.size(0), blocks = G < BLOCK ? ceil_div(rows, (int64_t)(BLOCK / G)) : rows;
   CHECK_GRID(blocks);
-  auto kernel = layernorm_kernel6<T, G, R>;
+  auto kernel = layernorm_kernel6<T, G, R, MIN_BLOCKS>;
   if (spill_bytes > 48 * 1024)  // above 48 KB a kernel must opt in to more dynamic shared memory
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)spill_bytes));
   kernel<<<blocks, G < BLOCK ? BLOCK : G, spill_bytes, stream>>>(LAYERNORM_ARGS(T), rows, x.size(1), (float)eps);
@@ -561,6 +631,8 @@ FORWARD_SIGNATURE(layernorm6) {
       launch6<T, 32, 2>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     } else if (n <= 128) {
       launch6<T, 32, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    } else if (n <= 256) {  // 1024 floats: a warp per row keeps 8 rows' loads in flight per block, not 1
+      launch6<T, 32, 8>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     } else if (n <= (int64_t)BLOCK * 4) {
       launch6<T, BLOCK, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     } else if (n <= (int64_t)BLOCK * 8) {
@@ -568,6 +640,40 @@ FORWARD_SIGNATURE(layernorm6) {
     } else {
       launch6<T, WIDE, WIDE_REGS>(x, weight, bias, eps, out, mean, rstd, spill_bytes, stream);
     }
+  });
+  CHECK_LAUNCH();
+}
+
+// layernorm6 with `threads` threads per row (32: a warp per row, 8 rows a block) and the fewest register
+// packs per thread (of those compiled) that hold the row, `min_blocks` blocks per SM asked of ptxas (0: its
+// own choice; 4 for 256 threads x 8 packs only): for the benchmark's comparison of layouts.
+void layernorm6_layout(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                       at::Tensor& out, at::Tensor& mean, at::Tensor& rstd, int64_t threads, int64_t min_blocks) {
+  if (!forward_args(x, weight, bias, eps, out, mean, rstd)) return;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch(x, [&](auto t) {
+    using T = decltype(t);
+    const int64_t n = x.size(1) / kVec<T>;
+    TORCH_CHECK(x.size(1) % kVec<T> == 0 && aligned16(x) && aligned16(out) && aligned16(weight) && aligned16(bias),
+                "layernorm6_layout needs rows of whole 16-byte packs, 16-byte aligned");
+    const auto fits = [&](int g, int r) { return threads == g && n <= (int64_t)g * r; };
+    TORCH_CHECK(min_blocks == 0 || (min_blocks == 4 && fits(BLOCK, 8) && !fits(BLOCK, 4)),
+                "min_blocks must be 0 (ptxas chooses), or 4 for 256 threads x 8 packs; got ",
+                std::to_string(min_blocks));
+    if (min_blocks == 4) launch6<T, BLOCK, 8, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(32, 1)) launch6<T, 32, 1>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(32, 2)) launch6<T, 32, 2>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(32, 4)) launch6<T, 32, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(32, 8)) launch6<T, 32, 8>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(BLOCK, 4)) launch6<T, BLOCK, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(BLOCK, 8)) launch6<T, BLOCK, 8>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(512, 4)) launch6<T, 512, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(WIDE, 2)) launch6<T, WIDE, 2>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else if (fits(WIDE, WIDE_REGS)) launch6<T, WIDE, WIDE_REGS>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    else
+      TORCH_CHECK(false, "layernorm6_layout: no layout of ", std::to_string(threads), " threads holds a row of ",
+                  std::to_string(n), " packs in registers; compiled: 32 threads x up to 8 packs, 256 x 8, 512 x 4, "
+                  "1024 x 4");
   });
   CHECK_LAUNCH();
 }
@@ -583,25 +689,56 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm(const at::Tensor& x, co
   return {out, mean, rstd};
 }
 
-// The backward's layout: threads per row and register packs per thread, by row length in packs;
-// 0 packs means the unpacked path (ragged, misaligned or rows longer than 1024 * 4 packs).
+// A layout of the backward: threads per block (and per row), 16-byte packs per thread in registers
+// (0: the unpacked path) and rows per step.
+struct BackwardLayout {
+  int threads, regs, rows;
+};
+
+// The backward's layout by row length in packs (n): the fewest register packs per thread that hold the
+// row, and at 8192 bf16 values (1024 packs) two rows a step, so that a block has 64 KB of loads in flight
+// as float32 rows of 2048 packs have with one. Ragged, misaligned or longer rows take the unpacked path.
+static BackwardLayout backward_layout(int64_t n, bool packed) {
+  if (!packed || n > (int64_t)WIDE * 4) return {BLOCK, 0, 1};
+  if (n <= (int64_t)BLOCK * 2) return {BLOCK, 2, 1};
+  if (n <= 512 * 2) return {512, 2, 2};
+  if (n <= (int64_t)WIDE * 2) return {WIDE, 2, 1};
+  return {WIDE, 4, 1};
+}
+
+// Calls f(kernel) with the kernel compiled for layout l, or refuses a layout that is not compiled. The
+// default layouts exist for both ways of summing dweight and dbias; a few more for the deterministic
+// one, for the benchmark's comparison of layouts (layernorm_backward2_layout).
 template <typename T, bool ATOMIC, typename F>
-static void backward_layout(int64_t n, bool packed, F&& f) {
-  if (packed && n <= (int64_t)BLOCK * 2) f(layernorm_backward_kernel<T, BLOCK, 2, ATOMIC>, BLOCK);
-  else if (packed && n <= 512 * 2) f(layernorm_backward_kernel<T, 512, 2, ATOMIC>, 512);
-  else if (packed && n <= (int64_t)WIDE * 2) f(layernorm_backward_kernel<T, WIDE, 2, ATOMIC>, WIDE);
-  else if (packed && n <= (int64_t)WIDE * 4) f(layernorm_backward_kernel<T, WIDE, 4, ATOMIC>, WIDE);
-  else f(layernorm_backward_kernel<T, BLOCK, 0, ATOMIC>, BLOCK);
+static void with_backward_kernel(const BackwardLayout& l, F&& f) {
+  const auto is = [&](int threads, int regs, int rows) { return l.threads == threads && l.regs == regs && l.rows == rows; };
+  if (is(BLOCK, 0, 1)) return f(layernorm_backward_kernel<T, BLOCK, 0, 1, ATOMIC>);
+  if (is(BLOCK, 2, 1)) return f(layernorm_backward_kernel<T, BLOCK, 2, 1, ATOMIC>);
+  if (is(512, 2, 2)) return f(layernorm_backward_kernel<T, 512, 2, 2, ATOMIC>);
+  if (is(WIDE, 2, 1)) return f(layernorm_backward_kernel<T, WIDE, 2, 1, ATOMIC>);
+  if (is(WIDE, 4, 1)) return f(layernorm_backward_kernel<T, WIDE, 4, 1, ATOMIC>);
+  if constexpr (!ATOMIC) {
+    if (is(BLOCK, 4, 1)) return f(layernorm_backward_kernel<T, BLOCK, 4, 1, false>);
+    if (is(512, 2, 1)) return f(layernorm_backward_kernel<T, 512, 2, 1, false>);
+    if (is(512, 4, 1)) return f(layernorm_backward_kernel<T, 512, 4, 1, false>);
+    if (is(WIDE, 1, 2)) return f(layernorm_backward_kernel<T, WIDE, 1, 2, false>);
+  }
+  TORCH_CHECK(false, "no backward kernel is compiled for ", std::to_string(l.threads), " threads, ",
+              std::to_string(l.regs), " packs per thread and ", std::to_string(l.rows),
+              " rows per step; compiled: 256 threads x 2 or 4 packs, 512 x 2 (1 or 2 rows) or 4, 1024 x 1 "
+              "(2 rows), 2 or 4");
 }
 
 // dx, dweight, dbias for y = layernorm(x, weight, bias) and dy = the gradient of y; mean and rstd as
 // the forward saved them. ATOMIC adds the blocks' column sums into one float32 buffer with atomics
 // (the order of the adds, and so the last bits, change from run to run); otherwise each block writes
-// its own row of partial sums and column_sum_kernel adds them in a fixed order.
+// its own row of partial sums and column_sum_kernel adds them in a fixed order. `layout` overrides
+// the choice by row length (threads 0: choose).
 template <bool ATOMIC>
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x,
                                                                const at::Tensor& weight, const at::Tensor& mean,
-                                                               const at::Tensor& rstd) {
+                                                               const at::Tensor& rstd,
+                                                               BackwardLayout layout = {0, 0, 0}) {
   check_x(x, "x");
   check_tensor(dy, "dy", x.sizes(), x.scalar_type(), "x's shape and dtype");
   check_params(x, weight, "weight");
@@ -609,23 +746,41 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor&
   check_stats(x, rstd, "rstd");
   const int64_t rows = x.size(0), cols = x.size(1);
   at::Tensor dx = at::empty_like(x), dw = at::empty_like(weight), db = at::empty_like(weight);
-  // a few blocks per SM, each walking many rows: its column sums are written once, not once a row
-  const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(rows, 2 * sms));
-  at::Tensor acc = at::zeros({ATOMIC ? 1 : parts, 2 * cols}, x.options().dtype(at::kFloat));
   auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch(x, [&](auto t) {
     using T = decltype(t);
+    const int64_t n = cols / kVec<T>;
     const bool packed = cols % kVec<T> == 0 && aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(weight);
-    if (rows > 0) {
-      backward_layout<T, ATOMIC>(cols / kVec<T>, packed, [&](auto kernel, int threads) {
-        kernel<<<parts, threads, 0, stream>>>(ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<float>(mean),
-                                              ptr<float>(rstd), mut<T>(dx), mut<float>(acc), rows, cols);
-      });
-      CHECK_LAUNCH();
+    if (layout.threads == 0) {
+      layout = backward_layout(n, packed);
+    } else {
+      TORCH_CHECK(packed && layout.regs > 0 && n <= (int64_t)layout.threads * layout.regs, "a layout of ",
+                  std::to_string(layout.threads), " threads x ", std::to_string(layout.regs),
+                  " packs needs rows of whole, aligned packs and at most threads x packs of them; got ",
+                  std::to_string(n), " packs", packed ? "" : " (ragged or misaligned rows)");
     }
-    column_sum_kernel<T><<<ceil_div(2 * cols, (int64_t)BLOCK), BLOCK, 0, stream>>>(
-        ptr<float>(acc), acc.size(0), cols, mut<T>(dw), mut<T>(db));
+    with_backward_kernel<T, ATOMIC>(layout, [&](auto kernel) {
+      // As many blocks as fit on the GPU at once, each walking many rows: its column sums are written
+      // once, not once a row, and no block waits for a free SM.
+      const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
+      int per_sm = 2;  // the simulator runs one block at a time: any small number of parts does
+#ifndef CUDASIM
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, layout.threads, 0));
+#endif
+      const int64_t steps = ceil_div(rows, (int64_t)layout.rows);
+      const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(steps, sms * std::max(per_sm, 1)));
+      // the packed deterministic path writes every value of its block's row of partials: no zeros needed
+      const bool zero = ATOMIC || layout.regs == 0;
+      const c10::TensorOptions f32 = x.options().dtype(at::kFloat);
+      at::Tensor acc = zero ? at::zeros({ATOMIC ? 1 : parts, 2 * cols}, f32) : at::empty({parts, 2 * cols}, f32);
+      if (rows > 0) {
+        kernel<<<parts, layout.threads, 0, stream>>>(ptr<T>(dy), ptr<T>(x), ptr<T>(weight), ptr<float>(mean),
+                                                     ptr<float>(rstd), mut<T>(dx), mut<float>(acc), rows, cols);
+        CHECK_LAUNCH();
+      }
+      column_sum_kernel<T><<<ceil_div(2 * cols, (int64_t)32), BLOCK, 0, stream>>>(ptr<float>(acc), acc.size(0), cols,
+                                                                                  mut<T>(dw), mut<T>(db));
+    });
   });
   CHECK_LAUNCH();
   return {dx, dw, db};
@@ -643,6 +798,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward2(const at::Ten
   return backward<false>(dy, x, weight, mean, rstd);
 }
 
+// layernorm_backward2 with a chosen layout: `threads` per block, the fewest register packs per thread
+// (1, 2 or 4) that hold the row, `rows_per_step` rows at a time. For the benchmark's comparison of layouts.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward2_layout(const at::Tensor& dy, const at::Tensor& x,
+                                                                          const at::Tensor& weight,
+                                                                          const at::Tensor& mean,
+                                                                          const at::Tensor& rstd, int64_t threads,
+                                                                          int64_t rows_per_step) {
+  check_x(x, "x");
+  TORCH_CHECK(threads == BLOCK || threads == 512 || threads == WIDE, "threads must be 256, 512 or 1024, got ",
+              std::to_string(threads));
+  TORCH_CHECK(rows_per_step == 1 || rows_per_step == 2, "rows_per_step must be 1 or 2, got ",
+              std::to_string(rows_per_step));
+  const int64_t n = x.size(1) / (int64_t)(16 / x.element_size());
+  const int regs = n <= threads ? 1 : n <= 2 * threads ? 2 : 4;
+  return backward<false>(dy, x, weight, mean, rstd, {(int)threads, regs, (int)rows_per_step});
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration. The functional ops get their fake kernels and derivative in Python
 // (kernels/exercises/lesson08.py: register_layernorm), the lesson 03 route.
@@ -655,9 +827,13 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("layernorm4(" LAYERNORM_SCHEMA);
   m.def("layernorm5(" LAYERNORM_SCHEMA);
   m.def("layernorm6(" LAYERNORM_SCHEMA);
+  m.def("layernorm6_layout(Tensor x, Tensor weight, Tensor bias, float eps, Tensor(a!) out, Tensor(b!) mean, "
+        "Tensor(c!) rstd, int threads, int min_blocks=0) -> ()");
   m.def("layernorm(Tensor x, Tensor weight, Tensor bias, float eps) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward1(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward2(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
+  m.def("layernorm_backward2_layout(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd, int threads, "
+        "int rows_per_step) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
 }
 
@@ -668,8 +844,10 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("layernorm4", &layernorm4);
   m.impl("layernorm5", &layernorm5);
   m.impl("layernorm6", &layernorm6);
+  m.impl("layernorm6_layout", &layernorm6_layout);
   m.impl("layernorm", &layernorm);
   m.impl("layernorm_backward1", &layernorm_backward1);
   m.impl("layernorm_backward2", &layernorm_backward2);
+  m.impl("layernorm_backward2_layout", &layernorm_backward2_layout);
   m.impl("layernorm_backward", &layernorm_backward2);
 }
