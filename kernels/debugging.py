@@ -27,7 +27,7 @@ from .build import ROOT, load
 
 FOLDER = ROOT / "lessons" / "10_model" / "debugging"
 GUIDE = ROOT / "lessons" / "10_model" / "debugging.md"
-CHILD_TIMEOUT_S = 120  # a kernel that never ends (threads at different barriers may hang a GPU)
+CHILD_TIMEOUT_S = 45  # a kernel that never ends (threads at different barriers hang an H100: sync_in_branch does)
 BUILD_TIMEOUT_S = 600  # a child that also builds (no_kernel_image): a first cuda build takes about a minute
 
 

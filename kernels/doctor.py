@@ -83,7 +83,8 @@ def arch_list(value: str | None, capability: tuple[int, int] | None) -> str:
     if capability is None:
         return f"TORCH_CUDA_ARCH_LIST={value}: builds target these architectures"
     cc = f"{capability[0]}.{capability[1]}"
-    if any(a.removesuffix("+PTX") == cc for a in archs):
+    # "9.0a" (and "10.0f") are 9.0's machine code with the architecture-specific features: they run on a 9.0 GPU
+    if any(re.sub(r"(?<=\d)[af]$", "", a.removesuffix("+PTX")) == cc for a in archs):
         return f"TORCH_CUDA_ARCH_LIST={value}: includes this GPU's {cc}"
     ptx = [a.removesuffix("+PTX") for a in archs if a.endswith("+PTX")]
     if ptx and all(_major_minor(p) <= capability for p in ptx):

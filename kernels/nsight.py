@@ -28,7 +28,9 @@ from .build import ROOT, cuda_home
 WARMUP = 3
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
 _UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 2**10, "mibyte": 2**20,
-          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0}
+          "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0,
+          # the short forms newer ncu versions print (an H100 run with CUDA 13.0 gave Duration in "us")
+          "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 # ---------------------------------------------------------------------------------------------

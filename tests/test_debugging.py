@@ -234,6 +234,13 @@ def test_ncu_details_are_read_into_a_summary_in_base_units():
     assert "shared memory per block   0 B static + 1020 B dynamic" in text
 
 
+@pytest.mark.parametrize("unit, seconds", [("us", 1e-6), ("usecond", 1e-6), ("ns", 1e-9), ("ms", 1e-3)])
+def test_ncu_durations_are_read_in_the_long_and_the_short_unit_names(unit, seconds):
+    text = (FORMATS / "ncu_details_scale_add4.csv").read_text().replace('"Duration","us",', f'"Duration","{unit}",')
+    [s] = nsight.parse_details(text)
+    assert s.duration_s == pytest.approx(1012.35 * seconds)
+
+
 def test_ncu_output_without_a_csv_holds_no_launch():
     assert nsight.parse_details("==PROF== No kernels were profiled.\n") == []
 
@@ -280,7 +287,7 @@ def test_make_profile_with_kernel_on_the_simulator_says_ncu_needs_a_gpu(capsys):
     assert main(["05", "relu_add_bias2"]) == 2
     out = capsys.readouterr().out
     assert out.startswith("KERNEL=relu_add_bias2 runs Nsight Compute, which needs an NVIDIA GPU")
-    assert "which lesson? make profile LESSON=NN, with NN one of 04, 06 (on the simulator)" in out
+    assert "which lesson? make profile LESSON=NN, with NN one of 04, 06, 09 (on the simulator)" in out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,6 +313,8 @@ def test_doctor_accepts_matching_versions_without_a_warning():
     ("8.0", (9, 0), "DOES NOT INCLUDE this GPU's 9.0: every kernel built so fails with \"no kernel image"),
     ("8.0;9.0", (9, 0), "includes this GPU's 9.0"),
     ("8.0+PTX", (9, 0), "PTX the driver compiles for it at first launch"),
+    ("9.0a", (9, 0), "includes this GPU's 9.0"),  # what the H100 machine's environment sets
+    ("10.0a", (9, 0), "DOES NOT INCLUDE this GPU's 9.0"),
 ])
 def test_doctor_says_whether_the_architecture_list_fits_the_gpu(value, cc, said):
     assert said in doctor.arch_list(value, cc)

@@ -66,9 +66,9 @@ static int check_bias_gelu_inputs(const at::Tensor& x, const at::Tensor& bias) {
   CHECK_DTYPE(x, at::kFloat);
   CHECK_DTYPE(bias, at::kFloat);
   TORCH_CHECK(x.dim() >= 1, "x must have at least 1 dimension (its last is the columns), got a 0-d tensor");
-  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(-1), "bias must have shape [", x.size(-1),
+  TORCH_CHECK(bias.dim() == 1 && bias.size(0) == x.size(-1), "bias must have shape [", std::to_string(x.size(-1)),
               "] (one value per column of x), got ", shape_str(bias.sizes()));
-  TORCH_CHECK(x.size(-1) <= INT32_MAX, "x may have at most 2^31 - 1 columns, got ", x.size(-1));
+  TORCH_CHECK(x.size(-1) <= INT32_MAX, "x may have at most 2^31 - 1 columns, got ", std::to_string(x.size(-1)));
   return static_cast<int>(x.size(-1));
 }
 
