@@ -36,12 +36,12 @@ class Hint:
 
 @dataclass
 class Exercise:
-    """One exercise: the .cu file the learner edits, and how to check what it builds."""
+    """One exercise: the file the learner edits (.cu, or .py glue), and how to check what it builds."""
 
     lesson: str            # "04"
     name: str              # "copy_vec4"
     file: str              # the file name, in lessons/NN_topic/ (stub) and solutions/NN_topic/
-    run: Callable          # run(ext, backend) -> Report
+    run: Callable          # run(ext, backend) -> Report; for a .py file, run(path, backend)
     hints: list[str | Hint] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
 
 
@@ -128,6 +128,11 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
     reports = []
     for ex in find(lesson, name):
         src = Path(path) if path else lesson_dir(ex.lesson, solution) / ex.file
+        if src.suffix == ".py":  # Python glue, not a kernel: the exercise's run imports the file itself
+            r = ex.run(src, backend)
+            _print_hints(ex, r, show_hints, shell)
+            reports.append(r)
+            continue
         try:
             ext = load(src, backend)
         except (BuildError, FileNotFoundError) as e:
