@@ -147,7 +147,7 @@ def show_recorded(lesson: str | int, recorded_dir: Path | None = None, plot: boo
         copy = rows[0][1]
         print()
         print(table([r for r, _ in rows], copy))
-        if plot:
+        if plot and any(r.gbps or r.tflops for r, _ in rows):  # rows of milliseconds alone stay a table
             bar_chart([r for r, _ in rows], copy, show=True)
     return [r for rows in groups.values() for r, _ in rows]
 

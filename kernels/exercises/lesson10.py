@@ -25,7 +25,7 @@ from ..check import TOLERANCE, Report, check, merge
 from . import Exercise, Hint
 from .lesson03 import _not_run, _one_case
 
-GPT_FILE = ROOT / "lessons" / "10_model" / "gpt.py"
+LESSON = ROOT / "lessons" / "10_model"
 # (batch * heads, sequence) of the attention scores: a (batch * heads * sequence, sequence) matrix
 SHAPES = ((1, 1), (3, 7), (2, 33), (4, 64))
 # A block's parameter gradients go through two matmuls and a layernorm after the softmax: float32 sums
@@ -34,13 +34,19 @@ BLOCK_TOLERANCE = 1e-4
 
 
 @functools.cache
-def gpt_module():
-    """lessons/10_model/gpt.py, the model both the lesson and its benchmark use, imported once."""
-    spec = importlib.util.spec_from_file_location("lesson10_gpt", GPT_FILE)
+def lesson_module(name: str):
+    """lessons/10_model/<name>.py (gpt, step_profile), which the notebook, the self-check and the benchmark share,
+    imported once."""
+    spec = importlib.util.spec_from_file_location(f"lesson10_{name}", LESSON / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
+
+
+def gpt_module():
+    """lessons/10_model/gpt.py: the model."""
+    return lesson_module("gpt")
 
 
 def causal_softmax_ref(scores: torch.Tensor, scale: float, q_len: int) -> torch.Tensor:

@@ -214,18 +214,29 @@ def loss_of(model: Callable, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.view(-1, VOCAB).float(), y.reshape(-1))
 
 
-def train(model: GPT, steps: int, batch: int = 8, lr: float = 3e-3, step_fn: Callable | None = None,
-          seed: int = 0) -> list[float]:
-    """AdamW on byte windows of text_bytes(); returns the loss of every step (the same batches for every model
-    with the same seed). step_fn (default: model itself) runs the forward, e.g. torch.compile(model)."""
+def trainer(model: GPT, batch: int = 8, lr: float = 3e-3, step_fn: Callable | None = None, seed: int = 0,
+            steps: int = 10**9) -> Callable[[], torch.Tensor]:
+    """A function that runs one AdamW step on the next byte windows of text_bytes() and returns its loss (a
+    tensor: reading it as a number would wait for the GPU). step_fn (default: model itself) runs the forward,
+    e.g. torch.compile(model). The same seed gives every model the same batches."""
     fn = model if step_fn is None else step_fn
     p = next(model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
-    losses = []
-    for x, y in batches(text_bytes(p.device), batch, model.cfg.seq_len, steps, seed):
+    data = batches(text_bytes(p.device), batch, model.cfg.seq_len, steps, seed)
+
+    def step() -> torch.Tensor:
+        x, y = next(data)
         loss = loss_of(fn, x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        losses.append(loss.detach())
+        return loss.detach()
+    return step
+
+
+def train(model: GPT, steps: int, batch: int = 8, lr: float = 3e-3, step_fn: Callable | None = None,
+          seed: int = 0) -> list[float]:
+    """`steps` steps of trainer(...); returns the loss of every step."""
+    step = trainer(model, batch, lr, step_fn, seed, steps)
+    losses = [step() for _ in range(steps)]
     return [float(v) for v in torch.stack(losses).cpu()]  # one sync at the end, not one .item() per step
