@@ -21,9 +21,9 @@ sys.path.insert(0, str(LESSON))
 import gpt  # noqa: E402  (lessons/10_model/gpt.py, as the notebook imports it)
 
 CFG = gpt.Config(d_model=32, n_head=2, n_layer=2, seq_len=16)
-STEPS, BATCH = 12, 2
+STEPS, BATCH = 8, 2
 # float32 on the simulator: the kernels sum in another order than PyTorch's, a few ulps per op, so a loss
-# of about 5 agrees to about 1e-6 after a dozen AdamW steps; the gradients of one step to 1e-5 relative.
+# of about 5 agrees to about 1e-6 after 8 AdamW steps; the gradients of one step to 1e-5 relative.
 LOSS_TOLERANCE = 1e-4
 GRAD_TOLERANCE = 1e-4
 
@@ -79,7 +79,7 @@ def test_compiled_custom_model_trains_like_the_eager_one(models):
     eager, custom = models
     torch._dynamo.reset()
     compiled = torch.compile(custom, fullgraph=True, backend="aot_eager")
-    want, got = gpt.train(eager, 4, BATCH), gpt.train(custom, 4, BATCH, step_fn=compiled)
+    want, got = gpt.train(eager, 3, BATCH), gpt.train(custom, 3, BATCH, step_fn=compiled)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=0, atol=LOSS_TOLERANCE)
 
 
@@ -139,3 +139,19 @@ def test_self_check_names_a_planted_bug(bug, tmp_path, capsys):
     planted = tmp_path / "attention_softmax.py"
     planted.write_text(source.replace(old, new) + f"# planted bug: {bug}\n")
     assert_diagnosis(check_exercise("10", path=planted), *diagnoses)
+
+
+def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeypatch, dev, backend, capsys):
+    # the GPU benchmark's own functions, at the tests' tiny size in float32 on this backend
+    from kernels.benchmarks import lesson10 as bench10
+
+    for name, value in (("CONFIG", dict(d_model=32, n_head=2, n_layer=1, seq_len=16)), ("BATCH", 2),
+                        ("DTYPE", torch.float32), ("DEVICE", str(dev)), ("BACKEND", backend)):
+        monkeypatch.setattr(bench10, name, value)
+    eager, custom = bench10.models()
+    assert bench10.parity(eager, custom)
+    bench10.train_step(custom, custom)()  # trains the custom model's weights away from the eager model's
+    assert bench10.inference(custom)().shape == (2, 16, gpt.VOCAB)
+    with torch.no_grad():
+        custom.blocks[0].fc.weight.mul_(3)  # a wrong model: far outside the bf16 tolerance
+    assert not bench10.parity(eager, custom)

@@ -28,6 +28,7 @@ LAYERS = 6
 BATCH = 8
 CONFIG = dict(d_model=768, n_head=12, n_layer=LAYERS, seq_len=1024)
 DTYPE = torch.bfloat16
+DEVICE, BACKEND = "cuda", "cuda"  # a test runs the pieces tiny on the simulator ("cpu", "sim")
 # bf16 keeps 8 bits of mantissa: two models that round in different places differ by a few 1e-3 in the loss
 # and by a few percent in a gradient's entries; a wrong op differs by far more (the loss of a random model is 5.5).
 LOSS_TOLERANCE = 2e-2
@@ -48,20 +49,20 @@ def models():
     """(eager model, custom-op model) with the same weights, bf16, on the GPU."""
     gpt = gpt_module()
     torch.manual_seed(0)
-    eager = gpt.GPT(gpt.Config(**CONFIG)).to(device="cuda", dtype=DTYPE)
-    return eager, gpt.twin(eager, gpt.custom_kernels(backend="cuda"))
+    eager = gpt.GPT(gpt.Config(**CONFIG)).to(device=DEVICE, dtype=DTYPE)
+    return eager, gpt.twin(eager, gpt.custom_kernels(backend=BACKEND))
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     gpt = gpt_module()
-    return next(gpt.batches(gpt.text_bytes("cuda"), BATCH, CONFIG["seq_len"], 1))
+    return next(gpt.batches(gpt.text_bytes(DEVICE), BATCH, CONFIG["seq_len"], 1))
 
 
 def train_step(model, forward: Callable) -> Callable[[], None]:
     """One training step: forward (through `forward`, e.g. torch.compile(model)), backward, fused AdamW."""
     gpt = gpt_module()
     x, y = _batch()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=DEVICE == "cuda")
 
     def step():
         loss = gpt.loss_of(forward, x, y)
@@ -90,7 +91,7 @@ def parity(eager, custom) -> bool:
         model.zero_grad(set_to_none=True)
         loss = gpt.loss_of(model, x, y)
         loss.backward()
-        grads.append((float(loss), [p.grad.float() for p in model.parameters()]))
+        grads.append((float(loss.detach()), [p.grad.float() for p in model.parameters()]))
         model.zero_grad(set_to_none=True)
     (le, ge), (lc, gc) = grads
     rel = max(float((a - b).norm() / b.norm().clamp_min(1e-12)) for a, b in zip(gc, ge))
@@ -118,9 +119,11 @@ def _wall_ms(fn: Callable[[], object], sync: bool) -> float:
     return (time.perf_counter() - t0) * 1e3
 
 
-def _pitfall_rows(model) -> list[Row]:
-    """The first step against a steady one; a step timed without waiting for the GPU; .item() every step."""
+def _pitfall_rows() -> list[Row]:
+    """The first step against a steady one; a step timed without waiting for the GPU; .item() every step.
+    On an eager model of its own, so that the steps train no weight of the compared models."""
     gpt = gpt_module()
+    model = gpt.GPT(gpt.Config(**CONFIG)).to(device=DEVICE, dtype=DTYPE)
     step = train_step(model, model)
     first = _wall_ms(step, sync=True)  # cuBLAS handles, the allocator's first blocks, lazy module loading
     steady = time_ms(step)
@@ -153,8 +156,8 @@ def _pitfall_rows(model) -> list[Row]:
 def run(out_dir: Path) -> list[Row]:
     """The training step and the inference forward, four ways each, the profiles and the pitfalls; CSV and plots
     into out_dir."""
+    pitfalls = _pitfall_rows()  # first: the cold step must be the process's first training step
     eager, custom = models()
-    pitfalls = _pitfall_rows(eager)  # first: the cold step must be the process's first training step
     ok = parity(eager, custom)
     copy = copy_bandwidth()
     csv = out_dir / "lesson10.csv"

@@ -4,7 +4,7 @@
     cfg = gpt.Config(d_model=32, n_head=2, n_layer=2, seq_len=16)
     eager = gpt.GPT(cfg)                                   # layernorm, attention, MLP as nanoGPT writes them
     kernels = gpt.custom_kernels()                         # lessons 05, 07, 08 as torch.library ops
-    custom = gpt.GPT(cfg, kernels); custom.load_state_dict(eager.state_dict())
+    custom = gpt.twin(eager, kernels)                      # the same weights, the custom ops
 
 Both models are one class; only the three fusable pieces differ (a `Kernels` table): layernorm
 (lesson 08's op), scale + causal mask + softmax of the attention scores (lesson 07's softmax7, through
