@@ -21,7 +21,7 @@ import torch
 
 from ..backend import device
 from ..build import ROOT, load
-from ..check import TOLERANCE, Report, check, merge
+from ..check import Report, check, merge
 from . import Exercise, Hint
 from .lesson03 import _not_run, _one_case
 
