@@ -213,6 +213,23 @@ def test_show_recorded_prints_a_labelled_table_per_benchmark_and_plots_each(tmp_
     assert shown == ["sum 1 GiB", "row max"]
 
 
+def test_show_recorded_shows_rows_of_milliseconds_alone_as_a_table_without_a_plot(tmp_path, capsys, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from kernels.benchmarks import show_recorded
+
+    (tmp_path / "lesson10.csv").write_text(
+        BENCH_HEADER.strip() + ",date,torch\n"
+        "pitfalls,first step (cold),950.5,,,,,,,3010,NVIDIA H100 80GB HBM3,2026-11-20,2.14.0+cu130\n")
+    shown = []
+    monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf()))
+    rows = show_recorded("10", recorded_dir=tmp_path)
+    assert shown == [], "a bar chart of GB/s or TFLOP/s has nothing to draw for rows of milliseconds alone"
+    assert [(r.bench, r.variant, r.ms, r.gbps, r.tflops) for r in rows] == [
+        ("pitfalls", "first step (cold)", 950.5, None, None)]
+    assert any(line.startswith("first step (cold)") for line in capsys.readouterr().out.splitlines())
+
+
 def test_show_recorded_without_a_recording_says_so_in_one_line(tmp_path, capsys):
     from kernels.benchmarks import show_recorded
 

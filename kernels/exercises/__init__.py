@@ -36,7 +36,7 @@ class Hint:
 
 @dataclass
 class Exercise:
-    """One exercise: the .cu file the learner edits, and how to check what it builds."""
+    """One exercise: the file the learner edits (.cu, or .py glue), and how to check what it builds."""
 
     lesson: str            # "04"
     name: str              # "copy_vec4"

@@ -36,8 +36,9 @@ def _first_line(e: Exception) -> str:
     return (lines[0] if lines else "")[:160]
 
 
-def _one_case(name: str, label: str, dtype: torch.dtype, fn, hint: str) -> Report:
-    """A report of one case: `fn()` passes when it returns without raising."""
+def _one_case(name: str, label: str, dtype: torch.dtype, fn, hint: str, stub: str = "fma_op.py") -> Report:
+    """A report of one case: `fn()` passes when it returns without raising. An error that says "not written
+    yet" (the stub's NotImplementedError) gets the hint that the Python file `stub` is unfinished."""
     report = Report(name)
     case = Case(label, dtype)
     report.cases.append(case)
@@ -48,7 +49,7 @@ def _one_case(name: str, label: str, dtype: torch.dtype, fn, hint: str) -> Repor
         case.passed, case.problem = False, "raised " + type(e).__name__
         case.detail = _first_line(e) + (f"\nat {where}" if where else "")
         if "not written yet" in str(e):  # the stub's NotImplementedError, possibly inside an opcheck error
-            hint = "fma_op.py is not finished: " + _first_line(e).split(" failed with ")[-1].split(" (scroll")[0]
+            hint = f"{stub} is not finished: " + _first_line(e).split(" failed with ")[-1].split(" (scroll")[0]
         report.hints.append(hint)
     print(report)
     return report
