@@ -16,7 +16,7 @@ and the two lanes share these three steps file by file (kernels/pytest_lanes.py)
 notebook is run once, by whichever lane is free first. So neither lane waits for the other until the
 last notebook, whatever each file costs. A test that needs a simulator build that is not made yet
 makes it itself (builds of one file take turns, see kernels/build.py, so nothing is built twice). On
-one core the same steps run in one lane. Each step's output is printed as it comes, its lines
+one core the same steps run in one lane. Each lane's torch gets its share of the cores (see lane_env). Each step's output is printed as it comes, its lines
 prefixed with the step's name while two run at once, and its whole output is kept in
 build/test-all/<step>.log.
 """
@@ -99,13 +99,14 @@ def say(text: str) -> None:
         print(text, flush=True)
 
 
-def run_step(step: Step, prefix: bool) -> None:
-    """Run the step, streaming its output, and record its wall time, CPU time and exit code."""
+def run_step(step: Step, prefix: bool, env: dict[str, str] | None = None) -> None:
+    """Run the step (with `env` added to the environment), streaming its output, and record its wall
+    time, CPU time and exit code."""
     LOGS.mkdir(parents=True, exist_ok=True)
     say(f"== {step.title}: {' '.join(step.command[1:] if step.command[0] == sys.executable else step.command)}")
     t0 = time.perf_counter()
     proc = subprocess.Popen(step.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            errors="replace", env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
     with open(LOGS / f"{step.name}.log", "w") as log:
         for line in proc.stdout:
             log.write(line)
@@ -120,9 +121,19 @@ def run_step(step: Step, prefix: bool) -> None:
     say(f"== {step.title}: {verdict} in {step.wall:.0f} s ({step.cpu:.0f} s CPU): {counts(step)}")
 
 
-def run_lanes(lanes: list[list[Step]]) -> None:
+def lane_env(cores: int, count: int) -> dict[str, str]:
+    """What the steps of `count` lanes on `cores` cores add to the environment: torch's CPU ops in each
+    lane get the lane's share of the cores. Left to torch, every process would start a thread per core,
+    and on a machine whose cores the lanes already keep busy those threads mostly wait for each other
+    (OpenMP's waiting threads spin): lesson 05's checks took 18.3 s of CPU with two threads a process,
+    10.3 s with one, on two busy cores. An OMP_NUM_THREADS that is already set is kept."""
+    return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, cores // count))}
+
+
+def run_lanes(lanes: list[list[Step]], env: dict[str, str]) -> None:
     """Run the lanes side by side, the steps of each one after another."""
-    threads = [threading.Thread(target=lambda lane=lane: [run_step(s, prefix=True) for s in lane]) for lane in lanes]
+    threads = [threading.Thread(target=lambda lane=lane: [run_step(s, prefix=True, env=env) for s in lane])
+               for lane in lanes]
     for t in threads:
         t.start()
     for t in threads:
@@ -215,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in SHARED:
             (CLAIMS / name).mkdir(parents=True)
         if len(run) > 1:
-            run_lanes(run)
+            run_lanes(run, lane_env(cores, len(run)))
         else:
             for s in run[0]:
                 run_step(s, prefix=False)

@@ -272,3 +272,18 @@ def test_the_summary_adds_up_the_lanes_of_a_shared_step():
     assert any(line.startswith("solution notebooks (nbval), lane 1") and line.endswith("no tests ran") for line in lines)
     assert any(line.startswith("solution notebooks (nbval), all lanes") and line.endswith("FAILED: 1 failed, 220 passed")
                for line in lines), lines
+
+
+def test_each_lane_gets_its_share_of_the_cores_for_torchs_threads_unless_the_caller_chose(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert test_all.lane_env(2, 2) == {"OMP_NUM_THREADS": "1"}
+    assert test_all.lane_env(16, 2) == {"OMP_NUM_THREADS": "8"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert test_all.lane_env(2, 2) == {}
+
+
+def test_a_step_runs_with_the_environment_it_is_given(monkeypatch, tmp_path):
+    monkeypatch.setattr(test_all, "LOGS", tmp_path)
+    step = test_all.Step("env", "prints a variable", [sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"])
+    test_all.run_step(step, prefix=False, env={"OMP_NUM_THREADS": "1"})
+    assert step.code == 0 and step.lines == ["1"]
