@@ -16,9 +16,9 @@ and the two lanes share these three steps file by file (kernels/pytest_lanes.py)
 notebook is run once, by whichever lane is free first. So neither lane waits for the other until the
 last notebook, whatever each file costs. A test that needs a simulator build that is not made yet
 makes it itself (builds of one file take turns, see kernels/build.py, so nothing is built twice). On
-one core the same steps run in one lane. Each lane's torch gets its share of the cores (see lane_env). Each step's output is printed as it comes, its lines
-prefixed with the step's name while two run at once, and its whole output is kept in
-build/test-all/<step>.log.
+one core the same steps run in one lane. Each lane's torch gets its share of the cores (see lane_env).
+Each step's output is printed as it comes, its lines prefixed with the step's name while two run at
+once, and its whole output is kept in build/test-all/<step>.log.
 """
 from __future__ import annotations
 
