@@ -1,4 +1,5 @@
 """`make test-all`'s machinery: the nvcc compile check's combined builds and the step runner's summary."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -182,10 +183,15 @@ LANE_TESTS = {
 
 
 def lane_run(folder: Path, claims: Path) -> subprocess.Popen:
-    """A pytest process on `folder` that shares its files through `claims`; -rA lists every test it ran."""
-    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "kernels.pytest_lanes",
-                             "--lanes-dir", str(claims), "-rA", "-q", str(folder)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    """A pytest process on `folder` that shares its files through `claims`; -rA lists every test it ran.
+    The plugin is imported as a module of its own, not through the package `kernels`, whose import
+    brings torch, and nbval's plugin is left out: each costs seconds per process, and the plugin itself
+    needs only pytest."""
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval",
+                             "-p", "no:benchmark", "-p", "pytest_lanes",
+                             "--lanes-dir", str(claims), "-rA", "-q", str(folder)], cwd=folder, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "kernels")})
 
 
 def passed_tests(output: str) -> list[str]:
@@ -205,7 +211,7 @@ def lane_suite(tmp_path):
 def test_two_pytest_processes_sharing_a_lanes_dir_run_every_test_exactly_once(lane_suite):
     suite, claims = lane_suite
     procs = [lane_run(suite, claims) for _ in range(2)]
-    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     ran = [passed_tests(out) for out in outputs]
     everything = sorted(t for lane in ran for t in lane)
@@ -217,17 +223,17 @@ def test_two_pytest_processes_sharing_a_lanes_dir_run_every_test_exactly_once(la
 
 def test_a_process_that_finds_every_file_claimed_runs_nothing_and_passes(lane_suite):
     suite, claims = lane_suite
-    first = lane_run(suite, claims).communicate(timeout=120)[0]
+    first = lane_run(suite, claims).communicate(timeout=600)[0]
     assert len(passed_tests(first)) == 7 and "lanes: 3 files (7 tests) ran in this process" in first
     late = lane_run(suite, claims)
-    out = late.communicate(timeout=120)[0]
+    out = late.communicate(timeout=600)[0]
     assert late.returncode == 0 and passed_tests(out) == [] and "no tests ran" in out, out
 
 
 def test_a_missing_lanes_dir_is_refused_saying_what_was_expected(lane_suite):
     suite, claims = lane_suite
     proc = lane_run(suite, claims / "missing")
-    out = proc.communicate(timeout=120)[0]
+    out = proc.communicate(timeout=600)[0]
     assert proc.returncode != 0 and "expected an existing folder" in out, out
 
 
