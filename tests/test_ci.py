@@ -293,3 +293,23 @@ def test_a_step_runs_with_the_environment_it_is_given(monkeypatch, tmp_path):
     step = test_all.Step("env", "prints a variable", [sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"])
     test_all.run_step(step, prefix=False, env={"OMP_NUM_THREADS": "1"})
     assert step.code == 0 and step.lines == ["1"]
+
+
+def test_the_whole_run_starts_each_shared_step_on_an_empty_folder_of_claims_and_runs_every_lane(monkeypatch, tmp_path, capsys):
+    claims = tmp_path / "claims"
+    (claims / "pytest").mkdir(parents=True)
+    (claims / "pytest" / "tests_test_x.py").write_text("")  # a claim left by an earlier run
+    seen = tmp_path / "seen"
+
+    def step(name):
+        code = f"import os; open({str(seen)!r}, 'a').write('{name} ' + ','.join(sorted(os.listdir({str(claims)!r}))) + '\\n')"
+        return test_all.Step(name, name, [sys.executable, "-c", code])
+
+    monkeypatch.setattr(test_all, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(test_all, "CLAIMS", claims)
+    monkeypatch.setattr(test_all, "lanes", lambda cores: [[step("a1"), step("a2")], [step("b1")]])
+    monkeypatch.setattr(test_all.os, "cpu_count", lambda: 2)
+    assert test_all.main([]) == 0
+    assert sorted(seen.read_text().splitlines()) == [f"{n} nbval,nbval-lessons,pytest" for n in ("a1", "a2", "b1")]
+    assert not any((claims / "pytest").iterdir())
+    assert "== summary:" in capsys.readouterr().out
