@@ -83,8 +83,8 @@ nbval: setup
 nbval-lessons: setup
 	$(PYTHON) -m kernels.test_all nbval-lessons
 
-# kernels/test_all.py runs the steps (two at a time where there are two cores) and prints a summary:
-# each step's time and counts, and the slowest tests and builds.
+# kernels/test_all.py runs the steps in two lanes where there are two cores (the lanes share pytest's
+# files and the notebooks) and prints a summary: each step's time and counts, and the slowest tests and builds.
 test-all: setup
 	$(PYTHON) -m kernels.test_all
 

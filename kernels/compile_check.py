@@ -16,7 +16,8 @@ simulator builds each file alone.
 
 `python -m kernels.compile_check --warm [cuda|sim ...]` instead builds every file for the given
 backends (default: the default backend) with the flags the tests and notebooks use, one file per
-core, so that a test run that follows finds every build in the cache.
+core, so that a test run that follows finds every build in the cache. `--jobs N` before either
+sets how many builds run at a time (default: one per core).
 """
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
         return path, backend or "nvcc", time.perf_counter() - t0, msg
 
 
-def _run(todo: list[tuple[Path, str | None]], what: str) -> int:
-    jobs = max(1, min(len(todo), os.cpu_count() or 1))
+def _run(todo: list[tuple[Path, str | None]], what: str, jobs: int) -> int:
+    jobs = max(1, min(len(todo), jobs))
     print(f"{what}: {len(todo)} builds, {jobs} at a time")
     failed = []
     # a compiler uses one core per file: run one file per core, each in its own process
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         backends = [resolve(b) for b in argv[1:]] or [resolve(None)]
         # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
         # fixed namespace (lesson 03's package) cannot be loaded for two backends in one process.
-        codes = [_run([(p, be) for p in files()], f"warming the build cache for {be}") for be in backends]
+        codes = [_run([(p, be) for p in files()], f"warming the build cache for {be}", jobs) for be in backends]
         return max(codes)
     reason = why_not()
     if reason:

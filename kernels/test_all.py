@@ -8,17 +8,23 @@ exercises and planted bugs on the default backend, and the notebooks' consistenc
 and the simulator's own suites, the compile check and the notebooks under nbval are left to
 `make test-all` (its step pytest holds the lesson tests too).
 
-First the simulator builds of every .cu are made, one file per core, so that nothing after them
-waits for a build. Then the rest runs in two lanes side by side, because each of those steps keeps
-one core busy (pytest and notebooks run one test at a time; the compile check runs one nvcc at a
-time here): pytest in one, the nvcc compile check and the notebooks in the other. On one core the
-lanes run one after the other. Each step's output is printed as it comes, its lines prefixed with
-the step's name while two run at once, and its whole output is kept in build/test-all/<step>.log.
+Every step keeps one core busy (pytest and notebooks run one test at a time; the simulator builds and
+the nvcc compile check run one compiler at a time here), so `make test-all` runs them in two lanes, one
+per core. One lane starts with the simulator builds of every .cu, the other with the nvcc compile check
+(which needs none of them); then each lane runs pytest, the solution notebooks and the lesson notebooks,
+and the two lanes share these three steps file by file (kernels/pytest_lanes.py): each test file or
+notebook is run once, by whichever lane is free first. So neither lane waits for the other until the
+last notebook, whatever each file costs. A test that needs a simulator build that is not made yet
+makes it itself (builds of one file take turns, see kernels/build.py, so nothing is built twice). On
+one core the same steps run in one lane. Each lane's torch gets its share of the cores (see lane_env).
+Each step's output is printed as it comes, its lines prefixed with the step's name while two run at
+once, and its whole output is kept in build/test-all/<step>.log.
 """
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -44,9 +50,10 @@ class Step:
 
 
 def steps(jobs: int) -> dict[str, Step]:
-    """Every step by name; `jobs` is how many builds the compile check runs at a time."""
+    """Every step by name; `jobs` is how many builds the simulator builds and the compile check run at a time."""
     return {s.name: s for s in [
-        Step("build-cache", "simulator builds of every .cu", [sys.executable, "-m", "kernels.compile_check", "--warm"]),
+        Step("build-cache", "simulator builds of every .cu",
+             [sys.executable, "-m", "kernels.compile_check", "--jobs", str(jobs), "--warm"]),
         Step("pytest", "pytest", [*PYTEST, "tests", "--durations=10"]),
         Step("lesson-tests", "every lesson's tests",
              [*PYTEST, *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_lesson*.py")),
@@ -55,6 +62,32 @@ def steps(jobs: int) -> dict[str, Step]:
         Step("nbval", "solution notebooks (nbval)", [*PYTEST, "--nbval", "solutions", *NOTEBOOK_FLAGS]),
         Step("nbval-lessons", "lesson notebooks (executed)", [*PYTEST, "--nbval-lax", "lessons", *NOTEBOOK_FLAGS]),
     ]}
+
+
+# The steps whose files the lanes share (kernels/pytest_lanes.py), in the order each lane runs them: the
+# lesson notebooks last, since their files are small, so the lane that finishes first waits little.
+SHARED = ("pytest", "nbval", "nbval-lessons")
+CLAIMS = LOGS / "claims"
+
+
+def lanes(cores: int) -> list[list[Step]]:
+    """The steps of `make test-all` in lanes that run side by side: two where there are two cores or
+    more, else one. The lanes' copies of a shared step are separate processes on one folder of claims."""
+    count = 2 if cores > 1 else 1
+    by_name = steps(jobs=1)
+    openings = [[by_name["build-cache"]], [by_name["compile-check"]]]
+    if count == 1:
+        openings = [openings[0] + openings[1]]
+    out = []
+    for k, opening in enumerate(openings, 1):
+        lane = list(opening)
+        for name in SHARED:
+            base = by_name[name]
+            lane.append(Step(base.name if count == 1 else f"{base.name}-{k}",
+                             base.title if count == 1 else f"{base.title}, lane {k}",
+                             [*base.command, "-p", "kernels.pytest_lanes", "--lanes-dir", str(CLAIMS / name)]))
+        out.append(lane)
+    return out
 
 
 _print_lock = threading.Lock()
@@ -66,13 +99,14 @@ def say(text: str) -> None:
         print(text, flush=True)
 
 
-def run_step(step: Step, prefix: bool) -> None:
-    """Run the step, streaming its output, and record its wall time, CPU time and exit code."""
+def run_step(step: Step, prefix: bool, env: dict[str, str] | None = None) -> None:
+    """Run the step (with `env` added to the environment), streaming its output, and record its wall
+    time, CPU time and exit code."""
     LOGS.mkdir(parents=True, exist_ok=True)
     say(f"== {step.title}: {' '.join(step.command[1:] if step.command[0] == sys.executable else step.command)}")
     t0 = time.perf_counter()
     proc = subprocess.Popen(step.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            errors="replace", env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
     with open(LOGS / f"{step.name}.log", "w") as log:
         for line in proc.stdout:
             log.write(line)
@@ -87,16 +121,26 @@ def run_step(step: Step, prefix: bool) -> None:
     say(f"== {step.title}: {verdict} in {step.wall:.0f} s ({step.cpu:.0f} s CPU): {counts(step)}")
 
 
-def run_lanes(lanes: list[list[Step]]) -> None:
+def lane_env(cores: int, count: int) -> dict[str, str]:
+    """What the steps of `count` lanes on `cores` cores add to the environment: torch's CPU ops in each
+    lane get the lane's share of the cores. Left to torch, every process would start a thread per core,
+    and on a machine whose cores the lanes already keep busy those threads mostly wait for each other
+    (OpenMP's waiting threads spin): lesson 05's checks took 18.3 s of CPU with two threads a process,
+    10.3 s with one, on two busy cores. An OMP_NUM_THREADS that is already set is kept."""
+    return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, cores // count))}
+
+
+def run_lanes(lanes: list[list[Step]], env: dict[str, str]) -> None:
     """Run the lanes side by side, the steps of each one after another."""
-    threads = [threading.Thread(target=lambda lane=lane: [run_step(s, prefix=True) for s in lane]) for lane in lanes]
+    threads = [threading.Thread(target=lambda lane=lane: [run_step(s, prefix=True, env=env) for s in lane])
+               for lane in lanes]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
 
 
-_PYTEST_TOTAL = re.compile(r"^=+ (.*\d+ (passed|failed|error|errors|skipped|deselected).*) in [\d.]+s")
+_PYTEST_TOTAL = re.compile(r"^=+ (.*\d+ (passed|failed|error|errors|skipped|deselected).*|no tests ran) in [\d.]+s")
 _BUILD_TOTAL = re.compile(r"^(\d+ passed, \d+ failed)$")
 _SKIPPED = re.compile(r"^compile check SKIPPED: (.*)")
 
@@ -130,15 +174,33 @@ def slowest(all_steps: list[Step], count: int = 10) -> list[tuple[float, str]]:
     return sorted(items, reverse=True)[:count]
 
 
+_COUNT = re.compile(r"(\d+) (\w+)")
+
+
+def merged(parts: list[Step]) -> str:
+    """The counts of a step that several lanes shared, added up ("814 passed, 13 skipped")."""
+    total: dict[str, int] = {}
+    for s in parts:
+        for n, word in _COUNT.findall(counts(s)):
+            total[word] = total.get(word, 0) + int(n)
+    return ", ".join(f"{n} {word}" for word, n in total.items()) or "no count printed"
+
+
 def summary(all_steps: list[Step], wall: float) -> str:
-    """The table printed at the end: each step, its wall and CPU seconds, its counts; then the slowest items."""
+    """The table printed at the end: each step, its wall and CPU seconds, its counts; each step the lanes
+    shared, its lanes added up; then the slowest items."""
     ran = [s for s in all_steps if s.code is not None]
-    width = max(len(s.title) for s in all_steps)
+    shared = {name: [s for s in all_steps if re.fullmatch(rf"{name}-\d+", s.name)] for name in SHARED}
+    shared = {f"{steps(1)[name].title}, all lanes": parts for name, parts in shared.items() if len(parts) > 1}
+    width = max(len(t) for t in [s.title for s in all_steps] + list(shared))
     lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
              f"{'step':<{width}}  {'wall':>6}  {'CPU':>6}  result"]
     for s in all_steps:
         verdict = "" if s.code in (0, None) else "FAILED: "
         lines.append(f"{s.title:<{width}}  {s.wall:>5.0f}s  {s.cpu:>5.0f}s  {verdict}{counts(s)}")
+    for title, parts in shared.items():
+        verdict = "" if all(s.code in (0, None) for s in parts) else "FAILED: "
+        lines.append(f"{title:<{width}}  {'':>6}  {sum(s.cpu for s in parts):>5.0f}s  {verdict}{merged(parts)}")
     lines.append("== slowest items (seconds)")
     lines += [f"{secs:8.1f}  {what}" for secs, what in slowest(all_steps)]
     return "\n".join(lines)
@@ -147,8 +209,7 @@ def summary(all_steps: list[Step], wall: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cores = os.cpu_count() or 1
-    # alongside pytest, the compile check leaves it a core
-    by_name = steps(jobs=cores if argv else max(1, cores - 1))
+    by_name = steps(jobs=cores)
     unknown = [a for a in argv if a not in by_name]
     if unknown:
         print(f"unknown step {', '.join(unknown)}: expected some of {', '.join(by_name)}")
@@ -159,13 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         for s in chosen:
             run_step(s, prefix=False)
     else:
-        chosen = [s for s in by_name.values() if s.name != "lesson-tests"]  # pytest runs them
-        run_step(by_name["build-cache"], prefix=False)
-        lanes = [[by_name["pytest"]], [by_name["compile-check"], by_name["nbval"], by_name["nbval-lessons"]]]
-        if cores > 1:
-            run_lanes(lanes)
+        run = lanes(cores)
+        chosen = [s for lane in run for s in lane]
+        shutil.rmtree(CLAIMS, ignore_errors=True)  # claims of an earlier run would skip their files
+        for name in SHARED:
+            (CLAIMS / name).mkdir(parents=True)
+        if len(run) > 1:
+            run_lanes(run, lane_env(cores, len(run)))
         else:
-            for s in lanes[0] + lanes[1]:
+            for s in run[0]:
                 run_step(s, prefix=False)
     print(summary(chosen, time.perf_counter() - t0))
     return 0 if all(s.code == 0 for s in chosen) else 1

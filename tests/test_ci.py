@@ -1,4 +1,6 @@
 """`make test-all`'s machinery: the nvcc compile check's combined builds and the step runner's summary."""
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,8 +41,6 @@ def test_a_macro_a_file_redefines_is_restored_for_the_files_after_it(tmp_path):
     first, second = tmp_path / "a.cu", tmp_path / "b.cu"
     first.write_text("#define CHECK_INPUT(x) mine(x)\nint a;\n")
     second.write_text("int b = CHECK_INPUT(1);\n")
-    import subprocess
-
     unit = compile_check._part(first, 0) + compile_check._part(second, 1)
     src = tmp_path / "unit.cpp"
     src.write_text("#define CHECK_INPUT(x) (x)\n" + unit)
@@ -173,3 +173,143 @@ def test_the_quick_lesson_step_runs_every_lessons_test_file():
     expected = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob("test_lesson*.py"))
     assert len(expected) >= 7 and [c for c in command if c.startswith("tests/test_lesson")] == expected
     assert "tests/test_notebooks.py" in command
+
+
+LANE_TESTS = {
+    "test_big.py": "import time\n\n" + "".join(f"def test_{i}():\n    time.sleep(0.2)\n\n\n" for i in range(4)),
+    "test_mid.py": "import time\n\n" + "".join(f"def test_{i}():\n    time.sleep(0.2)\n\n\n" for i in range(2)),
+    "test_one.py": "def test_only():\n    pass\n",
+}
+
+
+def lane_run(folder: Path, claims: Path) -> subprocess.Popen:
+    """A pytest process on `folder` that shares its files through `claims`; -rA lists every test it ran.
+    The plugin is imported as a module of its own, not through the package `kernels`, whose import
+    brings torch, and nbval's plugin is left out: each costs seconds per process, and the plugin itself
+    needs only pytest."""
+    return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval",
+                             "-p", "no:benchmark", "-p", "pytest_lanes",
+                             "--lanes-dir", str(claims), "-rA", "-q", str(folder)], cwd=folder, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "kernels")})
+
+
+def passed_tests(output: str) -> list[str]:
+    return [line.split()[1] for line in output.splitlines() if line.startswith("PASSED ")]
+
+
+@pytest.fixture
+def lane_suite(tmp_path):
+    suite, claims = tmp_path / "suite", tmp_path / "claims"
+    suite.mkdir()
+    claims.mkdir()
+    for name, text in LANE_TESTS.items():
+        (suite / name).write_text(text)
+    return suite, claims
+
+
+def test_two_pytest_processes_sharing_a_lanes_dir_run_every_test_exactly_once(lane_suite):
+    suite, claims = lane_suite
+    procs = [lane_run(suite, claims) for _ in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    ran = [passed_tests(out) for out in outputs]
+    everything = sorted(t for lane in ran for t in lane)
+    assert len(everything) == 7 and len(set(everything)) == 7, outputs
+    # a file is run whole by one process: its tests never split between the two
+    for name in LANE_TESTS:
+        assert sum(any(f"{name}::" in t for t in lane) for lane in ran) == 1, outputs
+
+
+def test_a_process_that_finds_every_file_claimed_runs_nothing_and_passes(lane_suite):
+    suite, claims = lane_suite
+    first = lane_run(suite, claims).communicate(timeout=600)[0]
+    assert len(passed_tests(first)) == 7 and "lanes: 3 files (7 tests) ran in this process" in first
+    late = lane_run(suite, claims)
+    out = late.communicate(timeout=600)[0]
+    assert late.returncode == 0 and passed_tests(out) == [] and "no tests ran" in out, out
+
+
+def test_a_missing_lanes_dir_is_refused_saying_what_was_expected(lane_suite):
+    suite, claims = lane_suite
+    proc = lane_run(suite, claims / "missing")
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode != 0 and "expected an existing folder" in out, out
+
+
+def test_files_are_taken_with_the_most_tests_first():
+    from kernels.pytest_lanes import files_in_order
+
+    class Item:
+        def __init__(self, path):
+            self.path = path
+
+    items = [Item("a.py"), Item("b.py"), Item("b.py"), Item("c.py"), Item("b.py"), Item("c.py")]
+    assert [[i.path for i in f] for f in files_in_order(items)] == [["b.py"] * 3, ["c.py"] * 2, ["a.py"]]
+
+
+def test_make_test_all_opens_one_lane_with_the_builds_the_other_with_the_compile_check_then_both_share_the_rest():
+    two = test_all.lanes(2)
+    assert [[s.name for s in lane] for lane in two] == [
+        ["build-cache", "pytest-1", "nbval-1", "nbval-lessons-1"],
+        ["compile-check", "pytest-2", "nbval-2", "nbval-lessons-2"]]
+    assert two[0][0].command[-3:] == ["--jobs", "1", "--warm"] and two[1][0].command[-2:] == ["--jobs", "1"]
+    for first, second in zip(two[0][1:], two[1][1:]):
+        assert first.command == second.command  # the same run of the same files, shared through one folder
+        assert first.command[-2:] == ["--lanes-dir", str(test_all.CLAIMS / first.name.rsplit("-", 1)[0])]
+    one = test_all.lanes(1)
+    assert [[s.name for s in lane] for lane in one] == [
+        ["build-cache", "compile-check", "pytest", "nbval", "nbval-lessons"]]
+
+
+def test_the_summary_adds_up_the_lanes_of_a_shared_step():
+    tally = "===== {} in 10.00s ====="
+    parts = [test_all.Step("pytest-1", "pytest, lane 1", [], wall=400, cpu=390, code=0,
+                           lines=[tally.format("400 passed, 3 skipped")]),
+             test_all.Step("pytest-2", "pytest, lane 2", [], wall=380, cpu=370, code=0,
+                           lines=[tally.format("414 passed, 10 skipped, 2 warnings")]),
+             test_all.Step("nbval-1", "solution notebooks (nbval), lane 1", [], wall=3, cpu=2, code=0,
+                           lines=[tally.format("no tests ran")]),
+             test_all.Step("nbval-2", "solution notebooks (nbval), lane 2", [], wall=400, cpu=390, code=1,
+                           lines=[tally.format("1 failed, 220 passed")])]
+    lines = test_all.summary(parts, 800).splitlines()
+    assert any(line.startswith("pytest, all lanes") and line.endswith(" 760s  814 passed, 13 skipped, 2 warnings")
+               for line in lines), lines
+    assert any(line.startswith("solution notebooks (nbval), lane 1") and line.endswith("no tests ran") for line in lines)
+    assert any(line.startswith("solution notebooks (nbval), all lanes") and line.endswith("FAILED: 1 failed, 220 passed")
+               for line in lines), lines
+
+
+def test_each_lane_gets_its_share_of_the_cores_for_torchs_threads_unless_the_caller_chose(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert test_all.lane_env(2, 2) == {"OMP_NUM_THREADS": "1"}
+    assert test_all.lane_env(16, 2) == {"OMP_NUM_THREADS": "8"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert test_all.lane_env(2, 2) == {}
+
+
+def test_a_step_runs_with_the_environment_it_is_given(monkeypatch, tmp_path):
+    monkeypatch.setattr(test_all, "LOGS", tmp_path)
+    step = test_all.Step("env", "prints a variable", [sys.executable, "-c", "import os; print(os.environ['OMP_NUM_THREADS'])"])
+    test_all.run_step(step, prefix=False, env={"OMP_NUM_THREADS": "1"})
+    assert step.code == 0 and step.lines == ["1"]
+
+
+def test_the_whole_run_starts_each_shared_step_on_an_empty_folder_of_claims_and_runs_every_lane(monkeypatch, tmp_path, capsys):
+    claims = tmp_path / "claims"
+    (claims / "pytest").mkdir(parents=True)
+    (claims / "pytest" / "tests_test_x.py").write_text("")  # a claim left by an earlier run
+    seen = tmp_path / "seen"
+
+    def step(name):
+        code = f"import os; open({str(seen)!r}, 'a').write('{name} ' + ','.join(sorted(os.listdir({str(claims)!r}))) + '\\n')"
+        return test_all.Step(name, name, [sys.executable, "-c", code])
+
+    monkeypatch.setattr(test_all, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(test_all, "CLAIMS", claims)
+    monkeypatch.setattr(test_all, "lanes", lambda cores: [[step("a1"), step("a2")], [step("b1")]])
+    monkeypatch.setattr(test_all.os, "cpu_count", lambda: 2)
+    assert test_all.main([]) == 0
+    assert sorted(seen.read_text().splitlines()) == [f"{n} nbval,nbval-lessons,pytest" for n in ("a1", "a2", "b1")]
+    assert not any((claims / "pytest").iterdir())
+    assert "== summary:" in capsys.readouterr().out
