@@ -515,17 +515,104 @@ def _compile(entry: Path, be: str, flags: list[str], out: Path, name: str, pybin
 
 def _compile_sim(cpp, entry: Path, flags: list[str], out: Path, kwargs: dict, quiet: bool):
     """Translate the file and compile it for the simulator, with the light torch/extension.h where the
-    file includes it and with the real one if that fails; returns what precompiles the headers
-    afterwards when this build had no precompiled header to use, else None."""
+    file includes it and with the real one if that fails (or failed for this file before: see
+    light_torch_misfit); returns what precompiles the headers afterwards when this build had no
+    precompiled header to use, else None."""
+    known = light_torch_misfit(entry)
+    if known is not None:
+        (out / "light_torch.log").write_text(known)
+        if not quiet:
+            print(" with the full torch/extension.h (the light one lacked what this file uses last time) ...",
+                  end="", flush=True)
+        return _compile_translated(cpp, entry, flags, out, kwargs, quiet, light_torch=False)
     try:
         return _compile_translated(cpp, entry, flags, out, kwargs, quiet, light_torch=True)
     except _LightTorchFailed as e:
-        (out / "light_torch.log").write_text(e.log)
+        log = e.log
+        (out / "light_torch.log").write_text(log)
         if not quiet:
             print(" the simulator's light torch/extension.h lacks what this file uses: building it with the full "
                   "header ...", end="", flush=True)
     _forget_in_process(cpp, kwargs["name"])
-    return _compile_translated(cpp, entry, flags, out, kwargs, quiet, light_torch=False)
+    after = _compile_translated(cpp, entry, flags, out, kwargs, quiet, light_torch=False)
+    _remember_light_torch_misfit(entry, log)  # only once the real header built it: the file itself was fine
+    return after
+
+
+# A file that the light torch/extension.h does not fit would compile twice at every edit (the light
+# attempt, then the real header). After a failed light attempt, build_root()/light-torch-misfits/
+# keeps, per file path, the hash of the file's sources, the names the compiler could not find (from
+# "'nn' is not a member of 'torch'" and the like) and the log. A later build of the same file goes
+# straight to the real header when its sources are unchanged, or when they still use one of those
+# names; an edit that drops them, or a change of the light header, tries the light header again.
+_MISSING_NAME_RE = re.compile(  # gcc quotes with ' or, in a UTF-8 locale, with ‘ and ’
+    r"error: (?:[‘']([\w:]+)[’'] (?:is not a member of|was not declared in this scope|has not been declared)"
+    r"|[^\n]*?[‘']([\w:]+)[’'] (?:in namespace [‘'][\w:]+[’'] )?does not name a (?:type|template type))")
+
+
+def _light_torch_record(entry: Path) -> Path:
+    """Where the note that the light torch/extension.h does not fit this file lives (it may not exist)."""
+    return build_root() / "light-torch-misfits" / f"{hashlib.sha256(str(entry).encode()).hexdigest()[:16]}.json"
+
+
+def _files_hash(files: list[Path]) -> str:
+    """A hash of these files' names and contents."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _light_header_hash() -> str:
+    """A hash of the light torch/extension.h: a change to it may make it fit files it did not."""
+    return _files_hash([SIM_INCLUDE / light for light in LIGHT_TORCH.values()])
+
+
+def missing_names(log: str) -> list[str]:
+    """The names a failed compile could not find, last part only (`torch::nn` gives `nn`), in order."""
+    found = (a or b for a, b in _MISSING_NAME_RE.findall(log))
+    return list(dict.fromkeys(name.rsplit("::", 1)[-1] for name in found))
+
+
+def _remember_light_torch_misfit(entry: Path, log: str) -> None:
+    """Note that the light torch/extension.h failed for this file (see light_torch_misfit); never fatal."""
+    import json
+
+    record = _light_torch_record(entry)
+    note = {"sources": _files_hash(_sources(entry)), "light": _light_header_hash(),
+            "names": missing_names(log), "log": log}
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(note))
+        tmp.replace(record)
+    except OSError:
+        pass
+
+
+def light_torch_misfit(entry: Path) -> str | None:
+    """The log of the light torch/extension.h's last failure on this file when it would fail again: the
+    same sources, or sources that still use a name it could not find; else None (try the light header)."""
+    import json
+
+    from .sim.translate import code_mask
+
+    try:
+        note = json.loads(_light_torch_record(entry).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or note.get("light") != _light_header_hash():
+        return None
+    if note.get("sources") == _files_hash(_sources(entry)):
+        return note.get("log", "")
+    names = note.get("names") or []
+    for f in _sources(entry):
+        src = f.read_text()
+        mask = code_mask(src)
+        if any(mask[m.start()] for name in names for m in re.finditer(rf"\b{re.escape(name)}\b", src)):
+            return note.get("log", "")
+    return None
 
 
 class _LightTorchFailed(Exception):

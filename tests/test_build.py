@@ -1,4 +1,5 @@
 """The loader: both binding styles, readable build errors, caching, and input checks."""
+import importlib
 import os
 import subprocess
 import sys
@@ -420,3 +421,107 @@ def test_files_reaching_torch_extension_h_get_the_precompiled_header_of_its_ligh
     local.write_text("#pragma once\n  #  include <torch/extension.h>\n")
     assert pch_headers([lesson, local]) == SIM_LIGHT_TORCH_PCH_HEADERS
     assert SIM_LIGHT_TORCH_PCH_HEADERS[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS
+
+
+# --- files the light torch/extension.h does not fit: remembered, so an edit compiles once ----------
+
+NN_LOG = ("sim_0_t.cpp: In function 'at::Tensor f(at::Tensor)':\n"
+          "t.cu:4:10: error: 'nn' is not a member of 'torch'\n"
+          "    4 |   torch::nn::Linear linear(3, 4);\n")
+
+
+def _build_module():
+    """kernels/build.py itself (`kernels.build` is the function of that name)."""
+    return importlib.import_module("kernels.build")
+
+
+@pytest.fixture
+def sim_attempts(tmp_path, monkeypatch):
+    """_compile_sim with the compiler replaced: the light header fails on files that name torch::nn,
+    the real one builds everything (or nothing, with `real_fails`); returns a function that builds a
+    file into a fresh folder and gives back which headers were tried (True: the light one)."""
+    build = _build_module()
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "ext"))
+    state = {"real_fails": False, "builds": 0}
+
+    def attempt(cpp, entry, flags, out, kwargs, quiet, *, light_torch):
+        state["tried"].append(light_torch)
+        if light_torch and "torch::nn" in entry.read_text():
+            raise build._LightTorchFailed(NN_LOG)
+        if not light_torch and state["real_fails"]:
+            raise BuildError("the real header failed too")
+
+    monkeypatch.setattr(build, "_compile_translated", attempt)
+
+    def tried(entry: Path) -> list[bool]:
+        state["tried"], state["builds"] = [], state["builds"] + 1
+        out = tmp_path / f"out{state['builds']}"
+        out.mkdir()
+        build._compile_sim(object(), entry, [], out, {"name": "t"}, quiet=True)
+        state["out"] = out
+        return state["tried"]
+
+    tried.state = state
+    return tried
+
+
+def _nn_file(tmp_path: Path, body: str = "torch::nn::Linear linear(3, 4);") -> Path:
+    f = tmp_path / "t.cu"
+    f.write_text(f"#include <torch/extension.h>\n\nat::Tensor f(at::Tensor x) {{\n  {body}\n  return x;\n}}\n")
+    return f
+
+
+def test_a_file_the_light_header_does_not_fit_goes_straight_to_the_real_header_when_built_again(
+        tmp_path, sim_attempts):
+    f = _nn_file(tmp_path)
+    assert sim_attempts(f) == [True, False]  # the first build learns it: light, then real
+    assert sim_attempts(f) == [False]  # the same sources again: the real header only
+    assert (sim_attempts.state["out"] / "light_torch.log").read_text() == NN_LOG  # why, kept in the folder
+
+
+def test_an_edit_that_still_uses_the_missing_name_skips_the_light_header_and_one_that_drops_it_tries_it(
+        tmp_path, sim_attempts):
+    f = _nn_file(tmp_path)
+    assert sim_attempts(f) == [True, False]
+    _nn_file(tmp_path, "torch::nn::Linear other(5, 6);  // edited")
+    assert sim_attempts(f) == [False]
+    _nn_file(tmp_path, "// no nn layer any more (a comment may name nn)\n  x = x * 2;")
+    assert sim_attempts(f) == [True]  # the light header fits now, and nothing is remembered against it
+    assert sim_attempts(f) == [True]
+
+
+def test_a_changed_light_header_is_tried_again_on_a_file_it_did_not_fit(tmp_path, sim_attempts, monkeypatch):
+    build = _build_module()
+    f = _nn_file(tmp_path)
+    assert sim_attempts(f) == [True, False]
+    include = tmp_path / "include"
+    include.mkdir()
+    for light in build.LIGHT_TORCH.values():
+        (include / light).write_text((build.SIM_INCLUDE / light).read_text() + "namespace torch::nn {}\n")
+    monkeypatch.setattr(build, "SIM_INCLUDE", include)
+    assert sim_attempts(f) == [True, False]
+
+
+def test_nothing_is_remembered_when_the_real_header_fails_too(tmp_path, sim_attempts):
+    f = _nn_file(tmp_path)
+    sim_attempts.state["real_fails"] = True
+    with pytest.raises(BuildError):
+        sim_attempts(f)
+    sim_attempts.state["real_fails"] = False
+    assert sim_attempts(f) == [True, False]  # the light header is tried again
+
+
+@pytest.mark.parametrize("log, names", [
+    (NN_LOG, ["nn"]),
+    ("t.cu:9:3: error: 'NoGradGuard' is not a member of 'torch'\nt.cu:10:3: error: 'linear' was not declared "
+     "in this scope\n", ["NoGradGuard", "linear"]),
+    ("t.cu:3:20: error: 'Module' in namespace 'torch::nn' does not name a type\n", ["Module"]),
+    ("t.cu:3:8: error: 'torch::autograd' has not been declared\n", ["autograd"]),
+    ("t.cu:25:10: error: ‘torch::nn’ has not been declared\nt.cu:26:3: error: ‘linear’ was not declared in this "
+     "scope\nt.cu:36:16: error: expected primary-expression before ‘float’\n", ["nn", "linear"]),  # UTF-8 quotes
+    ("t.cu:3:8: error: expected ';' before '}' token\n", []),
+])
+def test_missing_names_are_read_from_gcc_errors(log, names):
+    from kernels.build import missing_names
+
+    assert missing_names(log) == names

@@ -162,14 +162,27 @@ def test_shared_declarations_become_per_block_slots():
 
 def test_extern_shared_becomes_the_dynamic_buffer():
     out = _tr("__global__ void k() { extern __shared__ float buf[]; }")
-    assert "float* buf = ::cudasim::dynamic_shared<float>()" in out
-    with pytest.raises(TranslateError, match="extern __shared__ must be an array of unknown size"):
-        _tr("__global__ void k() { extern __shared__ float buf[4]; }")
+    assert "using cudasim_t_buf = float; cudasim_t_buf* buf = ::cudasim::dynamic_shared<cudasim_t_buf>()" in out
+
+
+@pytest.mark.parametrize("decl", ["float buf[4]", "float rows[8][]", "float rows[][]", "float v"])
+def test_extern_shared_whose_first_size_is_given_or_a_later_one_missing_is_refused(decl):
+    with pytest.raises(TranslateError, match="extern __shared__ must be an array whose first size is left out"):
+        _tr(f"__global__ void k() {{ extern __shared__ {decl}; }}")
+
+
+def test_extern_shared_rows_of_a_fixed_size_are_a_pointer_to_rows():
+    out = _tr("__global__ void k() { extern __shared__ half shmem[][CHUNK * 16 + SKEW]; }")
+    assert ("using cudasim_t_shmem = half[CHUNK*16+SKEW]; "
+            "cudasim_t_shmem* shmem = ::cudasim::dynamic_shared<cudasim_t_shmem>()") in out
+    out = _tr("extern __shared__ int grid[][4][2];\n")
+    assert "using cudasim_t_grid = int[4][2]; static cudasim_t_grid* const grid = " \
+           "::cudasim::file_dynamic_shared<cudasim_t_grid>();" in out
 
 
 def test_file_scope_extern_shared_is_the_dynamic_buffer_at_load_time():
     out = _tr("extern __shared__ float sdata[];\n__global__ void k() { sdata[0] = 1; }\n")
-    assert "static float* const sdata = ::cudasim::file_dynamic_shared<float>();" in out
+    assert "static cudasim_t_sdata* const sdata = ::cudasim::file_dynamic_shared<cudasim_t_sdata>();" in out
     assert "__global__ void k() { sdata[0] = 1; }" in out
 
 

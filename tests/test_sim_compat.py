@@ -246,6 +246,30 @@ def test_a_cublas_call_builds_and_raises_saying_the_simulator_has_no_cublas(tmp_
 
 
 # ---------------------------------------------------------------------------------------------
+# the CUDA samples' shared-memory idioms: rows of dynamic shared memory, block_tile_memory
+@pytest.fixture(scope="module", params=BACKENDS)
+def samples_ext(request):
+    return request.param, load(HERE / "samples_idioms.cu", request.param)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (32, 32), (33, 65), (100, 7), (5, 300)])
+def test_transpose_through_dynamic_shared_rows_matches_torch(samples_ext, shape):
+    backend, ext = samples_ext
+    x = torch.randn(*shape, device=_device(backend))
+    torch.testing.assert_close(ext.transpose(x), x.T.contiguous(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [1, 255, 256, 1000])
+def test_block_sums_with_block_tile_memory_and_a_typed_view_of_dynamic_shared_match_torch(samples_ext, n, dtype):
+    backend, ext = samples_ext
+    x = torch.randn(n, dtype=dtype, device=_device(backend))
+    blocks = -(-n // 256)
+    expected = torch.nn.functional.pad(x, (0, blocks * 256 - n)).view(blocks, 256).sum(1)
+    torch.testing.assert_close(ext.block_sums_scratch(x), expected)
+
+
+# ---------------------------------------------------------------------------------------------
 # torch/extension.h on the simulator: a light stand-in, and the real header when a file needs more
 @pytest.fixture(scope="module", params=BACKENDS)
 def pybind_ext(request):

@@ -301,12 +301,17 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
             raise TranslateError(f"{path}:{line}: cannot read this __shared__ declaration: {decl.strip()!r}")
         typ, name, dims = dm.group("type").strip(), dm.group("name"), "".join(dm.group("dims").split())
         if extern:
-            if dims != "[]":
-                raise TranslateError(f"{path}:{line}: extern __shared__ must be an array of unknown size, such as `extern __shared__ float buf[];`")
+            if not dims.startswith("[]") or "[]" in dims[2:]:
+                raise TranslateError(
+                    f"{path}:{line}: extern __shared__ must be an array whose first size is left out, such as "
+                    "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`")
+            # buf[] is a T*; rows[][64] (the CUDA samples' idiom) a pointer to rows of 64
+            elem = f"cudasim_t_{name}"
+            new = f"using {elem} = {typ}{dims[2:]}; "
             if file_scope:
-                new = f"static {typ}* const {name} = ::cudasim::file_dynamic_shared<{typ}>()"
+                new += f"static {elem}* const {name} = ::cudasim::file_dynamic_shared<{elem}>()"
             else:
-                new = f"{typ}* {name} = ::cudasim::dynamic_shared<{typ}>()"
+                new += f"{elem}* {name} = ::cudasim::dynamic_shared<{elem}>()"
         elif file_scope:
             new = (f"using cudasim_t_{name} = {typ}{dims}; "
                    f"static cudasim_t_{name}& {name} = ::cudasim::file_shared<cudasim_t_{name}, {align}>(\"{name}\")")

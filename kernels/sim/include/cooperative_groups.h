@@ -99,6 +99,19 @@ inline thread_block this_thread_block() {
   return thread_block();
 }
 
+// The scratch that CUDA's tiles larger than a warp communicate through (the CUDA samples declare
+// `__shared__ cg::block_tile_memory<BlockSize> scratch;` and take `this_thread_block(scratch)`).
+// The block it gives is the plain one; tiles larger than a warp are still not simulated.
+template <unsigned int MaxBlockSize = 1024>
+struct block_tile_memory {
+  unsigned char unused_;
+};
+
+template <unsigned int MaxBlockSize>
+inline thread_block this_thread_block(block_tile_memory<MaxBlockSize>&) {
+  return this_thread_block();
+}
+
 // The whole grid. Ranks and sizes work; sync() is an error (blocks run one at a time here).
 class grid_group {
  public:
