@@ -85,6 +85,7 @@ def test_copies_of_a_block_do_not_leak_into_the_next_block(sim):
     (3, "SHARED-SOURCE", "the source must be global memory"),
     (4, "ODD-SIZE", "size_and_align must be 4, 8 or 16 bytes, got 12"),
     (5, "ZFILL-ABOVE-SIZE", r"zfill \(the bytes written as zeros\) must be at most size_and_align \(8\), got 9"),
+    (6, "LOCAL-SOURCE", "the source must be global memory"),
 ])
 def test_a_copy_that_breaks_the_rules_is_refused_naming_the_line(sim, what, marker, message):
     x, y = torch.randn(64), torch.randn(64)

@@ -10,7 +10,8 @@
 //                     tests only: on a GPU the result is undefined): 1 no wait, 2 no barrier after the
 //                     wait, 3 a wait that leaves the step's own group in flight
 //   async_misuse      one call that breaks the rules (simulator tests only): 1 a misaligned destination,
-//                     2 a global destination, 3 a shared source, 4 a size of 12 bytes, 5 zfill above size
+//                     2 a global destination, 3 a shared source, 4 a size of 12 bytes, 5 zfill above size,
+//                     6 a local (stack) source
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -96,6 +97,8 @@ __global__ void async_misuse_kernel(const float* x, float* y, int what) {
   if (what == 3) __pipeline_memcpy_async(&buf[4], &buf[0], 16);  // SHARED-SOURCE
   if (what == 4) __pipeline_memcpy_async(&buf[0], x, 12);  // ODD-SIZE
   if (what == 5) __pipeline_memcpy_async(&buf[0], x, 8, 9);  // ZFILL-ABOVE-SIZE
+  alignas(16) float local[4] = {x[0], x[1], x[2], x[3]};
+  if (what == 6) __pipeline_memcpy_async(&buf[0], local, 16);  // LOCAL-SOURCE
   __pipeline_commit();
   __pipeline_wait_prior(0);
 }
