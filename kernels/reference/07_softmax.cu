@@ -390,7 +390,7 @@ template <typename T, int THREADS, int GROUP, int R>
 __global__ void __launch_bounds__(THREADS) softmax_backward_kernel2(const T* __restrict__ y, const T* __restrict__ dy,
                                                                     T* __restrict__ dx, int64_t rows, int64_t cols) {
   static_assert(GROUP == 32 || GROUP == THREADS, "a row belongs to one warp or to the whole block");
-  __shared__ float scratch[32];
+  __shared__ float scratch[1][32];  // one row a block, so one reduction: block_sums' single barrier
   const int t = threadIdx.x % GROUP;
   const int64_t row = blockIdx.x * (int64_t)(THREADS / GROUP) + threadIdx.x / GROUP;
   if (row >= rows) return;  // only in the last block of the warp layout, and the whole warp leaves together
@@ -420,7 +420,9 @@ __global__ void __launch_bounds__(THREADS) softmax_backward_kernel2(const T* __r
   if constexpr (GROUP == 32) {
     dot = warp_allreduce_sum(dot);
   } else {
-    dot = block_reduce_sum(dot, scratch);
+    float d[1] = {dot};
+    block_sums(d, scratch);
+    dot = d[0];
   }
 #pragma unroll
   for (int k = 0; k < R; ++k) {
