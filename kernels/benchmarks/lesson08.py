@@ -62,11 +62,10 @@ BARS = [
     *(Bar(f"layernorm backward 8192x8192 {s}", "layernorm_backward2", "vs_compile", 1.0) for s in ("fp32", "bf16")),
     *(Bar(f"layernorm fwd+bwd 8192x8192 {s}", "layernorm op", "vs_eager", 1.5) for s in ("fp32", "bf16")),
 ]
-# The layouts the quick run compares at 8192 columns: (threads per row, blocks per SM asked of ptxas, 0 for
-# its own choice) for
-# layernorm6_layout, (threads per block, rows per step) for layernorm_backward2_layout.
-FORWARD_LAYOUTS = ((256, 0), (256, 4), (512, 0), (1024, 0))
-BACKWARD_LAYOUTS = ((256, 1), (512, 1), (512, 2), (1024, 1), (1024, 2))
+# The layouts the quick run compares at 8192 columns: threads per row for layernorm6_layout and threads
+# per block for layernorm_backward2_layout.
+FORWARD_LAYOUTS = (256, 512, 1024)
+BACKWARD_LAYOUTS = (256, 512, 1024)
 
 
 def _compiled(f: Callable[[], object]) -> bool:
@@ -97,10 +96,10 @@ def _forward_benches(ext, copy: float, out_dir: Path | None, quick: bool = False
             want = _torch_layernorm(x.float(), w.float(), b.float())
             names = ["layernorm6"] if quick else [v for v in VARIANTS if not (v in THREAD_PER_ROW and c > 8192)]
             variants = {name: (lambda f=getattr(ext, name): f(x, w, b, EPS, out, mean, rstd)) for name in names}
-            for threads, blocks in FORWARD_LAYOUTS if quick and c == 8192 else ():
-                f = (lambda t=threads, k=blocks: ext.layernorm6_layout(x, w, b, EPS, out, mean, rstd, t, k))
+            for threads in FORWARD_LAYOUTS if quick and c == 8192 else ():
+                f = (lambda t=threads: ext.layernorm6_layout(x, w, b, EPS, out, mean, rstd, t))
                 if _compiled(f):
-                    variants[f"layernorm6 {threads}t" + (f" {blocks}b/SM" if blocks else "")] = f
+                    variants[f"layernorm6 {threads}t"] = f
 
             def all_correct(variants=variants) -> bool:
                 results = []
@@ -187,10 +186,10 @@ def _backward_benches(ext, copy: float, out_dir: Path | None, quick: bool = Fals
         want = _torch_backward(dy.float(), x.float(), w.float(), b.float(), mean, rstd)
         variants = {name: (lambda f=getattr(ext, name): f(dy, x, w, mean, rstd))
                     for name in ("layernorm_backward1", "layernorm_backward2")}
-        for threads, step in BACKWARD_LAYOUTS if quick else ():
-            f = (lambda t=threads, k=step: ext.layernorm_backward2_layout(dy, x, w, mean, rstd, t, k))
+        for threads in BACKWARD_LAYOUTS if quick else ():
+            f = (lambda t=threads: ext.layernorm_backward2_layout(dy, x, w, mean, rstd, t))
             if _compiled(f):
-                variants[f"backward2 {threads}t {step} rows"] = f
+                variants[f"backward2 {threads}t"] = f
 
         def backward_ok(variants=variants) -> bool:
             return all(_close(got, ref) for f in variants.values() for got, ref in zip(f(), want))

@@ -7,6 +7,7 @@
 //   CHECK_LAUNCH()            the launch error, checked right after a launch
 //   device_attribute(attr)    an attribute of the current device (SMs, shared memory per block)
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
+//   block_sums<N>(v, scratch)  N block sums with one barrier (lessons 07, 08)
 //   to_float(v), from_float<T>(f)      float32 and bfloat16 widened to float and rounded back
 //   kVec<T>, Pack<T>, load16, store16  16 bytes of T moved by one instruction (lessons 05, 07, 08)
 //   keep_packed(p)            keeps a pack 16 bytes in registers, not widened to floats (lessons 07, 08)
@@ -149,6 +150,25 @@ __device__ __forceinline__ T block_reduce_sum(T v, T* scratch) {
   __syncthreads();  // wait until every warp has written its partial sum
   v = lane < nwarps ? scratch[lane] : T(0);
   return warp_allreduce_sum(v);
+}
+
+// The block's totals of N per-thread values, in every thread, with one barrier for all N. block_reduce_sum
+// takes two for each value: its first keeps a call from overwriting what slower threads still read from
+// the previous call. Here the caller keeps calls apart instead: each call between two barriers of the
+// block gets its own `scratch` (N x 32 floats). Two buffers used in turn do it, since a warp can run at
+// most one call ahead of the slowest (it waits for it at the next call's barrier).
+template <int N>
+__device__ __forceinline__ void block_sums(float (&v)[N], float (*scratch)[32]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_allreduce_sum(v[i]);
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) scratch[i][warp] = v[i];
+  }
+  __syncthreads();  // every warp's sums are in shared memory
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = warp_allreduce_sum(lane < nwarps ? scratch[i][lane] : 0.0f);
 }
 
 template <typename T>

@@ -269,7 +269,8 @@ __global__ void __launch_bounds__(BLOCK) softmax_warp_kernel6(const T* __restric
 template <typename T, int THREADS, int R>
 __global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
   extern __shared__ uint4 spill[];  // uint4 in every instantiation: extern shared arrays share one name and type
-  __shared__ float scratch[32];
+  __shared__ float scratch[32];  // the max's
+  __shared__ float sums[1][32];   // the sum's own, so block_sums needs one barrier
   const int tid = threadIdx.x;
   const int64_t n = cols / kVec<T>;
   const T* r = x + blockIdx.x * cols;
@@ -301,7 +302,9 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__
       s += pack_sum_exp(a, m);
     }
   }
-  const float inv = 1.0f / block_reduce_sum(s, scratch);
+  float total[1] = {s};
+  block_sums(total, sums);  // a buffer of its own: no barrier needed against readers of the max's scratch
+  const float inv = 1.0f / total[0];
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t j = tid + (int64_t)THREADS * k;
@@ -390,7 +393,7 @@ template <typename T, int THREADS, int GROUP, int R>
 __global__ void __launch_bounds__(THREADS) softmax_backward_kernel2(const T* __restrict__ y, const T* __restrict__ dy,
                                                                     T* __restrict__ dx, int64_t rows, int64_t cols) {
   static_assert(GROUP == 32 || GROUP == THREADS, "a row belongs to one warp or to the whole block");
-  __shared__ float scratch[32];
+  __shared__ float scratch[1][32];  // one row a block, so one reduction: block_sums' single barrier
   const int t = threadIdx.x % GROUP;
   const int64_t row = blockIdx.x * (int64_t)(THREADS / GROUP) + threadIdx.x / GROUP;
   if (row >= rows) return;  // only in the last block of the warp layout, and the whole warp leaves together
@@ -420,7 +423,9 @@ __global__ void __launch_bounds__(THREADS) softmax_backward_kernel2(const T* __r
   if constexpr (GROUP == 32) {
     dot = warp_allreduce_sum(dot);
   } else {
-    dot = block_reduce_sum(dot, scratch);
+    float d[1] = {dot};
+    block_sums(d, scratch);
+    dot = d[0];
   }
 #pragma unroll
   for (int k = 0; k < R; ++k) {

@@ -10,11 +10,10 @@
 //   layernorm6            16-byte loads and the row kept on chip (registers, then shared memory): one read of DRAM,
 //                         and an exact two-pass variance from the cached row
 //   layernorm6_layout     layernorm6 with the threads per row chosen by the caller: the benchmark compares layouts
-//   layernorm_backward1   dx per row from two row reductions; dweight and dbias summed with atomics. Each block
-//                         takes many rows, two at a time where the row is short enough (more loads in flight)
+//   layernorm_backward1   dx per row from two row reductions; dweight and dbias summed with atomics
 //   layernorm_backward2   the same dx; dweight and dbias as per-block partial sums and a second pass (deterministic)
-//   layernorm_backward2_layout  layernorm_backward2 with the threads per block and rows per step chosen by the
-//                         caller: the benchmark compares layouts with it
+//   layernorm_backward2_layout  layernorm_backward2 with the threads per block chosen by the caller: the
+//                         benchmark compares layouts with it
 //   layernorm             functional form of layernorm6, returns (out, mean, rstd): the op registered with autograd
 //   layernorm_backward    functional form of layernorm_backward2, returns (dx, dweight, dbias)
 //
@@ -238,9 +237,14 @@ __device__ __forceinline__ float pack_sq_dev(const Pack<T>& a, float m) {
 
 // The sum over the threads that share a row: a warp (G = 32) or the whole block.
 template <int G>
-__device__ __forceinline__ float group_sum(float v, float* scratch) {
-  if constexpr (G == 32) return warp_allreduce_sum(v);
-  else return block_reduce_sum(v, scratch);
+__device__ __forceinline__ float group_sum(float v, float (*scratch)[32]) {
+  if constexpr (G == 32) {
+    return warp_allreduce_sum(v);
+  } else {
+    float s[1] = {v};
+    block_sums(s, scratch);
+    return s[0];
+  }
 }
 
 // layernorm_kernel6: G threads own a row (G = 32: a warp per row, 8 rows per block; else the block).
@@ -248,15 +252,12 @@ __device__ __forceinline__ float group_sum(float v, float* scratch) {
 // memory (`spill`, read back only by the thread that wrote it, so no barrier guards it). With the row
 // on chip, the variance is an exact second pass, sum((x - mean)^2), at no DRAM cost. Reads x once,
 // writes out once (weight and bias stay in L2): bandwidth-bound while the row fits (the launcher checks).
-// MIN_BLOCKS > 0 asks ptxas for at most 64K / (MIN_BLOCKS * threads) registers a thread, so that many blocks
-// fit on an SM (more rows' loads in flight), at the risk of spilling; 0 leaves it to ptxas (an explicit 1
-// lets it take up to 255: 99 registers instead of 48 for a float32 warp per row, ptxas -v).
-template <typename T, int G, int R, int MIN_BLOCKS = 0>
-__global__ void __launch_bounds__(G < BLOCK ? BLOCK : G, MIN_BLOCKS) layernorm_kernel6(
+template <typename T, int G, int R>
+__global__ void __launch_bounds__(G < BLOCK ? BLOCK : G) layernorm_kernel6(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b, T* __restrict__ out,
     float* __restrict__ mean, float* __restrict__ rstd, int64_t rows, int64_t cols, float eps) {
   extern __shared__ uint4 spill[];  // uint4 in every instantiation: extern shared arrays share one name and type
-  __shared__ float scratch[32];
+  __shared__ float scratch[2][1][32];  // the mean's sum, then the variance's: one barrier each (block_sums)
   const int t = threadIdx.x % G;
   const int64_t row = G < BLOCK ? blockIdx.x * (int64_t)(BLOCK / G) + threadIdx.x / G : (int64_t)blockIdx.x;
   if (row >= rows) return;  // only in a warp-per-row block: the whole warp leaves together
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(G < BLOCK ? BLOCK : G, MIN_BLOCKS) layernorm_k
     memcpy(&spill[j - first_spilled], &a, 16);
     s += pack_sum(a);
   }
-  const float m = group_sum<G>(s, scratch) / cols;
+  const float m = group_sum<G>(s, scratch[0]) / cols;
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < R; ++k)
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(G < BLOCK ? BLOCK : G, MIN_BLOCKS) layernorm_k
     memcpy(&a, &spill[j - first_spilled], 16);
     ss += pack_sq_dev(a, m);
   }
-  const float rs = rsqrtf(group_sum<G>(ss, scratch) / cols + eps);
+  const float rs = rsqrtf(group_sum<G>(ss, scratch[1]) / cols + eps);
   // y for the pack at j: weight and bias as 16-byte loads too (the same for every row: L2 hits)
   auto write = [&](const Pack<T>& a, int64_t j) {
     const Pack<T> wp = load16(w + j * kVec<T>), bp = load16(b + j * kVec<T>);
@@ -319,43 +320,24 @@ __global__ void __launch_bounds__(G < BLOCK ? BLOCK : G, MIN_BLOCKS) layernorm_k
 //   dx = rstd * (g - (sum(g) + xhat * sum(g * xhat)) / cols)
 // (two row reductions), and over all rows dweight = sum(dy * xhat), dbias = sum(dy): column sums.
 
-// The block's totals of N per-thread values, in every thread: each warp adds its lanes with shuffles,
-// then one trip through shared memory serves all N (block_reduce_sum would take two barriers for each).
-// Callers alternate between two scratch buffers from one call to the next: a warp that runs ahead into
-// the next call writes the other buffer while slower warps still read this one, so one barrier a call.
-template <int N>
-__device__ __forceinline__ void block_sums(float (&v)[N], float (*scratch)[32]) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-#pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = warp_allreduce_sum(v[i]);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) scratch[i][warp] = v[i];
-  }
-  __syncthreads();  // every warp's sums are in shared memory
-#pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = warp_allreduce_sum(lane < nwarps ? scratch[i][lane] : 0.0f);
-}
-
-// layernorm_backward_kernel: block b takes rows in steps of ROWS: rows bS .. bS + S - 1, then the same
-// G steps further on, ... (S = ROWS, G = gridDim.x, as many blocks as fit on the GPU at once) and keeps
-// running column sums of dy * xhat and dy for the columns its threads own, so the column sums need one
-// write per block, not one per row. With R > 0 (packed rows of at most THREADS * R packs) thread t owns
-// packs t, t + THREADS, ...: it loads x and dy of all ROWS rows at once (2 * ROWS * R 16-byte loads in
-// flight: a step waits for DRAM once, not once a row), the 2 * ROWS row sums share one barrier, it
-// writes dx once, and keeps its column sums in registers; at the end it adds them to `acc` with atomics
-// (ATOMIC) or writes them to its block's row of `acc` for a second pass. With R = 0 (ragged or long
-// rows) it reads x and dy twice and keeps its sums in its block's row of `acc` (zeroed), or adds each
-// value with an atomic. acc: [2 * cols] (ATOMIC, zeroed) or [G, 2 * cols]: dweight then dbias.
-// Reads x and dy once, writes dx once (packed rows): bound by the bytes in flight while a step waits.
-template <typename T, int THREADS, int R, int ROWS, bool ATOMIC>
+// layernorm_backward_kernel: block b takes rows b, b + G, b + 2G, ... (G = gridDim.x, as many blocks as
+// fit on the GPU at once) and keeps running column sums of dy * xhat and dy for the columns its threads
+// own, so the column sums need one write per block, not one per row. With R > 0 (packed rows of at most
+// THREADS * R packs) thread t owns packs t, t + THREADS, ...: it reads x and dy once into registers (all
+// 2R loads before the first use), the row's two sums share one barrier (block_sums), it writes dx once
+// and keeps its column sums in registers; at the end it adds them to `acc` with atomics (ATOMIC) or
+// writes them to its block's row of `acc` for a second pass. With R = 0 (ragged or long rows) it reads
+// x and dy twice and keeps its sums in its block's row of `acc` (zeroed), or adds each value with an
+// atomic. acc: [2 * cols] (ATOMIC, zeroed) or [G, 2 * cols]: dweight then dbias.
+// Reads x and dy once, writes dx once (packed rows): bound by the loads in flight while a row waits.
+template <typename T, int THREADS, int R, bool ATOMIC>
 __global__ void __launch_bounds__(THREADS) layernorm_backward_kernel(
     const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ mean,
     const float* __restrict__ rstd, T* __restrict__ dx, float* __restrict__ acc, int64_t rows, int64_t cols) {
-  static_assert(R > 0 || ROWS == 1, "the unpacked path takes one row at a time");
-  __shared__ float scratch[2][2 * ROWS][32];  // two buffers: block_sums alternates between them
+  __shared__ float scratch[2][2][32];  // two buffers, used in turn by block_sums
   const int t = threadIdx.x;
   float* my_acc = ATOMIC ? acc : acc + blockIdx.x * 2 * cols;
+  int buffer = 0;
   if constexpr (R > 0) {
     constexpr int V = kVec<T>;
     const int n = (int)(cols / V);  // at most THREADS * R packs: 32-bit offsets within a row
@@ -368,66 +350,48 @@ __global__ void __launch_bounds__(THREADS) layernorm_backward_kernel(
 #pragma unroll
       for (int e = 0; e < V; ++e) dw[k][e] = db[k][e] = 0.0f;
     }
-    int buffer = 0;
-    for (int64_t first = (int64_t)blockIdx.x * ROWS; first < rows; first += (int64_t)gridDim.x * ROWS) {
-      Pack<T> xv[ROWS][R], gv[ROWS][R];
-      float m[ROWS], rs[ROWS], sums[2 * ROWS];  // sums: sum(g) and sum(g * xhat) of each row
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+      const float m = mean[row], rs = rstd[row];
+      const T* xr = x + row * cols;  // row * cols: 64-bit, it passes 2^31 in large inputs
+      const T* dyr = dy + row * cols;
+      Pack<T> xv[R], gv[R];
 #pragma unroll
-      for (int k = 0; k < R; ++k) keep_packed(wv[k]);  // widened once a step, not kept widened across steps
-#pragma unroll
-      for (int i = 0; i < ROWS; ++i) {  // every load of the step before the first use
-        const int64_t row = first + i;  // row < rows is the same in every thread: no divergent barrier below
-        m[i] = row < rows ? mean[row] : 0.0f;
-        rs[i] = row < rows ? rstd[row] : 0.0f;
-#pragma unroll
-        for (int k = 0; k < R; ++k) {
-          const int j = t + THREADS * k;
-          if (row < rows && j < n) {
-            xv[i][k] = load16(x + row * cols + j * V);  // row * cols: 64-bit, it passes 2^31 in large inputs
-            gv[i][k] = load16(dy + row * cols + j * V);
-          }
+      for (int k = 0; k < R; ++k) {
+        const int j = t + THREADS * k;
+        if (j < n) {
+          xv[k] = load16(xr + j * V);
+          gv[k] = load16(dyr + j * V);
         }
       }
+      float sums[2] = {0.0f, 0.0f};  // sum(g), sum(g * xhat)
 #pragma unroll
-      for (int i = 0; i < ROWS; ++i) {
-        float sg = 0.0f, sgx = 0.0f;
+      for (int k = 0; k < R; ++k) {
+        if (t + THREADS * k < n) {
 #pragma unroll
-        for (int k = 0; k < R; ++k) {
-          if (first + i < rows && t + THREADS * k < n) {
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-              const float xh = (to_float(xv[i][k].v[e]) - m[i]) * rs[i], d = to_float(gv[i][k].v[e]);
-              const float g = d * to_float(wv[k].v[e]);
-              sg += g;
-              sgx += g * xh;
-              dw[k][e] += d * xh;
-              db[k][e] += d;
-            }
-            keep_packed(xv[i][k]);  // the dx pass widens them again: cheaper than twice the registers
-            keep_packed(gv[i][k]);
+          for (int e = 0; e < V; ++e) {
+            const float xh = (to_float(xv[k].v[e]) - m) * rs, d = to_float(gv[k].v[e]), g = d * to_float(wv[k].v[e]);
+            sums[0] += g;
+            sums[1] += g * xh;
+            dw[k][e] += d * xh;
+            db[k][e] += d;
           }
+          keep_packed(xv[k]);  // the dx pass widens them again: cheaper than twice the registers
+          keep_packed(gv[k]);
         }
-        sums[2 * i] = sg;
-        sums[2 * i + 1] = sgx;
       }
       block_sums(sums, scratch[buffer]);
       buffer ^= 1;
 #pragma unroll
-      for (int i = 0; i < ROWS; ++i) {
-        const int64_t row = first + i;
+      for (int k = 0; k < R; ++k) {
+        const int j = t + THREADS * k;
+        if (j < n) {
+          Pack<T> o;
 #pragma unroll
-        for (int k = 0; k < R; ++k) {
-          const int j = t + THREADS * k;
-          if (row < rows && j < n) {
-            Pack<T> o;
-#pragma unroll
-            for (int e = 0; e < V; ++e) {
-              const float xh = (to_float(xv[i][k].v[e]) - m[i]) * rs[i];
-              const float g = to_float(gv[i][k].v[e]) * to_float(wv[k].v[e]);
-              o.v[e] = from_float<T>(rs[i] * (g - (sums[2 * i] + xh * sums[2 * i + 1]) * inv_cols));
-            }
-            store16(dx + row * cols + j * V, o);
+          for (int e = 0; e < V; ++e) {
+            const float xh = (to_float(xv[k].v[e]) - m) * rs, g = to_float(gv[k].v[e]) * to_float(wv[k].v[e]);
+            o.v[e] = from_float<T>(rs * (g - (sums[0] + xh * sums[1]) * inv_cols));
           }
+          store16(dx + row * cols + j * V, o);
         }
       }
     }
@@ -451,7 +415,6 @@ __global__ void __launch_bounds__(THREADS) layernorm_backward_kernel(
       }
     }
   } else {
-    int buffer = 0;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
       const float m = mean[row], rs = rstd[row];
       const T* xr = x + row * cols;
@@ -598,12 +561,12 @@ FORWARD_SIGNATURE(layernorm5) {
   CHECK_LAUNCH();
 }
 
-template <typename T, int G, int R, int MIN_BLOCKS = 0>
+template <typename T, int G, int R>
 static void launch6(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
                     at::Tensor& out, at::Tensor& mean, at::Tensor& rstd, int64_t spill_bytes, cudaStream_t stream) {
   const int64_t rows = x.size(0), blocks = G < BLOCK ? ceil_div(rows, (int64_t)(BLOCK / G)) : rows;
   CHECK_GRID(blocks);
-  auto kernel = layernorm_kernel6<T, G, R, MIN_BLOCKS>;
+  auto kernel = layernorm_kernel6<T, G, R>;
   if (spill_bytes > 48 * 1024)  // above 48 KB a kernel must opt in to more dynamic shared memory
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)spill_bytes));
   kernel<<<blocks, G < BLOCK ? BLOCK : G, spill_bytes, stream>>>(LAYERNORM_ARGS(T), rows, x.size(1), (float)eps);
@@ -645,10 +608,9 @@ FORWARD_SIGNATURE(layernorm6) {
 }
 
 // layernorm6 with `threads` threads per row (32: a warp per row, 8 rows a block) and the fewest register
-// packs per thread (of those compiled) that hold the row, `min_blocks` blocks per SM asked of ptxas (0: its
-// own choice; 4 for 256 threads x 8 packs only): for the benchmark's comparison of layouts.
+// packs per thread (of those compiled) that hold the row: for the benchmark's comparison of layouts.
 void layernorm6_layout(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
-                       at::Tensor& out, at::Tensor& mean, at::Tensor& rstd, int64_t threads, int64_t min_blocks) {
+                       at::Tensor& out, at::Tensor& mean, at::Tensor& rstd, int64_t threads) {
   if (!forward_args(x, weight, bias, eps, out, mean, rstd)) return;
   auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch(x, [&](auto t) {
@@ -657,11 +619,7 @@ void layernorm6_layout(const at::Tensor& x, const at::Tensor& weight, const at::
     TORCH_CHECK(x.size(1) % kVec<T> == 0 && aligned16(x) && aligned16(out) && aligned16(weight) && aligned16(bias),
                 "layernorm6_layout needs rows of whole 16-byte packs, 16-byte aligned");
     const auto fits = [&](int g, int r) { return threads == g && n <= (int64_t)g * r; };
-    TORCH_CHECK(min_blocks == 0 || (min_blocks == 4 && fits(BLOCK, 8) && !fits(BLOCK, 4)),
-                "min_blocks must be 0 (ptxas chooses), or 4 for 256 threads x 8 packs; got ",
-                std::to_string(min_blocks));
-    if (min_blocks == 4) launch6<T, BLOCK, 8, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
-    else if (fits(32, 1)) launch6<T, 32, 1>(x, weight, bias, eps, out, mean, rstd, 0, stream);
+    if (fits(32, 1)) launch6<T, 32, 1>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     else if (fits(32, 2)) launch6<T, 32, 2>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     else if (fits(32, 4)) launch6<T, 32, 4>(x, weight, bias, eps, out, mean, rstd, 0, stream);
     else if (fits(32, 8)) launch6<T, 32, 8>(x, weight, bias, eps, out, mean, rstd, 0, stream);
@@ -689,44 +647,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm(const at::Tensor& x, co
   return {out, mean, rstd};
 }
 
-// A layout of the backward: threads per block (and per row), 16-byte packs per thread in registers
-// (0: the unpacked path) and rows per step.
+// A layout of the backward: threads per block (and per row) and 16-byte packs per thread in registers
+// (0: the unpacked path).
 struct BackwardLayout {
-  int threads, regs, rows;
+  int threads, regs;
 };
 
-// The backward's layout by row length in packs (n): the fewest register packs per thread that hold the
-// row, and at 8192 bf16 values (1024 packs) two rows a step, so that a block has 64 KB of loads in flight
-// as float32 rows of 2048 packs have with one. Ragged, misaligned or longer rows take the unpacked path.
+// The backward's layout by row length in packs (n): 2 register packs per thread (4 above 2048 packs),
+// with as many threads as that takes. Ragged, misaligned or longer rows take the unpacked path.
 static BackwardLayout backward_layout(int64_t n, bool packed) {
-  if (!packed || n > (int64_t)WIDE * 4) return {BLOCK, 0, 1};
-  if (n <= (int64_t)BLOCK * 2) return {BLOCK, 2, 1};
-  if (n <= 512 * 2) return {512, 2, 2};
-  if (n <= (int64_t)WIDE * 2) return {WIDE, 2, 1};
-  return {WIDE, 4, 1};
+  if (!packed || n > (int64_t)WIDE * 4) return {BLOCK, 0};
+  if (n <= (int64_t)BLOCK * 2) return {BLOCK, 2};
+  if (n <= 512 * 2) return {512, 2};
+  if (n <= (int64_t)WIDE * 2) return {WIDE, 2};
+  return {WIDE, 4};
 }
 
 // Calls f(kernel) with the kernel compiled for layout l, or refuses a layout that is not compiled. The
-// default layouts exist for both ways of summing dweight and dbias; a few more for the deterministic
+// default layouts exist for both ways of summing dweight and dbias; three more for the deterministic
 // one, for the benchmark's comparison of layouts (layernorm_backward2_layout).
 template <typename T, bool ATOMIC, typename F>
 static void with_backward_kernel(const BackwardLayout& l, F&& f) {
-  const auto is = [&](int threads, int regs, int rows) { return l.threads == threads && l.regs == regs && l.rows == rows; };
-  if (is(BLOCK, 0, 1)) return f(layernorm_backward_kernel<T, BLOCK, 0, 1, ATOMIC>);
-  if (is(BLOCK, 2, 1)) return f(layernorm_backward_kernel<T, BLOCK, 2, 1, ATOMIC>);
-  if (is(512, 2, 2)) return f(layernorm_backward_kernel<T, 512, 2, 2, ATOMIC>);
-  if (is(WIDE, 2, 1)) return f(layernorm_backward_kernel<T, WIDE, 2, 1, ATOMIC>);
-  if (is(WIDE, 4, 1)) return f(layernorm_backward_kernel<T, WIDE, 4, 1, ATOMIC>);
+  const auto is = [&](int threads, int regs) { return l.threads == threads && l.regs == regs; };
+  if (is(BLOCK, 0)) return f(layernorm_backward_kernel<T, BLOCK, 0, ATOMIC>);
+  if (is(BLOCK, 2)) return f(layernorm_backward_kernel<T, BLOCK, 2, ATOMIC>);
+  if (is(512, 2)) return f(layernorm_backward_kernel<T, 512, 2, ATOMIC>);
+  if (is(WIDE, 2)) return f(layernorm_backward_kernel<T, WIDE, 2, ATOMIC>);
+  if (is(WIDE, 4)) return f(layernorm_backward_kernel<T, WIDE, 4, ATOMIC>);
   if constexpr (!ATOMIC) {
-    if (is(BLOCK, 4, 1)) return f(layernorm_backward_kernel<T, BLOCK, 4, 1, false>);
-    if (is(512, 2, 1)) return f(layernorm_backward_kernel<T, 512, 2, 1, false>);
-    if (is(512, 4, 1)) return f(layernorm_backward_kernel<T, 512, 4, 1, false>);
-    if (is(WIDE, 1, 2)) return f(layernorm_backward_kernel<T, WIDE, 1, 2, false>);
+    if (is(BLOCK, 4)) return f(layernorm_backward_kernel<T, BLOCK, 4, false>);
+    if (is(512, 4)) return f(layernorm_backward_kernel<T, 512, 4, false>);
+    if (is(WIDE, 1)) return f(layernorm_backward_kernel<T, WIDE, 1, false>);
   }
-  TORCH_CHECK(false, "no backward kernel is compiled for ", std::to_string(l.threads), " threads, ",
-              std::to_string(l.regs), " packs per thread and ", std::to_string(l.rows),
-              " rows per step; compiled: 256 threads x 2 or 4 packs, 512 x 2 (1 or 2 rows) or 4, 1024 x 1 "
-              "(2 rows), 2 or 4");
+  TORCH_CHECK(false, "no backward kernel is compiled for ", std::to_string(l.threads), " threads x ",
+              std::to_string(l.regs), " packs; compiled: 256 x 2 or 4, 512 x 2 or 4, 1024 x 1, 2 or 4");
 }
 
 // dx, dweight, dbias for y = layernorm(x, weight, bias) and dy = the gradient of y; mean and rstd as
@@ -738,7 +692,7 @@ template <bool ATOMIC>
 static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x,
                                                                const at::Tensor& weight, const at::Tensor& mean,
                                                                const at::Tensor& rstd,
-                                                               BackwardLayout layout = {0, 0, 0}) {
+                                                               BackwardLayout layout = {0, 0}) {
   check_x(x, "x");
   check_tensor(dy, "dy", x.sizes(), x.scalar_type(), "x's shape and dtype");
   check_params(x, weight, "weight");
@@ -767,8 +721,7 @@ static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(const at::Tensor&
 #ifndef CUDASIM
       C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, layout.threads, 0));
 #endif
-      const int64_t steps = ceil_div(rows, (int64_t)layout.rows);
-      const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(steps, sms * std::max(per_sm, 1)));
+      const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(rows, sms * std::max(per_sm, 1)));
       // the packed deterministic path writes every value of its block's row of partials: no zeros needed
       const bool zero = ATOMIC || layout.regs == 0;
       const c10::TensorOptions f32 = x.options().dtype(at::kFloat);
@@ -798,21 +751,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward2(const at::Ten
   return backward<false>(dy, x, weight, mean, rstd);
 }
 
-// layernorm_backward2 with a chosen layout: `threads` per block, the fewest register packs per thread
-// (1, 2 or 4) that hold the row, `rows_per_step` rows at a time. For the benchmark's comparison of layouts.
+// layernorm_backward2 with a chosen layout: `threads` per block and the fewest register packs per thread
+// (1, 2 or 4) that hold the row. For the benchmark's comparison of layouts.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward2_layout(const at::Tensor& dy, const at::Tensor& x,
                                                                           const at::Tensor& weight,
                                                                           const at::Tensor& mean,
-                                                                          const at::Tensor& rstd, int64_t threads,
-                                                                          int64_t rows_per_step) {
+                                                                          const at::Tensor& rstd, int64_t threads) {
   check_x(x, "x");
   TORCH_CHECK(threads == BLOCK || threads == 512 || threads == WIDE, "threads must be 256, 512 or 1024, got ",
               std::to_string(threads));
-  TORCH_CHECK(rows_per_step == 1 || rows_per_step == 2, "rows_per_step must be 1 or 2, got ",
-              std::to_string(rows_per_step));
   const int64_t n = x.size(1) / (int64_t)(16 / x.element_size());
   const int regs = n <= threads ? 1 : n <= 2 * threads ? 2 : 4;
-  return backward<false>(dy, x, weight, mean, rstd, {(int)threads, regs, (int)rows_per_step});
+  return backward<false>(dy, x, weight, mean, rstd, {(int)threads, regs});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -828,12 +778,12 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("layernorm5(" LAYERNORM_SCHEMA);
   m.def("layernorm6(" LAYERNORM_SCHEMA);
   m.def("layernorm6_layout(Tensor x, Tensor weight, Tensor bias, float eps, Tensor(a!) out, Tensor(b!) mean, "
-        "Tensor(c!) rstd, int threads, int min_blocks=0) -> ()");
+        "Tensor(c!) rstd, int threads) -> ()");
   m.def("layernorm(Tensor x, Tensor weight, Tensor bias, float eps) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward1(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward2(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
-  m.def("layernorm_backward2_layout(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd, int threads, "
-        "int rows_per_step) -> (Tensor, Tensor, Tensor)");
+  m.def("layernorm_backward2_layout(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd, int threads) "
+        "-> (Tensor, Tensor, Tensor)");
   m.def("layernorm_backward(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd) -> (Tensor, Tensor, Tensor)");
 }
 
