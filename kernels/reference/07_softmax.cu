@@ -269,8 +269,7 @@ __global__ void __launch_bounds__(BLOCK) softmax_warp_kernel6(const T* __restric
 template <typename T, int THREADS, int R>
 __global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
   extern __shared__ uint4 spill[];  // uint4 in every instantiation: extern shared arrays share one name and type
-  __shared__ float scratch[32];  // the max's
-  __shared__ float sums[1][32];   // the sum's own, so block_sums needs one barrier
+  __shared__ float scratch[32];
   const int tid = threadIdx.x;
   const int64_t n = cols / kVec<T>;
   const T* r = x + blockIdx.x * cols;
@@ -302,9 +301,7 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__
       s += pack_sum_exp(a, m);
     }
   }
-  float total[1] = {s};
-  block_sums(total, sums);  // a buffer of its own: no barrier needed against readers of the max's scratch
-  const float inv = 1.0f / total[0];
+  const float inv = 1.0f / block_reduce_sum(s, scratch);
 #pragma unroll
   for (int k = 0; k < R; ++k) {
     const int64_t j = tid + (int64_t)THREADS * k;
