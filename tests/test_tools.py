@@ -158,7 +158,7 @@ def test_warming_several_backends_never_mixes_them_in_one_worker(monkeypatch):
 
     pools = []
     monkeypatch.setattr(compile_check, "resolve", lambda b: b)
-    monkeypatch.setattr(compile_check, "_run", lambda todo, what: pools.append({be for _, be in todo}) or 0)
+    monkeypatch.setattr(compile_check, "_run", lambda todo, what, jobs=None: pools.append({be for _, be in todo}) or 0)
     assert compile_check.main(["--warm", "cuda", "sim"]) == 0
     assert pools == [{"cuda"}, {"sim"}]
 

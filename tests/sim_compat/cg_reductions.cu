@@ -268,7 +268,7 @@ at::Tensor row_min(const at::Tensor& x) {
   return out;
 }
 
-at::Tensor block_sums(const at::Tensor& x, int64_t threads) {
+at::Tensor block_sums_op(const at::Tensor& x, int64_t threads) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
   TORCH_CHECK(threads >= 32 && threads <= 1024 && threads % 32 == 0,
@@ -386,7 +386,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("layernorm_rows", &layernorm_rows);
   m.impl("softmax_rows", &softmax_rows);
   m.impl("row_min", &row_min);
-  m.impl("block_sums", &block_sums);
+  m.impl("block_sums", &block_sums_op);
   m.impl("tile_ops", &tile_ops);
   m.impl("block_info", &block_info);
   m.impl("compact_positive", &compact_positive);
