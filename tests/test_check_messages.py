@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kernels.sim.translate import code_mask, line_of, masked_text
+
 ROOT = Path(__file__).resolve().parent.parent
 # the probe that shows the crash streams numbers on purpose; tests/sim_compat holds code written the way
 # public extensions are (numbers streamed in included), to show that it builds and runs unchanged
@@ -18,37 +20,10 @@ NUMBER = re.compile(r"\.(size|sizes|numel|dim|stride|strides|nbytes|storage_offs
 FORMATTED = re.compile(r"^\s*(std::to_string|shape_str|c10::toString)\s*\(")
 
 
-def _mask(text: str) -> str:
-    """`text` with comments and the insides of string and character literals blanked (lengths kept)."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(c + "_" * (j - i - 1) + c)
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
 def streamed_numbers(text: str) -> list[tuple[int, str]]:
     """(line, argument) for each TORCH_CHECK message argument that looks like a number or a shape
     streamed in unformatted."""
-    masked, found = _mask(text), []
+    masked, found = masked_text(text, code_mask(text)), []
     for m in re.finditer(r"\bTORCH_CHECK\s*\(", masked):
         depth, args, start = 1, [], m.end()
         i = start
@@ -66,7 +41,7 @@ def streamed_numbers(text: str) -> list[tuple[int, str]]:
         for a, b in args[1:]:  # the first argument is the condition
             arg = masked[a:b]
             if NUMBER.search(arg) and not FORMATTED.match(arg):
-                found.append((text.count("\n", 0, a) + 1, " ".join(text[a:b].split())))
+                found.append((line_of(text, a), " ".join(text[a:b].split())))
     return found
 
 
