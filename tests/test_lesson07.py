@@ -98,7 +98,10 @@ def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
         ext.softmax6(torch.randn(4, 8), torch.empty(4, 8, device=dev))
 
 
-CAUSAL_CASES = [(4, 4), (6, 3), (33, 33), (64, 100), (2 * 300, 300), (3, 1), (20, 0), (0, 5)]  # (rows, cols)
+# (rows, cols): whole 16-byte packs per row take softmax7's warp-per-row kernel (1, 2, 4 and 8 packs a lane, float32
+# and bf16), longer rows a block of 256 or 1024 threads per row; ragged rows the online kernel
+CAUSAL_CASES = [(4, 4), (6, 3), (33, 33), (64, 100), (2 * 300, 300), (3, 1), (20, 0), (0, 5), (24, 136), (264, 264),
+                (6, 2048), (3, 4096), (1032, 1032), (3, 16384)]
 
 
 @pytest.mark.parametrize("q_len", [1, 3, "rows"])

@@ -4,8 +4,8 @@ Shapes 8192x8192 (square), 65536x1024 (many short rows) and 2048x65536 (long row
 bfloat16. GB/s count the fewest bytes a softmax must move: x read once and y written once; a
 variant that reads x two or three times shows it as a lower GB/s. softmax1 (a thread per row) is
 left out at 2048x65536: 2048 threads striding through 512 MiB take seconds per call.
-The fused scale + causal mask + softmax (softmax7) at 8192x8192 counts the kept half read and the
-whole output written. Then both backward variants at 8192x8192 and 65536x1024 (y and dy read, dx written) and a
+The fused scale + causal mask + softmax (softmax7), at 8192x8192 and on attention-shaped scores (64 heads of
+1024x1024, lesson 10's rows), counts the kept half read and the whole output written. Then both backward variants at 8192x8192 and 65536x1024 (y and dy read, dx written) and a
 training-style step, forward and backward through autograd, against eager autograd and torch.compile.
 `python -m kernels.benchmarks.lesson07 --quick` times only the rows that carry the issue's bars
 (softmax6 at every bar shape, softmax7, the backwards and the training step; about a minute), adds two
@@ -80,29 +80,35 @@ def _forward_benches(ext, copy: float, out_dir: Path | None, quick: bool = False
     return rows
 
 
+CAUSAL_SHAPES = ((8192, 8192, 8192), (65536, 1024, 1024))  # (rows, cols, q_len): one square matrix; 64 heads of 1024
+
+
 def _causal_benches(ext, copy: float, out_dir: Path | None) -> list[Row]:
-    r = c = 8192
+    """softmax7 on one 8192x8192 score matrix and on attention-shaped scores (64 heads of 1024 queries x 1024 keys,
+    lesson 10's rows), against eager's multiply, masked_fill and softmax and torch.compile of them."""
     scale = 0.125
-    keep = torch.ones(r, c, device="cuda", dtype=torch.bool).tril()
-
-    def eager(x):
-        return torch.softmax((x * scale).masked_fill(~keep, float("-inf")), dim=-1)
-
     rows = []
-    for dt in DTYPES:
-        x = torch.randn(r, c, device="cuda", dtype=dt)
-        out = torch.empty_like(x)
+    for r, c, q in CAUSAL_SHAPES:
+        keep = torch.ones(q, c, device="cuda", dtype=torch.bool).tril()
 
-        def causal_ok() -> bool:
-            ext.softmax7(x, scale, r, out)
-            return _close(out, eager(x.float()))
+        def eager(x, keep=keep, q=q):
+            s = (x.view(-1, q, x.shape[1]) * scale).masked_fill(~keep, float("-inf"))
+            return torch.softmax(s, dim=-1).view(x.shape)
 
-        rows += bench(f"scale + causal mask + softmax {r}x{c} {SHORT[dt]}",
-                      {"softmax7": lambda: ext.softmax7(x, scale, r, out)}, bytes=x.nbytes // 2 + x.nbytes,
-                      torch_fn=eager, args=(x,), copy_gbps=copy, check=causal_ok, show=False,
-                      **_files(out_dir, f"causal_{SHORT[dt]}"))
-        del x, out
-        torch.cuda.empty_cache()
+        for dt in DTYPES:
+            x = torch.randn(r, c, device="cuda", dtype=dt)
+            out = torch.empty_like(x)
+
+            def causal_ok() -> bool:
+                ext.softmax7(x, scale, q, out)
+                return _close(out, eager(x.float()))
+
+            rows += bench(f"scale + causal mask + softmax {r}x{c} {SHORT[dt]}",
+                          {"softmax7": lambda: ext.softmax7(x, scale, q, out)}, bytes=x.nbytes // 2 + x.nbytes,
+                          torch_fn=eager, args=(x,), copy_gbps=copy, check=causal_ok, show=False,
+                          **_files(out_dir, f"causal_{r}x{c}_{SHORT[dt]}"))
+            del x, out
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -210,7 +216,8 @@ BARS = [
     *(Bar(f"softmax {r}x{c} {s}", "softmax6", "vs_compile", 1.1 if c == 65536 else 1.0)
       for s in ("fp32", "bf16") for r, c in SHAPES),
     *(Bar(f"softmax 8192x8192 {s}", "softmax6", "vs_eager", 1.5) for s in ("fp32", "bf16")),
-    *(Bar(f"scale + causal mask + softmax 8192x8192 {s}", "softmax7", "vs_compile", 1.0) for s in ("fp32", "bf16")),
+    *(Bar(f"scale + causal mask + softmax {r}x{c} {s}", "softmax7", "vs_compile", 1.0)
+      for r, c, _ in CAUSAL_SHAPES for s in ("fp32", "bf16")),
     *(Bar(f"softmax backward 8192x8192 {s}", "softmax_backward2", "vs_compile", 1.0) for s in ("fp32", "bf16")),
     *(Bar(f"softmax fwd+bwd 8192x8192 {s}", "softmax op", "vs_eager", 1.5) for s in ("fp32", "bf16")),
 ]

@@ -7,7 +7,8 @@
 //   softmax4          one block per row; shuffles in each warp, shared memory across warps (block_reduce_*)
 //   softmax5          online softmax: the max and the sum in one pass by merging (max, sum) pairs; 2 passes, not 3
 //   softmax6          16-byte loads and the row kept on chip (registers, then shared memory): one read of DRAM
-//   softmax7          fused scale + causal mask + softmax (attention scores): masked columns are never read
+//   softmax7          fused scale + causal mask + softmax (attention scores): masked columns are never read;
+//                     the kept part of a row is read once into registers (softmax6's layouts by row length)
 //   softmax_backward1 dx = y * (dy - sum(dy * y)), one block per row, with 16-byte loads where the rows allow
 //   softmax_backward2 the same with the threads per row sized to the row: a warp per row (4 rows a block) for
 //                     short rows, 128 to 1024 threads for longer ones, so each thread holds up to 8 packs of y
@@ -318,7 +319,8 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel6(const T* __restrict__
 // x * scale where j <= i and masked (-inf, so 0 out) where j > i. Block b owns row b, with
 // softmax_kernel5's online pairs over the kept columns only: the masked ones are never read, just
 // written as 0. Reads the kept part twice and writes the whole row: about 2/3 of softmax5's traffic
-// on a square causal matrix.
+// on a square causal matrix. softmax7 takes it for rows that softmax_causal_kernel7_packed cannot hold
+// (ragged, misaligned or too long).
 template <typename T>
 __global__ void __launch_bounds__(BLOCK) softmax_causal_kernel7(const T* __restrict__ x, T* __restrict__ out, int64_t cols,
                                                                 float scale, int64_t q_len) {
@@ -332,6 +334,69 @@ __global__ void __launch_bounds__(BLOCK) softmax_causal_kernel7(const T* __restr
   const float inv = 1.0f / p.s;
   for (int64_t c = threadIdx.x; c < cols; c += BLOCK)
     o[c] = from_float<T>(c < kept ? softmax_at(to_float(r[c]) * scale, p.m, inv) : 0.0f);
+}
+
+// softmax_causal_kernel7_packed: softmax7 for rows of whole 16-byte packs, at most GROUP * R of them, the row
+// in registers as softmax6 keeps it: GROUP threads own a row, a warp (GROUP 32, THREADS / 32 rows a block, no
+// barrier: attention rows of a few hundred to 2048 keys, where a block per row is mostly idle threads and
+// barriers) or the whole block (GROUP = THREADS, longer rows). Only the packs that hold a kept column are
+// loaded; in the pack that straddles the diagonal the masked columns are skipped, and the packs after it are
+// stored as zeros without being read. Reads the kept part once and writes the whole row.
+template <typename T, int THREADS, int GROUP, int R>
+__global__ void __launch_bounds__(THREADS) softmax_causal_kernel7_packed(const T* __restrict__ x, T* __restrict__ out,
+                                                                         int64_t rows, int64_t cols, float scale,
+                                                                         int64_t q_len) {
+  static_assert(GROUP == 32 || GROUP == THREADS, "a row belongs to one warp or to the whole block");
+  __shared__ float scratch[32];
+  const int t = threadIdx.x % GROUP;
+  const int64_t row = blockIdx.x * (int64_t)(THREADS / GROUP) + threadIdx.x / GROUP;
+  if (row >= rows) return;  // only in the last block of the warp layout, and the whole warp leaves together
+  const int n = (int)(cols / kVec<T>);  // at most GROUP * R packs: 32-bit offsets within the row
+  const int kept = (int)std::min<int64_t>(row % q_len + 1, cols);
+  const int kept_packs = (int)ceil_div(kept, kVec<T>);
+  const T* r = x + row * cols;
+  T* o = out + row * cols;
+  Pack<T> v[R];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int j = t + GROUP * k;
+    if (j < kept_packs) {
+      v[k] = load16(r + j * kVec<T>);
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e)
+        if (j * kVec<T> + e < kept) m = fmaxf(m, to_float(v[k].v[e]) * scale);
+    }
+  }
+  if constexpr (GROUP == 32) m = warp_reduce_max(m);  // every thread of the row gets the max
+  else m = block_reduce_max(m, scratch, -INFINITY);
+  float s = 0.0f;
+  if (m != -INFINITY) {  // a row whose kept scores are all -inf: zeros, not exp(-inf - -inf) = NaN
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int j = t + GROUP * k;
+      if (j < kept_packs) {
+#pragma unroll
+        for (int e = 0; e < kVec<T>; ++e)
+          if (j * kVec<T> + e < kept) s += __expf(to_float(v[k].v[e]) * scale - m);
+      }
+    }
+  }
+  if constexpr (GROUP == 32) s = warp_allreduce_sum(s);
+  else s = block_reduce_sum(s, scratch);
+  const float inv = 1.0f / s;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int j = t + GROUP * k;
+    if (j < n) {
+      Pack<T> y;
+#pragma unroll
+      for (int e = 0; e < kVec<T>; ++e)
+        y.v[e] = from_float<T>(j < kept_packs && j * kVec<T> + e < kept ? softmax_at(to_float(v[k].v[e]) * scale, m, inv)
+                                                                       : 0.0f);
+      store16(o + j * kVec<T>, y);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -550,6 +615,14 @@ void softmax6(const at::Tensor& x, at::Tensor& out) {
   CHECK_LAUNCH();
 }
 
+template <typename T, int THREADS, int GROUP, int R>
+static void launch_causal7(const at::Tensor& x, at::Tensor& out, double scale, int64_t q_len, cudaStream_t stream) {
+  const int64_t rows = x.size(0), blocks = ceil_div(rows, (int64_t)(THREADS / GROUP));
+  CHECK_GRID(blocks);
+  softmax_causal_kernel7_packed<T, THREADS, GROUP, R><<<blocks, THREADS, 0, stream>>>(ptr<T>(x), mut<T>(out), rows,
+                                                                                     x.size(1), (float)scale, q_len);
+}
+
 // softmax(x * scale with columns j > row % q_len set to -inf): x holds the scores of q_len queries
 // (rows) against cols keys, for any number of (batch, head) blocks stacked along the rows.
 void softmax7(const at::Tensor& x, double scale, int64_t q_len, at::Tensor& out) {
@@ -563,7 +636,16 @@ void softmax7(const at::Tensor& x, double scale, int64_t q_len, at::Tensor& out)
   auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch(x, [&](auto t) {
     using T = decltype(t);
-    softmax_causal_kernel7<T><<<x.size(0), BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), x.size(1), (float)scale, q_len);
+    const int64_t n = x.size(1) / kVec<T>;
+    if (x.size(1) % kVec<T> != 0 || !aligned16(x) || !aligned16(out) || n > (int64_t)WIDE * WIDE_REGS)
+      softmax_causal_kernel7<T><<<x.size(0), BLOCK, 0, stream>>>(ptr<T>(x), mut<T>(out), x.size(1), (float)scale, q_len);
+    else if (n <= 32) launch_causal7<T, BLOCK, 32, 1>(x, out, scale, q_len, stream);
+    else if (n <= 64) launch_causal7<T, BLOCK, 32, 2>(x, out, scale, q_len, stream);
+    else if (n <= 128) launch_causal7<T, BLOCK, 32, 4>(x, out, scale, q_len, stream);
+    else if (n <= 256) launch_causal7<T, BLOCK, 32, 8>(x, out, scale, q_len, stream);
+    else if (n <= BLOCK * 4) launch_causal7<T, BLOCK, BLOCK, 4>(x, out, scale, q_len, stream);
+    else if (n <= BLOCK * REGS) launch_causal7<T, BLOCK, BLOCK, REGS>(x, out, scale, q_len, stream);
+    else launch_causal7<T, WIDE, WIDE, WIDE_REGS>(x, out, scale, q_len, stream);
   });
   CHECK_LAUNCH();
 }
