@@ -36,6 +36,11 @@ def _num(v: str, spec: str) -> str:
     return format(float(v), spec) if v not in ("", None) else ""
 
 
+def _times(v: str) -> str:
+    """A speed-up as "1.23x", or nothing for a row without one."""
+    return f"{_num(v, '.2f')}x" if v not in ("", None) else ""
+
+
 def _rate(row: dict) -> str:
     """A row's GB/s, or for compute-bound benchmarks (no byte count) its TFLOP/s, marked as such."""
     if row.get("gbps"):
@@ -71,7 +76,7 @@ def results_table(out_dir: Path = OUT) -> str:
         eager, comp = by.get("eager", {}), by.get("torch.compile", {})
         lines.append(f"| {lesson} | {name} | {_rate(eager)} | {_rate(comp)} | "
                      f"{best['variant']} | {_rate(best)} | {_num(best['of_copy'], '.0%')} | "
-                     f"{_num(best['vs_eager'], '.2f')}x | {_num(best['vs_compile'], '.2f')}x |")
+                     f"{_times(best['vs_eager'])} | {_times(best['vs_compile'])} |")
     return "\n".join(lines)
 
 
