@@ -679,7 +679,7 @@ def _forget_in_process(cpp, name: str) -> None:
 # fails on the simulator as it would with nvcc; files that include torch/extension.h get a second
 # one that also holds the simulator's light stand-in for it (see LIGHT_TORCH).
 SIM_PCH_HEADERS = ["cudasim.h", "ATen/core/Tensor.h", "c10/cuda/CUDAException.h", "c10/cuda/CUDAStream.h",
-                   "cuda_bf16.h", "cstdint", "cstring", "string", "torch/library.h"]
+                   "cuda_bf16.h", "cuda_fp16.h", "cstdint", "cstring", "string", "torch/library.h"]
 TORCH_API_HEADERS = ("torch/extension.h", "torch/all.h", "torch/python.h")
 
 # torch/extension.h is all of libtorch's C++ API and pybind11: about 20 s of compiler time in every

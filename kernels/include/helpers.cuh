@@ -8,7 +8,7 @@
 //   device_attribute(attr)    an attribute of the current device (SMs, shared memory per block)
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
 //   block_sums<N>(v, scratch)  N block sums with one barrier (lessons 07, 08)
-//   to_float(v), from_float<T>(f)      float32 and bfloat16 widened to float and rounded back
+//   to_float(v), from_float<T>(f)      float32, bfloat16 and fp16 widened to float and rounded back
 //   kVec<T>, Pack<T>, load16, store16  16 bytes of T moved by one instruction (lessons 05, 07, 08)
 //   keep_packed(p)            keeps a pack 16 bytes in registers, not widened to floats (lessons 07, 08)
 //   dispatch(x, f), ptr<T>(t), mut<T>(t), aligned16(t)
@@ -24,6 +24,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -190,9 +191,11 @@ __device__ __forceinline__ T block_reduce_max(T v, T* scratch, T lowest) {
 // type, so it is a template with one explicit specialisation per type.
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }  // lesson 09's tensor cores
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
 
 // How many values of T fill 16 bytes, the widest load one thread issues in one instruction:
 // kVec<float> = 4, kVec<__nv_bfloat16> = 8.

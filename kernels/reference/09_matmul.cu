@@ -410,10 +410,6 @@ using Warp8 = WarpTiling<128, 128, 16, 64, 32, 2, 1, 8, 4, 2, 2>;
 // Kernels: tensor cores (WMMA).
 namespace wmma = nvcuda::wmma;
 
-// fp16 to and from float (helpers.cuh has float32 and bf16), and 16 bytes of values as one move.
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half(v); }
-
 // The tensor-core kernels' shapes: block tile BM x BN x BK, warp tiles WM x WN made of FM x FN fragments
 // of FRAG_M x FRAG_N x FRAG_K; STAGES shared buffers; T the input type (__nv_bfloat16, __half, or float for TF32).
 template <typename T, int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_, int MIN_BLOCKS_ = 1>
