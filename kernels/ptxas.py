@@ -6,13 +6,16 @@ to local memory, static shared memory. A property of the compiled code, not of a
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import INCLUDE, BuildError, _cpp_extension, _missing_toolkit_headers, cuda_home, demangle, find_source
+from .build import (INCLUDE, BuildError, _cpp_extension, _missing_toolkit_headers, _sources, build_root, cuda_home,
+                    demangle, find_source, nvcc_version)
 
 
 @dataclass
@@ -57,13 +60,21 @@ def resource_usage(source: str | Path, arch: str = "sm_90") -> list[KernelResour
         raise BuildError("resource_usage needs nvcc (the CUDA toolkit); none was found")
     cpp = _cpp_extension()
     includes = [str(INCLUDE), *_missing_toolkit_headers(), *cpp.include_paths(device_type="cuda")]
+    cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-O3", "-std=c++20", "-Xptxas", "-v",
+           "-DTORCH_EXTENSION_NAME=ptxas_report", *cpp.COMMON_NVCC_FLAGS, *(f"-I{d}" for d in includes), str(entry)]
+    # The report of an unchanged file is kept: the same sources, command and nvcc give the same report.
+    key = hashlib.sha256("\0".join([*cmd, nvcc_version(), *(f.read_text() for f in _sources(entry))]).encode())
+    cached = build_root() / "ptxas" / f"{entry.stem}_{key.hexdigest()[:16]}.log"
+    if cached.is_file():
+        return parse_ptxas(cached.read_text())
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-O3", "-std=c++20", "-Xptxas", "-v",
-               "-DTORCH_EXTENSION_NAME=ptxas_report", *cpp.COMMON_NVCC_FLAGS, *(f"-I{d}" for d in includes),
-               str(entry), "-o", str(Path(tmp) / "out.cubin")]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        done = subprocess.run([*cmd, "-o", str(Path(tmp) / "out.cubin")], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         raise BuildError(f"nvcc failed on {entry.name}:\n{done.stderr[-3000:]}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}.tmp")  # written whole, then renamed: never read half-written
+    partial.write_text(done.stderr + done.stdout)
+    partial.replace(cached)
     return parse_ptxas(done.stderr + done.stdout)
 
 

@@ -183,6 +183,31 @@ def test_ptxas_reports_are_parsed_into_registers_spills_and_shared_memory_per_ke
     assert rows[0].kernel.startswith("matmul_kernel2") and "matmul_kernel3<32>" in resource_table(rows)
 
 
+def test_a_ptxas_report_is_kept_until_its_file_changes(tmp_path, monkeypatch):
+    import subprocess
+
+    from kernels.build import cuda_home
+    from kernels.ptxas import resource_usage
+
+    if not cuda_home():
+        pytest.skip("resource_usage needs nvcc")
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
+    src = tmp_path / "tiny.cu"
+    src.write_text("__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n")
+    first = resource_usage(src)
+    assert [r.kernel.split("(")[0] for r in first] == ["twice"]
+    real_run, compiles = subprocess.run, []
+
+    def run(cmd, *args, **kwargs):
+        compiles.extend([cmd] if "-cubin" in cmd else [])
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    assert resource_usage(src) == first and compiles == []
+    src.write_text(src.read_text() + "__global__ void thrice(float* x) { x[threadIdx.x] *= 3.0f; }\n")
+    assert len(resource_usage(src)) == 2 and len(compiles) == 1  # an edit compiles again
+
+
 def test_the_readme_table_shows_tflops_for_benchmarks_without_a_byte_count(tmp_path):
     from kernels.benchmarks import results_table
 
