@@ -134,11 +134,13 @@ def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("probe, headers", [("vector_add.cu", "SIM_PCH_HEADERS"), ("pybind_square.cu", "SIM_LIGHT_TORCH_PCH_HEADERS")])
 def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch, probe, headers):
-    """The first sim build precompiles the headers it needs (helpers.cuh's, plus the light
-    torch/extension.h for a file that includes it); a later build includes that file, and gcc accepts it."""
+    """A sim build precompiles the headers it needs (helpers.cuh's, plus the light torch/extension.h for a
+    file that includes it) unless an earlier build did; a later build includes that file, and gcc accepts it.
+    The precompiled headers are the usual build folder's (made from scratch by the first build of a fresh
+    checkout, as `make test-all`'s first step does): making them again here would only repeat that."""
     mod = sys.modules["kernels.build"]
 
-    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(_isolated_build_dir(tmp_path)))
     monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
     src = tmp_path / f"pch_probe_{probe}"
     src.write_text((HERE / probe).read_text())
