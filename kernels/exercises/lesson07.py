@@ -6,7 +6,7 @@ it (-inf - -inf). This lesson defines its softmax as all zeros, and every kernel
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -43,13 +43,15 @@ def awkward_rows(scale: float = 1.0) -> Callable:
 
 
 def check_softmax(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), name: str | None = None,
-                  backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False) -> Report:
-    """check() of an out-variant softmax on the awkward rows, once with values ~N(0, 1) and once ~1e4 times that."""
+                  backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False,
+                  orders: Sequence[str] | None = None) -> Report:
+    """check() of an out-variant softmax on the awkward rows, once with values ~N(0, 1) and once ~1e4 times that.
+    `orders`: the simulator's thread orders (check()'s default: all of them)."""
     shapes = list(shapes)
     normal = check(fn, softmax_ref, awkward_rows(), out=like(0), sizes=shapes, dtypes=dtypes, name=name,
-                   backend=backend, quiet=True)
+                   backend=backend, quiet=True, orders=orders)
     large = check(fn, softmax_ref, awkward_rows(LARGE), out=like(0), sizes=shapes, dtypes=dtypes, name=name,
-                  backend=backend, quiet=True)
+                  backend=backend, quiet=True, orders=orders)
     for case in large.cases:  # the report's size column says which input set a case used
         case.size = "x".join(map(str, case.size)) + " *1e4"
     report = merge(normal.name, [normal, large])

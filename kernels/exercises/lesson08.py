@@ -7,7 +7,7 @@ are returned in float32, one per row, for the backward.
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -93,25 +93,25 @@ def _shifted_and_large(fn: Callable, ref: Callable, make: Callable, shift: float
 
 def check_layernorm(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), name: str | None = None,
                     backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False,
-                    shift: float = SHIFT) -> Report:
+                    shift: float = SHIFT, orders: Sequence[str] | None = None) -> Report:
     """check() of an out-variant layernorm fn(x, weight, bias, eps, out, mean, rstd): once on shift + 0.5 * randn
-    rows, once on 300 + 1000 * randn rows."""
+    rows, once on 300 + 1000 * randn rows. `orders`: the simulator's thread orders (check()'s default: all)."""
     def op(x, w, b, out, mean, rstd):
         return fn(x, w, b, EPS, out, mean, rstd)
 
     return _shifted_and_large(op, layernorm_ref, shifted_rows, shift, quiet, raise_on_fail, out=_outputs,
                               out_names=("out", "mean", "rstd"), sizes=list(shapes), dtypes=dtypes,
-                              name=name or getattr(fn, "__name__", None), backend=backend)
+                              name=name or getattr(fn, "__name__", None), backend=backend, orders=orders)
 
 
 def check_layernorm_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,),
                              name: str | None = None, backend: str | None = None, quiet: bool = False,
-                             raise_on_fail: bool = False) -> Report:
+                             raise_on_fail: bool = False, orders: Sequence[str] | None = None) -> Report:
     """check() of a backward fn(dy, x, weight, mean, rstd) -> (dx, dweight, dbias) against autograd in float64,
-    on shifted rows and on large-magnitude rows."""
+    on shifted rows and on large-magnitude rows. `orders` as for check_layernorm."""
     return _shifted_and_large(fn, layernorm_backward_ref, backward_inputs, SHIFT, quiet, raise_on_fail,
                               out_names=("dx", "dweight", "dbias"), sizes=list(shapes), dtypes=dtypes,
-                              name=name or getattr(fn, "__name__", None), backend=backend)
+                              name=name or getattr(fn, "__name__", None), backend=backend, orders=orders)
 
 
 _registered: set[str] = set()
