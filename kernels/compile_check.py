@@ -188,6 +188,8 @@ def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[P
         compile_only(_combined(group, first), python_module=False)
         return group, time.perf_counter() - t0, {}
     except Exception:  # noqa: BLE001 (the halves say which file failed, with its own message)
+        # Said out loud: files that build alone but not together cost a build per half, all the way down.
+        print(f"{len(group)} files failed as one build; building each half ({display_path(group[0])} ...)", flush=True)
         half = len(group) // 2
         errors = {}
         for sub, start in ((group[:half], first), (group[half:], first + half)):
