@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import ROWS, Report, check, like, merge, rows
+from ..check import ROWS, SIM_ORDERS, Report, check, like, merge, rows
 from . import Exercise, Hint
 
 # ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4
@@ -46,12 +46,13 @@ def check_softmax(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.floa
                   backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False,
                   orders: Sequence[str] | None = None) -> Report:
     """check() of an out-variant softmax on the awkward rows, once with values ~N(0, 1) and once ~1e4 times that.
-    `orders`: the simulator's thread orders (check()'s default: all of them)."""
+    `orders`: the simulator's thread orders for the first set (check()'s default: all of them); the large values
+    test the arithmetic, not the barriers, so they run in the first order only."""
     shapes = list(shapes)
     normal = check(fn, softmax_ref, awkward_rows(), out=like(0), sizes=shapes, dtypes=dtypes, name=name,
                    backend=backend, quiet=True, orders=orders)
     large = check(fn, softmax_ref, awkward_rows(LARGE), out=like(0), sizes=shapes, dtypes=dtypes, name=name,
-                  backend=backend, quiet=True, orders=orders)
+                  backend=backend, quiet=True, orders=(orders or SIM_ORDERS)[:1])
     for case in large.cases:  # the report's size column says which input set a case used
         case.size = "x".join(map(str, case.size)) + " *1e4"
     report = merge(normal.name, [normal, large])
