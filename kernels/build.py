@@ -566,7 +566,7 @@ def _files_hash(files: list[Path]) -> str:
 
 def _light_header_hash() -> str:
     """A hash of the light torch/extension.h: a change to it may make it fit files it did not."""
-    return _files_hash([SIM_INCLUDE / light for light in LIGHT_TORCH.values()])
+    return _files_hash([SIM_INCLUDE / light for light in LIGHT_TORCH_HEADERS])
 
 
 def missing_names(log: str) -> list[str]:
@@ -631,7 +631,7 @@ def _compile_translated(cpp, entry: Path, flags: list[str], out: Path, kwargs: d
 
     try:
         main, originals = translate_tree(entry, out / "sim_src", [INCLUDE], lambda p: display_path(p),
-                                         LIGHT_TORCH if light_torch else None)
+                                         light_torch_map(_sources(entry)) if light_torch else None)
     except TranslateError as e:
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(originals, light_torch)
@@ -642,7 +642,7 @@ def _compile_translated(cpp, entry: Path, flags: list[str], out: Path, kwargs: d
         cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
                  extra_cflags=flags + use_pch, **kwargs)
     except RuntimeError as e:
-        if headers == SIM_LIGHT_TORCH_PCH_HEADERS and str(e).startswith("Error building extension"):
+        if headers != SIM_PCH_HEADERS and str(e).startswith("Error building extension"):
             raise _LightTorchFailed(str(e)) from None
         raise
     if use_pch or not enabled or flags != SIM_FLAGS:
@@ -677,20 +677,47 @@ def _forget_in_process(cpp, name: str) -> None:
 # Two precompiled headers, since gcc uses one at most: the common one holds only what helpers.cuh
 # (which every kernel file includes) includes itself, so that a file that forgets an #include
 # fails on the simulator as it would with nvcc; files that include torch/extension.h get a second
-# one that also holds the simulator's light stand-in for it (see LIGHT_TORCH).
+# one that also holds the simulator's light stand-in for it (see LIGHT_TORCH_HEADERS).
 SIM_PCH_HEADERS = ["cudasim.h", "ATen/core/Tensor.h", "c10/cuda/CUDAException.h", "c10/cuda/CUDAStream.h",
                    "cuda_bf16.h", "cuda_fp16.h", "cstdint", "cstring", "string", "torch/library.h"]
 TORCH_API_HEADERS = ("torch/extension.h", "torch/all.h", "torch/python.h")
 
 # torch/extension.h is all of libtorch's C++ API and pybind11: about 20 s of compiler time in every
 # file that includes it, mostly template instantiation and code generation that no precompiled
-# header saves. Sim builds include sim/include/cudasim_torch_extension.h instead (tensors, ATen's
-# functions, AT_DISPATCH, the op registry, pybind11), which with its precompiled header costs
-# about half as much; a file that uses more (torch::nn, autograd, ...) fails to compile with it
-# and is built again with the real header and the common precompiled header. The simulator's README has the
-# measurements, including why there is no precompiled header of the real torch/extension.h.
-LIGHT_TORCH = {"torch/extension.h": "cudasim_torch_extension.h"}
-SIM_LIGHT_TORCH_PCH_HEADERS = SIM_PCH_HEADERS + list(LIGHT_TORCH.values())
+# header saves. Sim builds include a light stand-in instead: sim/include/cudasim_torch_all.h
+# (tensors, ATen's functions, AT_DISPATCH, the op registry) for files that register their ops with
+# TORCH_LIBRARY, and sim/include/cudasim_torch_extension.h, the same plus pybind11, for files that
+# use pybind11 or Python's C API (pybind11 alone generates about 4 s of code in every file that
+# includes it). Each has a precompiled header of its own. A file that uses more (torch::nn,
+# autograd, ...) fails to compile with it and is built again with the real header and the common
+# precompiled header. The simulator's README has the measurements, including why there is no
+# precompiled header of the real torch/extension.h.
+LIGHT_TORCH_OPS = "cudasim_torch_all.h"
+LIGHT_TORCH_PYBIND = "cudasim_torch_extension.h"
+LIGHT_TORCH_HEADERS = (LIGHT_TORCH_OPS, LIGHT_TORCH_PYBIND)
+SIM_LIGHT_TORCH_OPS_PCH_HEADERS = SIM_PCH_HEADERS + [LIGHT_TORCH_OPS]
+SIM_LIGHT_TORCH_PCH_HEADERS = SIM_PCH_HEADERS + [LIGHT_TORCH_PYBIND]
+
+# What in code (not in comments or strings) needs pybind11 or Python's C API: PYBIND11_MODULE and
+# the other macros, py:: and pybind11::, PyObject, PyInit_..., PyModule_..., THPVariable_...
+_PYTHON_USE_RE = re.compile(r"\b(?:PYBIND11_\w+|pybind11\b|py::|Py[A-Z_]\w*|THP\w+)")
+
+
+def uses_python(files: list[Path]) -> bool:
+    """Whether these files (a file and its local headers) use pybind11 or Python's C API in code."""
+    from .sim.translate import code_mask, masked_text
+
+    for f in files:
+        src = f.read_text()
+        if _PYTHON_USE_RE.search(masked_text(src, code_mask(src))):
+            return True
+    return False
+
+
+def light_torch_map(files: list[Path]) -> dict[str, str]:
+    """The simulator's light stand-in for torch/extension.h that these files get: with pybind11 where
+    they use it (or Python's C API), without it where they do not."""
+    return {"torch/extension.h": LIGHT_TORCH_PYBIND if uses_python(files) else LIGHT_TORCH_OPS}
 
 
 def system_includes(files: list[Path]) -> set[str]:
@@ -707,9 +734,10 @@ def system_includes(files: list[Path]) -> set[str]:
 
 def pch_headers(files: list[Path], light_torch: bool = True) -> list[str]:
     """The headers of the precompiled header for a build of these files (the file and its local
-    headers, as the learner wrote them), with or without the light torch/extension.h."""
-    reached = system_includes(files)
-    return SIM_LIGHT_TORCH_PCH_HEADERS if light_torch and reached & set(LIGHT_TORCH) else SIM_PCH_HEADERS
+    headers, as the learner wrote them), with or without a light torch/extension.h (light_torch_map)."""
+    if not light_torch or "torch/extension.h" not in system_includes(files):
+        return SIM_PCH_HEADERS
+    return SIM_PCH_HEADERS + [light_torch_map(files)["torch/extension.h"]]
 
 
 def _sim_pch(flags: list[str], headers: list[str] = SIM_PCH_HEADERS) -> Path:

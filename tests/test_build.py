@@ -406,23 +406,52 @@ def test_namespace_registered_from_python_without_ops_is_refused_before_building
 # --- the precompiled headers -----------------------------------------------------------------------
 
 def test_files_reaching_torch_extension_h_get_the_precompiled_header_of_its_light_stand_in(tmp_path):
-    from kernels.build import SIM_LIGHT_TORCH_PCH_HEADERS, SIM_PCH_HEADERS, pch_headers
+    from kernels.build import SIM_LIGHT_TORCH_OPS_PCH_HEADERS, SIM_LIGHT_TORCH_PCH_HEADERS, SIM_PCH_HEADERS, pch_headers
 
     lesson = tmp_path / "lesson.cu"
     lesson.write_text('#include "helpers.cuh"\n// #include <torch/extension.h> (a comment, not an include)\n'
                       'const char* s = "#include <torch/extension.h>";\n')
     assert pch_headers([lesson]) == SIM_PCH_HEADERS
     ext = tmp_path / "ext.cu"
-    ext.write_text('#include <torch/extension.h>\n#include "helpers.cuh"\n')
+    ext.write_text('#include <torch/extension.h>\n#include "helpers.cuh"\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n')
     assert pch_headers([ext]) == SIM_LIGHT_TORCH_PCH_HEADERS
     assert pch_headers([ext], light_torch=False) == SIM_PCH_HEADERS  # the fallback build: the common one
     for header in ("torch/all.h", "torch/python.h"):  # no light stand-in: the common one
         ext.write_text(f'#include <{header}>\n#include "helpers.cuh"\n')
         assert pch_headers([ext]) == SIM_PCH_HEADERS
     local = tmp_path / "bindings.h"  # reached through a local header of the file
-    local.write_text("#pragma once\n  #  include <torch/extension.h>\n")
+    local.write_text("#pragma once\n  #  include <torch/extension.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n")
     assert pch_headers([lesson, local]) == SIM_LIGHT_TORCH_PCH_HEADERS
-    assert SIM_LIGHT_TORCH_PCH_HEADERS[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS
+    for headers in (SIM_LIGHT_TORCH_PCH_HEADERS, SIM_LIGHT_TORCH_OPS_PCH_HEADERS):
+        assert headers[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS and len(headers) == len(SIM_PCH_HEADERS) + 1
+
+
+@pytest.mark.parametrize("code, pybind", [
+    ("TORCH_LIBRARY(ns, m) { m.def(\"f(Tensor x) -> Tensor\"); }", False),
+    ("// PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {} in a comment, py::arg too", False),
+    ('const char* doc = "see PYBIND11_MODULE and py::arg";', False),
+    ("int PyTorch_is_a_word_here;", True),  # any Py... name in code: pybind11 is the safe side
+    ("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}", True),
+    ("void f(pybind11::module_& m);", True),
+    ("auto a = py::arg(\"x\");", True),
+    ("extern \"C\" PyObject* PyInit__C(void) { return nullptr; }", True),
+    ("PyObject* wrap(const at::Tensor& t) { return THPVariable_Wrap(t); }", True),
+])
+def test_a_torch_extension_file_gets_pybind11_only_when_its_code_uses_python(tmp_path, code, pybind):
+    """Files that include torch/extension.h and register their ops with TORCH_LIBRARY get the light
+    header without pybind11 (about 4 s less code to generate); pybind11 or Python's C API in code, in
+    the file or a local header, gets the one with it."""
+    from kernels.build import (LIGHT_TORCH_OPS, LIGHT_TORCH_PYBIND, SIM_LIGHT_TORCH_OPS_PCH_HEADERS,
+                               SIM_LIGHT_TORCH_PCH_HEADERS, light_torch_map, pch_headers)
+
+    ext = tmp_path / "ext.cu"
+    ext.write_text(f"#include <torch/extension.h>\n{code}\n")
+    assert light_torch_map([ext]) == {"torch/extension.h": LIGHT_TORCH_PYBIND if pybind else LIGHT_TORCH_OPS}
+    assert pch_headers([ext]) == (SIM_LIGHT_TORCH_PCH_HEADERS if pybind else SIM_LIGHT_TORCH_OPS_PCH_HEADERS)
+    ext.write_text('#include <torch/extension.h>\n#include "bind.h"\n')
+    (tmp_path / "bind.h").write_text(f"#pragma once\n{code}\n")
+    assert pch_headers([ext, tmp_path / "bind.h"]) == (
+        SIM_LIGHT_TORCH_PCH_HEADERS if pybind else SIM_LIGHT_TORCH_OPS_PCH_HEADERS)
 
 
 # --- files the light torch/extension.h does not fit: remembered, so an edit compiles once ----------
@@ -498,7 +527,7 @@ def test_a_changed_light_header_is_tried_again_on_a_file_it_did_not_fit(tmp_path
     assert sim_attempts(f) == [True, False]
     include = tmp_path / "include"
     include.mkdir()
-    for light in build.LIGHT_TORCH.values():
+    for light in build.LIGHT_TORCH_HEADERS:
         (include / light).write_text((build.SIM_INCLUDE / light).read_text() + "namespace torch::nn {}\n")
     monkeypatch.setattr(build, "SIM_INCLUDE", include)
     assert sim_attempts(f) == [True, False]

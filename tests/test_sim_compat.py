@@ -277,16 +277,17 @@ def pybind_ext(request):
 
 
 def _sim_build_dir(ext) -> Path:
-    """The build folder of a sim extension (its library lies there)."""
-    return Path(ext.__file__).parent
+    """The build folder of a sim extension (its library lies there): a Python module's, or a
+    TORCH_LIBRARY file's."""
+    return Path(ext.so if hasattr(type(ext), "ops") else ext.__file__).parent
 
 
-def _built_with_light_torch(ext) -> bool:
-    """Whether the last compile of a sim extension used the light torch/extension.h (and nothing
+def _built_with_light_torch(ext, header: str = "cudasim_torch_extension.h") -> bool:
+    """Whether the last compile of a sim extension used this light torch/extension.h (and nothing
     failed before it); the translated file names the header it was compiled with."""
     out = _sim_build_dir(ext)
     main = next((out / "sim_src").glob("sim_0_*.cpp")).read_text()
-    return "#include <cudasim_torch_extension.h>" in main and not (out / "light_torch.log").exists()
+    return f"#include <{header}>" in main and not (out / "light_torch.log").exists()
 
 
 @pytest.mark.parametrize("line, mapped", [
@@ -305,6 +306,23 @@ def test_system_map_replaces_only_the_named_include_directives(line, mapped):
 @pytest.mark.parametrize("name", ["pybind_extension.cu", "extension_style.cu"])
 def test_extension_files_build_on_the_sim_with_the_light_torch_header(name):
     assert _built_with_light_torch(load(HERE / name, "sim"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_torch_library_file_that_includes_torch_extension_h_builds_without_pybind11(tmp_path, backend):
+    """The .cu file of PyTorch's current extension examples: torch/extension.h, a kernel, and the op
+    registered with TORCH_LIBRARY / TORCH_LIBRARY_IMPL(ns, CUDA, m), no pybind11. Made here from
+    tests/sim_kernels/host_api.cu without its PYBIND11_MODULE block; on the simulator it gets the light
+    header without pybind11, about half the compile time of the one with it."""
+    src = (HERE.parent / "sim_kernels" / "host_api.cu").read_text()
+    ns = f"sim_ops_style_{backend}"
+    f = tmp_path / "ops_style.cu"
+    f.write_text(src[:src.index("\nPYBIND11_MODULE(")].replace("sim_host_api_test", ns))
+    ext = load(f, backend)
+    if backend == "sim":
+        assert _built_with_light_torch(ext, "cudasim_torch_all.h")
+    x = torch.randn(1000, device=_device(backend))
+    torch.testing.assert_close(getattr(torch.ops, ns).twice(x), 2 * x)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
