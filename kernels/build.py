@@ -674,10 +674,10 @@ def _forget_in_process(cpp, name: str) -> None:
 # gcc checks that the precompiled file fits (same compiler, same flags) and otherwise ignores it
 # and parses the headers as usual, so a stale one costs time, never correctness.
 # KERNELS_SIM_PCH=0 turns it off.
-# Two precompiled headers, since gcc uses one at most: the common one holds only what helpers.cuh
+# Three precompiled headers, since gcc uses one at most: the common one holds only what helpers.cuh
 # (which every kernel file includes) includes itself, so that a file that forgets an #include
-# fails on the simulator as it would with nvcc; files that include torch/extension.h get a second
-# one that also holds the simulator's light stand-in for it (see LIGHT_TORCH_HEADERS).
+# fails on the simulator as it would with nvcc; files that include torch/extension.h get one that
+# also holds the simulator's light stand-in for it, with or without pybind11 (LIGHT_TORCH_HEADERS).
 SIM_PCH_HEADERS = ["cudasim.h", "ATen/core/Tensor.h", "c10/cuda/CUDAException.h", "c10/cuda/CUDAStream.h",
                    "cuda_bf16.h", "cuda_fp16.h", "cstdint", "cstring", "string", "torch/library.h"]
 TORCH_API_HEADERS = ("torch/extension.h", "torch/all.h", "torch/python.h")
