@@ -97,6 +97,35 @@ def test_bench_without_a_gpu_says_there_are_no_timings(capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def _graph_inputs(compile_fn, shapes) -> list[list]:
+    """What torch.compile hands its backend for softmax at each shape, compiled anew by compile_fn each
+    time: a SymInt among the inputs means a graph for dynamic shapes."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append([tuple(a.shape) if isinstance(a, torch.Tensor) else type(a).__name__ for a in example_inputs])
+        return gm.forward
+
+    def softmax(x):
+        return torch.softmax(x, -1)
+
+    for shape in shapes:
+        compile_fn(softmax, backend=backend)(torch.randn(shape))
+    return seen
+
+
+def test_the_benchmarks_compile_torch_specialised_to_each_shape():
+    """bench() compiles its torch_fn once per call, and lessons call it at several shapes: a plain
+    torch.compile would give every shape after the first a graph for dynamic shapes, slower kernels
+    than the specialised ones (the first assert shows it), and the "vs torch.compile" column would be
+    flattered. compile_static gives each call a specialised graph of its own."""
+    from kernels.bench import compile_static
+
+    shapes = [(4, 8), (16, 32), (2, 3), (16, 32)]
+    assert _graph_inputs(torch.compile, shapes)[1] == ["SymInt", "SymInt", (16, 32)]  # what it guards against
+    assert _graph_inputs(compile_static, shapes) == [[s] for s in shapes]
+
+
 def test_make_bench_refuses_politely_without_a_gpu():
     r = subprocess.run(["make", "-s", "bench", f"PY={sys.executable}"], cwd=ROOT, env=ENV, capture_output=True,
                        text=True, timeout=120)

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..bench import Row, bench, copy_bandwidth, plot, table
+from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
 from ..build import INCLUDE, REFERENCE, ROOT, load
 
 ROWS, COLS = 65536, 4096  # 2^28 elements
@@ -195,7 +195,7 @@ def _training_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
             cases.append(("silu(a) * b", lambda a, b: F.silu(a) * b, (x, y), fused["swiglu"],
                           8 * n * e))  # forward: a, b, out; backward: grad, a, b, da, db
         for name, eager, inputs, fn, nbytes in cases:
-            compiled = torch.compile(eager)
+            compiled = compile_static(eager)
             variants = {"torch.compile": _train_step(compiled, inputs, g), "fused": _train_step(fn, inputs, g)}
             rows += bench(f"{name} fwd+bwd {s}", variants, bytes=nbytes, torch_fn=_train_step(eager, inputs, g),
                           args=(), compile=False, copy_gbps=copy, csv_path=csv, show=False,

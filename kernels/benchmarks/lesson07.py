@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from ..bench import Row, bench, copy_bandwidth, plot, table
+from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
 from ..build import load
 from . import Bar, print_quick, quick_main
 from ..exercises.lesson07 import register_softmax
@@ -164,7 +164,7 @@ def _step_benches(ext, copy: float, out_dir: Path | None, quick: bool, dt: torch
     s = SHORT[dt]
     dy = torch.randn(r, c, device="cuda", dtype=dt)
     x = torch.randn(r, c, device="cuda", dtype=dt, requires_grad=True)
-    compiled = torch.compile(_torch_softmax)
+    compiled = compile_static(_torch_softmax)
     variants = {"torch.compile": _train_step(compiled, x, dy), "softmax op": _train_step(ext.softmax, x, dy)}
     if quick:
         xd = x.detach()
