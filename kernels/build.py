@@ -684,9 +684,9 @@ TORCH_API_HEADERS = ("torch/extension.h", "torch/all.h", "torch/python.h")
 
 # torch/extension.h is all of libtorch's C++ API and pybind11: about 20 s of compiler time in every
 # file that includes it, mostly template instantiation and code generation that no precompiled
-# header saves. Sim builds include a light stand-in instead: sim/include/cudasim_torch_all.h
-# (tensors, ATen's functions, AT_DISPATCH, the op registry) for files that register their ops with
-# TORCH_LIBRARY, and sim/include/cudasim_torch_extension.h, the same plus pybind11, for files that
+# header saves (torch/all.h, the same without pybind11, about as much). Sim builds include a light
+# stand-in instead: sim/include/cudasim_torch_all.h (tensors, ATen's functions, AT_DISPATCH, the op
+# registry) for torch/all.h and for files that register their ops with TORCH_LIBRARY, and sim/include/cudasim_torch_extension.h, the same plus pybind11, for files that
 # use pybind11 or Python's C API (pybind11 alone generates about 4 s of code in every file that
 # includes it). Each has a precompiled header of its own. A file that uses more (torch::nn,
 # autograd, ...) fails to compile with it and is built again with the real header and the common
@@ -715,9 +715,11 @@ def uses_python(files: list[Path]) -> bool:
 
 
 def light_torch_map(files: list[Path]) -> dict[str, str]:
-    """The simulator's light stand-in for torch/extension.h that these files get: with pybind11 where
-    they use it (or Python's C API), without it where they do not."""
-    return {"torch/extension.h": LIGHT_TORCH_PYBIND if uses_python(files) else LIGHT_TORCH_OPS}
+    """The simulator's light stand-ins that these files get: for torch/extension.h, with pybind11 where
+    they use it (or Python's C API), without it where they do not; for torch/all.h (libtorch's C++ API
+    without pybind11, as PyTorch's extension examples include it), without."""
+    return {"torch/extension.h": LIGHT_TORCH_PYBIND if uses_python(files) else LIGHT_TORCH_OPS,
+            "torch/all.h": LIGHT_TORCH_OPS}
 
 
 def system_includes(files: list[Path]) -> set[str]:
@@ -735,9 +737,10 @@ def system_includes(files: list[Path]) -> set[str]:
 def pch_headers(files: list[Path], light_torch: bool = True) -> list[str]:
     """The headers of the precompiled header for a build of these files (the file and its local
     headers, as the learner wrote them), with or without a light torch/extension.h (light_torch_map)."""
-    if not light_torch or "torch/extension.h" not in system_includes(files):
-        return SIM_PCH_HEADERS
-    return SIM_PCH_HEADERS + [light_torch_map(files)["torch/extension.h"]]
+    reached = system_includes(files) if light_torch else set()
+    if "torch/extension.h" in reached:
+        return SIM_PCH_HEADERS + [light_torch_map(files)["torch/extension.h"]]
+    return SIM_PCH_HEADERS + [LIGHT_TORCH_OPS] if "torch/all.h" in reached else SIM_PCH_HEADERS
 
 
 def _sim_pch(flags: list[str], headers: list[str] = SIM_PCH_HEADERS) -> Path:

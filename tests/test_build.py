@@ -416,9 +416,10 @@ def test_files_reaching_torch_extension_h_get_the_precompiled_header_of_its_ligh
     ext.write_text('#include <torch/extension.h>\n#include "helpers.cuh"\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n')
     assert pch_headers([ext]) == SIM_LIGHT_TORCH_PCH_HEADERS
     assert pch_headers([ext], light_torch=False) == SIM_PCH_HEADERS  # the fallback build: the common one
-    for header in ("torch/all.h", "torch/python.h"):  # no light stand-in: the common one
-        ext.write_text(f'#include <{header}>\n#include "helpers.cuh"\n')
-        assert pch_headers([ext]) == SIM_PCH_HEADERS
+    ext.write_text('#include <torch/all.h>\n#include "helpers.cuh"\n')  # the C++ API without pybind11
+    assert pch_headers([ext]) == SIM_LIGHT_TORCH_OPS_PCH_HEADERS
+    ext.write_text('#include <torch/python.h>\n#include "helpers.cuh"\n')  # no light stand-in: the common one
+    assert pch_headers([ext]) == SIM_PCH_HEADERS
     local = tmp_path / "bindings.h"  # reached through a local header of the file
     local.write_text("#pragma once\n  #  include <torch/extension.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n")
     assert pch_headers([lesson, local]) == SIM_LIGHT_TORCH_PCH_HEADERS
@@ -446,7 +447,8 @@ def test_a_torch_extension_file_gets_pybind11_only_when_its_code_uses_python(tmp
 
     ext = tmp_path / "ext.cu"
     ext.write_text(f"#include <torch/extension.h>\n{code}\n")
-    assert light_torch_map([ext]) == {"torch/extension.h": LIGHT_TORCH_PYBIND if pybind else LIGHT_TORCH_OPS}
+    assert light_torch_map([ext]) == {"torch/extension.h": LIGHT_TORCH_PYBIND if pybind else LIGHT_TORCH_OPS,
+                                      "torch/all.h": LIGHT_TORCH_OPS}  # no pybind11 in the real one either
     assert pch_headers([ext]) == (SIM_LIGHT_TORCH_PCH_HEADERS if pybind else SIM_LIGHT_TORCH_OPS_PCH_HEADERS)
     ext.write_text('#include <torch/extension.h>\n#include "bind.h"\n')
     (tmp_path / "bind.h").write_text(f"#pragma once\n{code}\n")

@@ -308,16 +308,18 @@ def test_extension_files_build_on_the_sim_with_the_light_torch_header(name):
     assert _built_with_light_torch(load(HERE / name, "sim"))
 
 
+@pytest.mark.parametrize("header", ["torch/extension.h", "torch/all.h"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_torch_library_file_that_includes_torch_extension_h_builds_without_pybind11(tmp_path, backend):
-    """The .cu file of PyTorch's current extension examples: torch/extension.h, a kernel, and the op
-    registered with TORCH_LIBRARY / TORCH_LIBRARY_IMPL(ns, CUDA, m), no pybind11. Made here from
-    tests/sim_kernels/host_api.cu without its PYBIND11_MODULE block; on the simulator it gets the light
-    header without pybind11, about half the compile time of the one with it."""
+def test_a_torch_library_file_that_includes_torch_extension_h_builds_without_pybind11(tmp_path, backend, header):
+    """The .cu file of PyTorch's extension examples: torch/extension.h or (today's) torch/all.h, a
+    kernel, and the op registered with TORCH_LIBRARY / TORCH_LIBRARY_IMPL(ns, CUDA, m), no pybind11.
+    Made here from tests/sim_kernels/host_api.cu without its PYBIND11_MODULE block; on the simulator
+    it gets the light header without pybind11, about half the compile time of the one with it."""
     src = (HERE.parent / "sim_kernels" / "host_api.cu").read_text()
-    ns = f"sim_ops_style_{backend}"
+    ns = f"sim_ops_style_{backend}_{header.split('/')[1][:-2]}"
     f = tmp_path / "ops_style.cu"
-    f.write_text(src[:src.index("\nPYBIND11_MODULE(")].replace("sim_host_api_test", ns))
+    f.write_text(src[:src.index("\nPYBIND11_MODULE(")].replace("sim_host_api_test", ns)
+                 .replace("#include <torch/extension.h>", f"#include <{header}>"))
     ext = load(f, backend)
     if backend == "sim":
         assert _built_with_light_torch(ext, "cudasim_torch_all.h")

@@ -1,6 +1,6 @@
-// cudasim_torch_all.h: what a sim build includes in place of <torch/extension.h> when the file does
-// not use pybind11 or Python's C API (it registers its ops with TORCH_LIBRARY, as PyTorch's current
-// extension examples do).
+// cudasim_torch_all.h: what a sim build includes in place of <torch/all.h>, and of <torch/extension.h>
+// when the file does not use pybind11 or Python's C API (it registers its ops with TORCH_LIBRARY, as
+// PyTorch's current extension examples do).
 //
 // torch/extension.h brings all of libtorch's C++ API (torch::nn, autograd, optimizers, ...) and
 // pybind11; parsing it, instantiating its templates and generating its code costs a sim build
