@@ -327,6 +327,34 @@ inline std::string where() {
 
 [[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
 
+// Instrumented builds (kernels.profile, and the check's race and bounds pass) compile the file with
+// -fsanitize=thread, so that every load and store of the learner's code calls a hook
+// (cudasim_profile.h). The simulator's own functions carry CUDASIM_INTERNAL: they are not
+// instrumented, so the hooks see only the learner's accesses. Such functions must not be
+// always_inline (GCC refuses to inline across a sanitizer-attribute mismatch).
+#define CUDASIM_INTERNAL __attribute__((no_sanitize_thread))
+
+// What a simulator function reads or writes on behalf of the running kernel thread (a WMMA load, a
+// cp.async copy): reported to the instrumented build's hooks before the access, with the learner's
+// line; nothing in a plain build.
+#ifdef CUDASIM_PROFILE
+CUDASIM_INTERNAL void note_access(const void* p, size_t bytes, bool write, const char* file, int line);
+#endif
+CUDASIM_INTERNAL inline void note_read(const void* p, size_t bytes, const char* file, int line) {
+#ifdef CUDASIM_PROFILE
+  note_access(p, bytes, false, file, line);
+#else
+  (void)p, (void)bytes, (void)file, (void)line;
+#endif
+}
+CUDASIM_INTERNAL inline void note_write(void* p, size_t bytes, const char* file, int line) {
+#ifdef CUDASIM_PROFILE
+  note_access(p, bytes, true, file, line);
+#else
+  (void)p, (void)bytes, (void)file, (void)line;
+#endif
+}
+
 // Switch from the running fiber back to the scheduler.
 inline void to_scheduler() {
   Thread* t = g.cur;
@@ -961,13 +989,26 @@ inline int opt_in_limit(const char* kernel) {
   return -1;
 }
 
+// The values of CUDASIM_ORDER, in the order of Sim::order (kernels/sim's knobs module lists the same).
+inline constexpr const char* kOrderNames[] = {"forward", "reverse", "random"};
+
 inline void read_knobs() {
   const char* o = std::getenv("CUDASIM_ORDER");
   g.order = 0;
-  if (o && std::strcmp(o, "reverse") == 0) g.order = 1;
-  if (o && std::strcmp(o, "random") == 0) g.order = 2;
+  if (o && *o) {
+    int found = -1;
+    for (int i = 0; i < 3; ++i)
+      if (std::strcmp(o, kOrderNames[i]) == 0) found = i;
+    if (found < 0)
+      throw std::runtime_error(std::string("cudasim: CUDASIM_ORDER=") + o + " is not a thread order; use one of: " +
+                               kOrderNames[0] + ", " + kOrderNames[1] + ", " + kOrderNames[2]);
+    g.order = found;
+  }
   const char* sb = std::getenv("CUDASIM_SHUFFLE_BLOCKS");
-  g.shuffle_blocks = sb && *sb && std::strcmp(sb, "0") != 0;
+  if (sb && *sb && std::strcmp(sb, "0") != 0 && std::strcmp(sb, "1") != 0)
+    throw std::runtime_error(std::string("cudasim: CUDASIM_SHUFFLE_BLOCKS=") + sb + " is not a switch; use 1 (blocks "
+                             "in random order) or 0 (in order)");
+  g.shuffle_blocks = sb && std::strcmp(sb, "1") == 0;
   const char* kb = std::getenv("CUDASIM_STACK_KB");
   long long stack_kb = kb && *kb ? std::strtoll(kb, nullptr, 10) : 256;
   if (stack_kb < 16 || stack_kb > 1024 * 1024)
@@ -975,8 +1016,15 @@ inline void read_knobs() {
                              std::string(kb) + "'");
   g.stack_bytes = static_cast<size_t>(stack_kb) * 1024;
   const char* seed = std::getenv("CUDASIM_SEED");
+  if (seed && *seed) {
+    char* end = nullptr;
+    std::strtoull(seed, &end, 10);
+    if (*end || *seed == '-')
+      throw std::runtime_error(std::string("cudasim: CUDASIM_SEED=") + seed + " is not a seed; use a whole number "
+                               "from 0 up");
+  }
   static unsigned long long launches = 0;
-  g.rng.seed(seed ? std::strtoull(seed, nullptr, 10) + launches : 0x5eed + launches);
+  g.rng.seed(seed && *seed ? std::strtoull(seed, nullptr, 10) + launches : 0x5eed + launches);
   ++launches;
 }
 

@@ -256,6 +256,12 @@ CUDASIM_PROF_FN inline void find_image() {
 
 }  // namespace prof
 
+// A simulator function's access on behalf of the running thread (note_read/note_write in cudasim.h),
+// counted at the simulator function's call site.
+CUDASIM_INTERNAL void note_access(const void* p, size_t bytes, bool write, const char*, int) {
+  prof::note(p, static_cast<unsigned>(bytes), write ? prof::kWrite : 0u, __builtin_return_address(0));
+}
+
 // Called by barrier() in cudasim.h when the thread has passed a __syncthreads.
 CUDASIM_PROF_FN inline void profile_barrier(int thread) {
   if (!prof::P.on || prof::P.busy) return;
