@@ -13,7 +13,7 @@ import kernels.backend
 from kernels import load
 from kernels.check import (DETAILED, REDUCTION_ROWS, ROWS, Case, CheckFailed, Report, _output_names, check,
                            compare, cuda_context_lost, elementwise, guarded, like, merge, random_tensor, rows)
-from kernels.exercises.lesson06 import check_row_max, check_row_sum
+from kernels.lessons.lesson06 import check_row_max, check_row_sum
 from planting import built, plant
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import torch
 from kernels import load
 from kernels.check import ROWS, check, rows
 from kernels.exercises import check_exercise, find, fitting_hint
-from kernels.exercises.lesson06 import check_row_sum, check_sum, row_max, rows_out
+from kernels.lessons.lesson06 import check_row_sum, check_sum, row_max, rows_out
 from planting import plant
 
 ROOT = Path(__file__).resolve().parent.parent

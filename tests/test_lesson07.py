@@ -8,7 +8,7 @@ import torch
 from kernels import load
 from kernels.check import check, like
 from kernels.exercises import check_exercise, find, fitting_hint
-from kernels.exercises.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
+from kernels.lessons.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
 from planting import plant
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,15 +14,13 @@ import datetime
 import importlib
 import pkgutil
 import re
-import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 from ..backend import gpu_available
-from ..build import ROOT
+from ..paths import BUILD, RECORDED, ROOT
 
-OUT = ROOT / "build" / "bench"
-RECORDED = Path(__file__).parent / "recorded"
+OUT = BUILD / "bench"
 STAMP = ("date", "torch")  # the columns a recorded CSV adds to the one `make bench` writes
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -193,11 +191,12 @@ def print_quick(rows: list, copy_gbps: float, bars: list[Bar]) -> None:
 
 def quick_main(run_quick: Callable[[], object], argv: list[str] | None = None) -> int:
     """`python -m kernels.benchmarks.lessonNN --quick`: run_quick() on a GPU, or say why not."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv != ["--quick"]:
-        print("usage: python -m kernels.benchmarks.lessonNN --quick  (the rows that carry performance bars; "
-              "`make bench LESSON=NN` runs everything)")
-        return 2
+    import argparse
+
+    p = argparse.ArgumentParser(description="The rows of a lesson's benchmark that carry performance bars "
+                                            "(`make bench LESSON=NN` runs everything).")
+    p.add_argument("--quick", action="store_true", required=True, help="time only the rows with bars")
+    p.parse_args(argv)
     if not gpu_available():
         print("the quick benchmark needs an NVIDIA GPU: simulator timings say nothing about a GPU")
         return 2
@@ -206,9 +205,17 @@ def quick_main(run_quick: Callable[[], object], argv: list[str] | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    keep = "--record" in argv
-    argv = [a for a in argv if a != "--record"]
+    """`python -m kernels.benchmarks [--record] [NN ...]` (make bench [RECORD=1] [LESSON=NN])."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kernels.benchmarks",
+                                description="Every lesson's GPU benchmark (or the named ones): CSV and plots in "
+                                            "build/bench/, the README's results table regenerated.")
+    p.add_argument("--record", action="store_true",
+                   help="also copy each lesson's CSV, dated, to kernels/benchmarks/recorded/ (committed)")
+    p.add_argument("lessons", nargs="*", metavar="NN", help="lesson numbers (default: every lesson with a benchmark)")
+    a = p.parse_args(argv)
+    keep, argv = a.record, a.lessons
     if not gpu_available():
         print("make bench needs an NVIDIA GPU: the simulator runs kernels on the CPU, so its timings would say "
               "nothing about a GPU. Run it on a GPU machine (Colab, a cloud VM) with `make bench PY=python3`.")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..check import Report, check, elementwise, like
+from ..check import Diagnosis, Report, check, elementwise, like
 from . import Exercise, Hint
 
 A = -1.5  # the scalar a the self-check passes
@@ -27,11 +27,11 @@ def run(ext, backend: str | None = None) -> Report:
 EXERCISES = [
     Exercise("02", "saxpy", "saxpy.cu", run, hints=[
         Hint("Two gaps: the kernel body, and `blocks` in the launcher (0 blocks is an invalid launch, which is "
-             "the error the stub reports).", answers=("invalid argument",)),
+             "the error the stub reports).", answers=(Diagnosis.INVALID_LAUNCH,)),
         Hint("Blocks: enough to give every element a thread, rounded UP: ceil_div(n, THREADS). n / THREADS "
-             "rounds down and leaves the ragged tail without threads.", answers=("never written",)),
+             "rounds down and leaves the ragged tail without threads.", answers=(Diagnosis.UNWRITTEN,)),
         Hint("Kernel: the index as in add_kernel2 of kernels/reference/02_first_kernel.cu, then a guard: the "
-             "last block has threads past the end of the vector.", answers=("wrote past the end", "differ")),
+             "last block has threads past the end of the vector.", answers=(Diagnosis.WROTE_PAST_END, Diagnosis.WRONG_VALUES)),
         "const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;  if (i < n) out[i] = a * x[i] + y[i];",
     ]),
 ]
