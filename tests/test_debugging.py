@@ -268,7 +268,7 @@ def test_the_ncu_command_skips_the_warm_up_and_profiles_one_launch_with_three_se
 
 
 @pytest.mark.parametrize("lesson, kernel, said", [
-    ("08", "layernorm6", "lesson 08 has no workload for it"),
+    ("10", "attention", "lesson 10 has no workload for it"),
     ("04", "scale_add9", "lesson 04 has no variant 'scale_add9'; KERNEL= is one of: copy1, copy5, scale_add1"),
 ])
 def test_a_profile_request_without_a_workload_is_refused_saying_what_exists(lesson, kernel, said):

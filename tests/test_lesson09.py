@@ -7,13 +7,13 @@ import torch
 
 from kernels import load
 from kernels.exercises import check_exercise
+from kernels.lessons import lesson09
 from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
 from planting import assert_diagnosis, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_matmul" / "matmul_blocktile.cu"
-FP32 = [f"matmul{k}" for k in range(1, 9)]
-HALF = ["matmul9", "matmul10", "matmul12"]
+FP32, HALF = lesson09.FP32, lesson09.HALF  # as the lesson declares them
 # shapes that cross the 128-wide tiles of matmul5 .. matmul11 and their 16- and 32-deep steps
 WIDE = ((129, 257, 33), (128, 128, 32), (3, 200, 70), (256, 5, 129))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..check import Diagnosis, Report, check, elementwise, like
-from . import Exercise, Hint
+from . import Exercise, Hint, Variant
 
 A = -1.5  # the scalar a the self-check passes
 
@@ -34,4 +34,31 @@ EXERCISES = [
              "last block has threads past the end of the vector.", answers=(Diagnosis.WROTE_PAST_END, Diagnosis.WRONG_VALUES)),
         "const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;  if (i < n) out[i] = a * x[i] + y[i];",
     ]),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile KERNEL=...` (Nsight Compute) runs them. A size is an
+# element count; add4 and square5 also run in float16, as the benchmark times them.
+
+GPU_SIZE = 2**26
+
+
+def _add_args(*extra):
+    def args(n: int, dtype, device) -> tuple:
+        x, y = (torch.rand(n, device=device).to(dtype) for _ in range(2))
+        return (x, y, torch.empty(n, dtype=dtype, device=device), *extra)
+    return args
+
+
+def _square_args(n: int, dtype, device) -> tuple:
+    return torch.rand(n, device=device).to(dtype), torch.empty(n, dtype=dtype, device=device)
+
+
+VARIANTS = [
+    Variant("add1", _add_args(), (torch.float32,)),
+    Variant("add2", _add_args(), (torch.float32,)),
+    Variant("add3", _add_args(256), (torch.float32,)),
+    Variant("add4", _add_args(), (torch.float32, torch.float16)),  # templated: one instance per dtype
+    Variant("square5", _square_args, (torch.float16, torch.float32)),
 ]

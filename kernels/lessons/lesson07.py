@@ -144,3 +144,4 @@ VARIANTS = [
     Variant("softmax_backward1", _backward_args),
     Variant("softmax_backward2", _backward_args),
 ]
+FORWARD = [v.name for v in VARIANTS if v.args is _softmax_args]  # the row-wise forward ladder, softmax1-6

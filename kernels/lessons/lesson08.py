@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, TOLERANCE, check, merge
-from . import Exercise, Hint
+from . import Exercise, Hint, Variant
 
 EPS = 1e-5
 # ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4
@@ -186,3 +186,27 @@ EXERCISES = [
              "sb += d; }, the two shared writes, __syncthreads(), and the sum by ty == 0."),
     ]),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile KERNEL=...` (Nsight Compute) runs them. A size is (rows, cols).
+
+GPU_SIZE = (8192, 8192)
+
+
+def _forward_args(size, dtype, device) -> tuple:
+    x, w, b = shifted_rows()(size, dtype, device)
+    stats = [torch.empty(size[0], device=device) for _ in range(2)]
+    return x, w, b, EPS, torch.empty_like(x), *stats
+
+
+def _backward_args(size, dtype, device) -> tuple:
+    return tuple(backward_inputs()(size, dtype, device))
+
+
+VARIANTS = [
+    *(Variant(f"layernorm{k}", _forward_args) for k in range(1, 7)),
+    Variant("layernorm_backward1", _backward_args),
+    Variant("layernorm_backward2", _backward_args),
+]
+FORWARD = [v.name for v in VARIANTS if v.args is _forward_args]  # the forward ladder, layernorm1-6
