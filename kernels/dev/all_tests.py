@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import BUILD, ROOT
+from ..tables import text_table
 from .compile_check import read_outcome
 
 LOGS = BUILD / "test-all"
@@ -227,16 +228,16 @@ def summary(all_steps: list[Step], wall: float) -> str:
     ran = [s for s in all_steps if s.code is not None]
     shared = {name: [s for s in all_steps if re.fullmatch(rf"{name}-\d+", s.name)] for name in SHARED}
     shared = {f"{steps(1)[name].title}, all lanes": parts for name, parts in shared.items() if len(parts) > 1}
-    width = max(len(t) for t in [s.title for s in all_steps] + list(shared))
-    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
-             f"{'step':<{width}}  {'wall':>6}  {'CPU':>6}  result"]
+    body = []
     for s in all_steps:
         verdict = "" if s.code in (0, None) else "FAILED: "
-        lines.append(f"{s.title:<{width}}  {s.wall:>5.0f}s  {s.cpu:>5.0f}s  {verdict}{counts(s)}")
+        body.append((s.title, f"{s.wall:.0f}s", f"{s.cpu:.0f}s", f"{verdict}{counts(s)}"))
     for title, parts in shared.items():
         verdict = "" if all(s.code in (0, None) for s in parts) else "FAILED: "
-        lines.append(f"{title:<{width}}  {'':>6}  {sum(s.cpu for s in parts):>5.0f}s  {verdict}{merged(parts)}")
-    lines.append("== slowest items (seconds)")
+        body.append((title, "", f"{sum(s.cpu for s in parts):.0f}s", f"{verdict}{merged(parts)}"))
+    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
+             text_table(("step", "wall", "CPU", "result"), body, align="lrrl"),
+             "== slowest items (seconds)"]
     lines += [f"{secs:8.1f}  {what}" for secs, what in slowest(all_steps)]
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..build import Extension, SourceSet, load, loaded_extensions
 from ..build.toolchain import cxx, cxx_version
+from ..tables import text_table
 
 KINDS = ("global load", "global store", "shared load", "shared store", "atomic")
 _WRITE, _SHARED = 1, 2  # the flags of cudasim_profile.h
@@ -61,11 +62,7 @@ class Report:
                  _fmt(r.active_lanes)) for r in self.rows]
         if not body:
             return "no memory accesses inside kernels"
-        widths = [max(len(x) for x in col) for col in zip(head, *body)]
-        lines = ["  ".join(x.ljust(w) if i < 3 else x.rjust(w) for i, (x, w) in enumerate(zip(line, widths)))
-                 for line in [head, *body]]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return text_table(head, body, align="lllrrrr", rule=True)
 
     def _repr_pretty_(self, p, cycle) -> None:  # Jupyter shows the table
         p.text(str(self))

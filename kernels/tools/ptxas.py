@@ -17,6 +17,7 @@ from pathlib import Path
 from ..build import BuildError, SourceSet, demangle, find_source
 from ..build.toolchain import cpp_extension, cuda_home, missing_toolkit_headers, nvcc_version
 from ..paths import INCLUDE, build_root
+from ..tables import text_table
 
 
 @dataclass
@@ -93,8 +94,5 @@ def _short(kernel: str) -> str:
 
 def resource_table(rows: list[KernelResources]) -> str:
     """A plain-text table: kernel, registers, spills, shared memory."""
-    width = max([len("kernel"), *(len(_short(r.kernel)) for r in rows)]) + 2
-    lines = [f"{'kernel':<{width}}{'regs':>6}{'spill st':>10}{'spill ld':>10}{'smem B':>9}"]
-    for r in rows:
-        lines.append(f"{_short(r.kernel):<{width}}{r.registers:>6}{r.spill_stores:>10}{r.spill_loads:>10}{r.shared_bytes:>9}")
-    return "\n".join(lines)
+    return text_table(("kernel", "regs", "spill st", "spill ld", "smem B"),
+                      [(_short(r.kernel), r.registers, r.spill_stores, r.spill_loads, r.shared_bytes) for r in rows])
