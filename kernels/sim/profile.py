@@ -28,8 +28,8 @@ from ..build.toolchain import cxx, cxx_version
 from ..tables import text_table
 
 KINDS = ("global load", "global store", "shared load", "shared store", "atomic")
-_WRITE, _SHARED = 1, 2  # the flags of cudasim_profile.h
-_SIM_HEADERS = ("cudasim.h", "cudasim_profile.h", "cuda_fp16.h", "cuda_bf16.h", "cooperative_groups.h")
+_WRITE, _SHARED, _ATOMIC = 1, 2, 8  # the flags of cudasim_profile.h
+_SIM_HEADERS = ("cudasim.h", "cudasim_profile.h", "cudasim_instrument.h", "cudasim_check.h", "cuda_fp16.h", "cuda_bf16.h", "cooperative_groups.h")
 # Simulator functions that are themselves an access of the caller's line (the rest of the
 # simulator's code is its own business and is left out).
 # addr2line -C names them as `float atomicAdd<float, float>(float*, float)`.
@@ -79,12 +79,14 @@ class _RowC(ctypes.Structure):  # cudasim::prof::Row
 
 
 def profile_flags() -> list[str]:
-    """What a profiling build adds to the simulator's flags: the hooks' switch, the instrumentation
-    (compiled in, never linked: no thread-sanitizer runtime is needed) without the calls at every
-    function entry and exit (a third of the cost, and not needed), and line tables for addr2line."""
+    """What an instrumented build (the profiler's and the race check's) adds to the simulator's flags: the
+    hooks' switch, the instrumentation (compiled in, never linked: no thread-sanitizer runtime is needed)
+    without the calls at every function entry and exit (a third of the cost, and not needed), no tail calls
+    (a simulator function called last in a kernel, such as an atomic, must see its caller's return
+    address), and line tables for addr2line."""
     no_entry_exit = (["-mllvm", "-tsan-instrument-func-entry-exit=0"] if "clang" in cxx_version()
                      else ["--param=tsan-instrument-func-entry-exit=0"])
-    return ["-DCUDASIM_PROFILE", "-fsanitize=thread", *no_entry_exit, "-g1"]
+    return ["-DCUDASIM_INSTRUMENTED", "-fsanitize=thread", *no_entry_exit, "-fno-optimize-sibling-calls", "-g1"]
 
 
 @functools.cache
@@ -200,6 +202,7 @@ def _rows(twin: _Twin) -> list[Row]:
         if not found:
             continue  # the simulator's own code
         line, atomic, function = found
+        atomic = atomic or bool(flags & _ATOMIC)  # an atomic reports itself at the learner's call of it
         kernel = function or kernel  # the launch names it as written: `Kernel<<<...>>>` for a template parameter
         if atomic and flags & _WRITE:
             continue  # an atomic's read-modify-write counts once, as its read
