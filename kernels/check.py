@@ -101,8 +101,10 @@ class Diagnosis(enum.Enum):
 # new finding is one line here or one attribute on the exception.
 ERROR_DIAGNOSES: tuple[tuple[type, str, Diagnosis], ...] = (
     (NotImplementedError, r"", Diagnosis.NOT_IMPLEMENTED),
-    (RuntimeError, r"^cudasim: data race", Diagnosis.RACE),
-    (RuntimeError, r"^cudasim: out-of-bounds", Diagnosis.OUT_OF_BOUNDS),
+    # the instrumented build's findings (cudasim_check.h), as the launch rethrows them:
+    # "cudasim: exception in kernel K: data race on ...", "... out-of-bounds write at ..."
+    (RuntimeError, r"^cudasim:.*\bdata race on ", Diagnosis.RACE),
+    (RuntimeError, r"^cudasim:.*\bout-of-bounds (?:read|write) at ", Diagnosis.OUT_OF_BOUNDS),
     (RuntimeError, r"\bwhich has exited \(|\blane \d+ \(thread \([\d,]+\)\) has exited \(", Diagnosis.EXITED_LANE),
     (RuntimeError, r"CUDA error: invalid (argument|configuration argument)\b", Diagnosis.INVALID_LAUNCH),
     (RuntimeError, r"^[\w.\[\]'\" ]+ must (be|have|equal) ", Diagnosis.INPUT_REFUSED),
