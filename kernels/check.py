@@ -48,6 +48,9 @@ TOLERANCE = {
 }
 
 MARGIN = 64  # elements of canary on each side of every tensor: 256 bytes for fp32, so alignment is kept
+# On the simulator, a case whose inputs hold at most this many elements runs first with the simulator's race
+# and bounds check (kernels/sim/racecheck.py: 10-20 times slower than a plain run); larger ones do not.
+RACE_CHECK_ELEMENTS = 1 << 17
 SIM_ORDERS = ("forward", "reverse", "random")
 DETAILED = 4  # failing cases whose details a report prints; the others get their one line
 
@@ -105,6 +108,7 @@ ERROR_DIAGNOSES: tuple[tuple[type, str, Diagnosis], ...] = (
     # "cudasim: exception in kernel K: data race on ...", "... out-of-bounds write at ..."
     (RuntimeError, r"^cudasim:.*\bdata race on ", Diagnosis.RACE),
     (RuntimeError, r"^cudasim:.*\bout-of-bounds (?:read|write) at ", Diagnosis.OUT_OF_BOUNDS),
+    (RuntimeError, r"^cudasim: illegal memory access\b", Diagnosis.OUT_OF_BOUNDS),  # a fault outside mapped memory
     (RuntimeError, r"\bwhich has exited \(|\blane \d+ \(thread \([\d,]+\)\) has exited \(", Diagnosis.EXITED_LANE),
     (RuntimeError, r"CUDA error: invalid (argument|configuration argument)\b", Diagnosis.INVALID_LAUNCH),
     (RuntimeError, r"^[\w.\[\]'\" ]+ must (be|have|equal) ", Diagnosis.INPUT_REFUSED),
@@ -254,31 +258,49 @@ def _canary(dtype: torch.dtype) -> float:
     return 1234.5 if dtype.is_floating_point else 0x5A5A
 
 
-def guarded(shape, dtype, device, fill: torch.Tensor | float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(view, buffer): a contiguous tensor of `shape` in the middle of a buffer with canary margins."""
+@dataclass
+class Guarded:
+    """A tensor the checker hands a kernel: `view`, elements `start` to `start + view.numel()` of `buffer`,
+    whose other elements are canaries."""
+
+    view: torch.Tensor
+    buffer: torch.Tensor
+    start: int
+
+    def margins_intact(self) -> tuple[Diagnosis | None, str]:
+        """(None, "") when the canaries on both sides are intact, else the diagnosis and the problem."""
+        c, n, start = _canary(self.buffer.dtype), self.view.numel(), self.start
+        before, after = self.buffer[:start].cpu(), self.buffer[start + n:].cpu()
+        bad_before = (before != c).nonzero().flatten()
+        bad_after = (after != c).nonzero().flatten()
+        if len(bad_after):
+            return (Diagnosis.WROTE_PAST_END,
+                    f"wrote past the end: element(s) {', '.join(str(n + int(i)) for i in bad_after[:4])} (size is {n})")
+        if len(bad_before):
+            return (Diagnosis.WROTE_BEFORE_START,
+                    f"wrote before the start: element(s) {', '.join(str(int(i) - start) for i in bad_before[-4:])}")
+        return None, ""
+
+
+def guarded(shape, dtype, device, fill: torch.Tensor | float) -> Guarded:
+    """A contiguous tensor of `shape` in the middle of a buffer with canary margins of at least MARGIN
+    elements. On the CPU (the simulator) the buffer also lies between two stretches of memory with no
+    access (kernels/sim/guarded.py), so a write far past the end faults instead of corrupting the process."""
     n = math.prod(shape)
-    buf = torch.full((n + 2 * MARGIN,), _canary(dtype), dtype=dtype, device=device)
-    view = buf[MARGIN:MARGIN + n].view(shape)
+    if torch.device(device).type == "cpu":
+        from .sim.guarded import guarded_buffer
+
+        buf, start = guarded_buffer(n + MARGIN, dtype, MARGIN)
+        start += MARGIN
+        buf.fill_(_canary(dtype))
+    else:
+        buf, start = torch.full((n + 2 * MARGIN,), _canary(dtype), dtype=dtype, device=device), MARGIN
+    view = buf[start:start + n].view(shape)
     if isinstance(fill, torch.Tensor):
         view.copy_(fill)
     else:
         view.fill_(fill)
-    return view, buf
-
-
-def _margins_intact(buf: torch.Tensor, n: int) -> tuple[Diagnosis | None, str]:
-    """(None, "") when both canary margins of a guarded buffer are intact, else the diagnosis and the problem."""
-    c = _canary(buf.dtype)
-    before, after = buf[:MARGIN].cpu(), buf[MARGIN + n:].cpu()
-    bad_before = (before != c).nonzero().flatten()
-    bad_after = (after != c).nonzero().flatten()
-    if len(bad_after):
-        return (Diagnosis.WROTE_PAST_END,
-                f"wrote past the end: element(s) {', '.join(str(n + int(i)) for i in bad_after[:4])} (size is {n})")
-    if len(bad_before):
-        return (Diagnosis.WROTE_BEFORE_START,
-                f"wrote before the start: element(s) {', '.join(str(int(i) - MARGIN) for i in bad_before[-4:])}")
-    return None, ""
+    return Guarded(view, buf, start)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -514,6 +536,9 @@ def _restart_line(reason: str, ran: int, total: int) -> str:
 RAISED_HINT = "the kernel raised an error: its message is under the failing case"
 RACE_HINT = ("results that depend on thread order mean a missing __syncthreads() (or __syncwarp) between a write and "
              "a read of shared memory")
+RACE_FOUND_HINT = ("a data race: two threads touched the same memory, at least one writing, with nothing ordering them (a "
+                   "__syncthreads() for threads of a block, a __syncwarp() within a warp, an atomic, or a second kernel "
+                   "across blocks); the failing case names both lines")
 HINTS = {
     Diagnosis.WROTE_PAST_END: "a write past the end usually means a missing or off-by-one bounds check: `if (i < n)`, "
                               "not `i <= n`",
@@ -533,16 +558,32 @@ HINTS = {
     Diagnosis.INVALID_LAUNCH: RAISED_HINT,
     Diagnosis.INPUT_REFUSED: RAISED_HINT,
     Diagnosis.EXITED_LANE: RAISED_HINT,
-    Diagnosis.OUT_OF_BOUNDS: RAISED_HINT,
-    Diagnosis.RACE: RACE_HINT,
+    Diagnosis.OUT_OF_BOUNDS: ("an access outside memory the kernel may use (the failing case names the line and how far "
+                              "past which tensor): check every index against its bound (`if (i < n)`), including the "
+                              "ragged edge of a tile"),
+    Diagnosis.RACE: RACE_FOUND_HINT,
 }
+
+
+_race_check_elements: list[int | None] = [RACE_CHECK_ELEMENTS]  # the limit in force (see thorough)
+
+
+@contextlib.contextmanager
+def thorough():
+    """Inside the block, every case gets the simulator's race and bounds check, whatever its size (make sanitize)."""
+    _race_check_elements.append(None)
+    try:
+        yield
+    finally:
+        _race_check_elements.pop()
 
 
 def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None = None,
           out_names: Sequence[str] | None = None, sizes: Iterable = SIZES,
           dtypes: Sequence[torch.dtype] = (torch.float32,), tolerance: dict | None = None,
           name: str | None = None, backend: str | None = None, orders: Sequence[str] | None = None,
-          raise_on_fail: bool = False, quiet: bool = False, seed: int | None = None) -> Report:
+          raise_on_fail: bool = False, quiet: bool = False, seed: int | None = None,
+          races: bool = True) -> Report:
     """Check `fn` against `ref` on every size and dtype; print and return the report.
 
     fn:      the kernel, called as fn(*inputs, *outputs) when `out` is given (an out-variant op),
@@ -554,6 +595,10 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
     out_names: what the report calls the outputs, e.g. ("da", "db"); by default the names in the
              op's schema, else "output 0", "output 1", ...
     tolerance: {dtype: (rtol, atol)} overriding TOLERANCE.
+    orders:  the simulator's thread orders each case runs in (default: forward, reverse, random).
+    races:   on the simulator, run the cases with at most RACE_CHECK_ELEMENTS input elements (every case
+             inside `thorough()`) with the race and bounds check in the first order (kernels/sim/racecheck.py);
+             a data race or an access outside the call's memory fails the case, naming the line.
     """
     be = _backend.resolve(backend)
     device = _backend.device(be)
@@ -568,6 +613,12 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
     if seed is not None:
         torch.manual_seed(seed)
     lost = cuda_context_lost(None, be)  # broken by an earlier error: no case can run
+    races = races and be == "sim"
+    if races:
+        from .sim.instrumented import prepare_for
+
+        prepare_for(fn)  # its instrumented build compiles on another core while the first cases run
+    limit = _race_check_elements[-1]
     for size, dtype in [] if lost else todo:
         case = Case(size, dtype)
         report.cases.append(case)
@@ -576,8 +627,13 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
         # The same inputs for every order, so that only the order differs between the runs.
         failure, passed_in = None, []
         raw = [t for t in inputs(size, dtype, device)]
-        for order in orders:
-            outcome = _run_case(fn, ref, raw, out, out_names, device, tol.get(dtype, (0.0, 0.0)), be, order)
+        racecheck = races and (limit is None or sum(t.numel() for t in raw) <= limit)
+        for k, order in enumerate(orders):
+            outcome = _run_case(fn, ref, raw, out, out_names, device, tol.get(dtype, (0.0, 0.0)), be, order,
+                                racecheck=racecheck and k == 0)
+            if outcome.diagnosis in (Diagnosis.RACE, Diagnosis.OUT_OF_BOUNDS) and not passed_in:
+                failure = (order, outcome)  # the check named it: no other order can clear it
+                break
             if outcome.ok:
                 passed_in.append(order)
             elif failure is None:
@@ -596,6 +652,11 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
                     "order: a race between threads)")
                 report.hints.append(RACE_HINT)
             report.hints.append(HINTS.get(outcome.diagnosis, ""))
+        if case.diagnosis is Diagnosis.OUT_OF_BOUNDS and not lost and (size, dtype) != todo[-1]:
+            # on the CPU a larger case could write past its tensor into the process's own memory
+            report.stopped = (f"the check stopped after case {len(report.cases)} of {len(todo)}: a kernel that reaches "
+                              "outside its memory can corrupt the process in larger cases; fix this first")
+            break
         if lost:
             break
     if lost:
@@ -629,23 +690,31 @@ def _failed(diagnosis: Diagnosis, problem: str, detail: str = "", part: str = ""
     return _Outcome(False, problem, detail, lost, diagnosis, part)
 
 
-def _run_case(fn, ref, raw, out, out_names, device, tol, be, order) -> _Outcome:
+def _run_case(fn, ref, raw, out, out_names, device, tol, be, order, racecheck: bool = False) -> _Outcome:
     rtol, atol = tol
     # inputs live inside canary-guarded buffers; a pristine copy checks they are unchanged
     guarded_in = [guarded(tuple(t.shape), t.dtype, device, t) for t in raw]
-    ins = [g[0] for g in guarded_in]
+    ins = [g.view for g in guarded_in]
     pristine = [t.clone() for t in raw]
     want = _as_list(ref(*[t.clone() for t in raw]))
     outs, out_bufs = [], []
     if out is not None:
         for shape, odt in out(ins):
-            v, b = guarded(shape, odt, device, float("nan") if odt.is_floating_point else -1)
-            outs.append(v)
-            out_bufs.append(b)
+            g = guarded(shape, odt, device, float("nan") if odt.is_floating_point else -1)
+            outs.append(g.view)
+            out_bufs.append(g)
     try:
         ctx = sim_order(order) if be == "sim" else contextlib.nullcontext()
         with ctx, _poison_empty():
-            result = fn(*ins, *outs)
+            if racecheck:  # the simulator's race and bounds check, its messages naming the tensors as the report does
+                from .sim import racecheck as rc
+
+                names_out = _output_names(fn, out_names, len(ins), len(outs)) if outs else []
+                labels = {v.data_ptr(): rc.tensor_label(f"input {i}", v) for i, v in enumerate(ins) if v.numel()}
+                labels.update({v.data_ptr(): rc.tensor_label(label, v) for v, label in zip(outs, names_out) if v.numel()})
+                result = rc.checked(fn, *ins, *outs, labels=labels)
+            else:
+                result = fn(*ins, *outs)
         if device.type == "cuda":
             torch.cuda.synchronize()
     except Exception as e:  # the report shows the message; the notebook keeps running
@@ -658,16 +727,16 @@ def _run_case(fn, ref, raw, out, out_names, device, tol, be, order) -> _Outcome:
         return _failed(Diagnosis.WRONG_OUTPUTS, f"returned {len(got)} outputs, expected {len(want)}")
     names = _output_names(fn, out_names, len(ins), len(got))
     named = out_names is not None or len(got) > 1
-    for g, b, label in zip(outs, out_bufs, names):
-        diagnosis, why = _margins_intact(b, g.numel())
+    for b, label in zip(out_bufs, names):
+        diagnosis, why = b.margins_intact()
         if diagnosis:
             return _failed(diagnosis, why + (f" of {label}" if named else ""), part=label)
-    for i, ((view, buf), p) in enumerate(zip(guarded_in, pristine)):
-        diagnosis, why = _margins_intact(buf, view.numel())
+    for i, (g, p) in enumerate(zip(guarded_in, pristine)):
+        diagnosis, why = g.margins_intact()
         if diagnosis:
             return _failed(diagnosis, why + f" of input {i}", part=f"input {i}")
-        if not _identical(view, p):
-            return _failed(Diagnosis.INPUT_MODIFIED, f"input {i} was modified", _first_change(view, p), f"input {i}")
+        if not _identical(g.view, p):
+            return _failed(Diagnosis.INPUT_MODIFIED, f"input {i} was modified", _first_change(g.view, p), f"input {i}")
     for g, w, label in zip(got, want, names):
         diagnosis, problem, detail = diagnose_output(g, w, rtol, atol)
         if diagnosis:

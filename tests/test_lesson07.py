@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernels import load
-from kernels.check import check, like
+from kernels.check import Diagnosis, check, like
 from kernels.lessons import lesson07
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
@@ -233,6 +233,15 @@ def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_th
     assert not report.passed
     assert any(diagnosis in c.problem for c in report.cases if not c.passed), str(report)
     assert fitting_hint(find("07", "softmax_online")[0], report) == first_hint
+
+
+def test_a_shuffle_of_the_whole_pair_is_refused_as_nvcc_refuses_it():
+    """__shfl_xor_sync has overloads for numbers and half types only: a struct does not build with nvcc, and so it
+    does not build on the simulator either (it used to pass the self-check there)."""
+    path = plant(SOLUTION, "const MaxSum other = {__shfl_xor_sync(FULL_MASK, p.m, offset), __shfl_xor_sync(FULL_MASK, p.s, offset)};",
+                 "const MaxSum other = __shfl_xor_sync(FULL_MASK, p, offset);", "lesson07_softmax_online_struct_shuffle.cu")
+    report = check_exercise("07", "softmax_online", path=path, backend="sim")
+    assert not report.passed and [c.diagnosis for c in report.cases] == [Diagnosis.BUILD_FAILED], str(report)
 
 
 @pytest.mark.parametrize("q_len", [1, 3, 12])

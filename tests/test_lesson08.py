@@ -290,6 +290,23 @@ PLANTED = {
                                     ("in dweight",)),
     # dx without the mean of g: the gradient of the mean subtraction is lost
     "dx_without_mean_term": ("rs * (g - (sg + xh * sgx) / cols)", "rs * (g - xh * sgx / cols)", ("in dx",)),
+    # the 8 threads of a column add into the partial sums in global memory themselves, no shared-memory combine and
+    # no atomic: a read-modify-write race between warps that the simulator's thread orders never interleave (on an
+    # H100 every column sum came out wrong); the race check names it
+    "warps_plus_equal": ("""  sum_w[ty][tx] = sw;
+  sum_b[ty][tx] = sb;
+  __syncthreads();  // every thread's sums are in before thread ty = 0 adds them
+  if (ty == 0 && c < cols) {
+    for (int k = 1; k < TY; ++k) {
+      sw += sum_w[k][tx];
+      sb += sum_b[k][tx];
+    }
+    partial[blockIdx.y * 2 * cols + c] = sw;
+    partial[blockIdx.y * 2 * cols + cols + c] = sb;
+  }""", """  if (c < cols) {
+    partial[blockIdx.y * 2 * cols + c] += sw;
+    partial[blockIdx.y * 2 * cols + cols + c] += sb;
+  }""", ("data race on global memory",)),
 }
 
 

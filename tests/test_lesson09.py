@@ -1,5 +1,7 @@
 """Lesson 09: matrix multiply. Every fp32 variant against PyTorch on awkward (M, N, K), the float4 kernels'
 one-float path, the tensor-core variants (bf16, fp16, TF32), bad inputs, the exercise and its teeth."""
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from kernels import load
 from kernels.exercises import check_exercise
 from kernels.lessons import lesson09
 from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
-from planting import assert_diagnosis, self_check_of_planted
+from planting import assert_diagnosis, plant, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_matmul" / "matmul_blocktile.cu"
@@ -224,6 +226,36 @@ def test_the_matmul_wmma_stub_fails_its_self_check():
 
 def test_the_matmul_wmma_solution_passes_its_self_check():
     assert check_exercise("09", "matmul_wmma", solution=True).passed
+
+
+def test_a_wmma_loop_without_its_trailing_barrier_is_caught_as_a_race(backend):
+    """After a WMMA call the simulator's warps go on in step, so no thread order shows the next step's loads
+    overwriting tiles that other warps still read (on an H100: a wrong product in 3 of 20 runs at 2048^3); the race
+    check names the two lines."""
+    if backend != "sim":
+        pytest.skip("on a GPU a missing barrier may or may not change the result: only the simulator is sure to show it")
+    report = self_check_of_planted("09", "matmul_wmma", ROOT / "solutions" / "09_matmul" / "matmul_wmma.cu",
+                                   "lesson09_matmul_wmma_no_trailing_barrier.cu",
+                                   "    __syncthreads();  // done with the tiles before the next step overwrites them\n",
+                                   "")
+    assert_diagnosis(report, "data race on shared memory")
+
+
+def test_whole_tiles_stored_over_a_ragged_output_are_caught_and_the_process_lives_on(backend, tmp_path):
+    """The most common matmul bug: the store guard left out. Whole 64x64 tiles land far past a ragged C; the race
+    and bounds check stops the first small case before the write and the check stops there, so the larger cases
+    cannot corrupt the process (it used to abort with `malloc(): invalid size`)."""
+    if backend != "sim":
+        pytest.skip("on a GPU the overshoot is an illegal address or silent corruption; compute-sanitizer's memcheck finds it")
+    path = plant(SOLUTION, "      if (m < M && n < N) C[(int64_t)m * N + n] = acc[i][j];",
+                 "      C[(int64_t)m * N + n] = acc[i][j];", "lesson09_matmul_blocktile_no_store_guard.cu")
+    run = subprocess.run([sys.executable, "-c", "from kernels.exercises import check_exercise; "
+                          f"r = check_exercise('09', 'matmul_blocktile', path={str(path)!r}, backend='sim'); "
+                          "print('diagnoses:', sorted({c.diagnosis.name for c in r.cases if not c.passed}))"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "out-of-bounds write at lesson09_matmul_blocktile_no_store_guard.cu:" in run.stdout, run.stdout[-3000:]
+    assert "diagnoses: ['OUT_OF_BOUNDS']" in run.stdout, run.stdout[-3000:]
 
 
 def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught():

@@ -129,7 +129,7 @@ def test_the_tiled_matmul_reads_each_tile_once_per_warp_without_conflicts_in_und
 
 
 def test_a_function_without_sim_ops_or_something_not_callable_is_refused(probes):
-    with pytest.raises(ValueError, match="called no op of a file loaded with the sim backend"):
+    with pytest.raises(ValueError, match="called no op or function of a file loaded with the sim backend"):
         profile(lambda: torch.ones(3).sum())
     with pytest.raises(TypeError, match="expects an op"):
         profile(42)
@@ -147,15 +147,15 @@ def test_the_plain_sim_build_stays_uninstrumented_and_the_profiling_build_is_a_s
     import shutil
     import subprocess
 
-    from kernels.sim.profile import _Twin
+    from kernels.sim.instrumented import twin_of
 
-    twin = _Twin(probes)
-    assert twin.ext.so != probes.so
+    twin = twin_of(probes)
+    assert twin.so != probes.so
 
     def symbols(so):
         return subprocess.run([shutil.which("nm") or "nm", str(so)], capture_output=True, text=True, check=True).stdout
 
-    assert "__tsan_read4" in symbols(twin.ext.so) and "cudasim_profile_rows" in symbols(twin.ext.so)
+    assert "__tsan_read4" in symbols(twin.so) and "cudasim_profile_rows" in symbols(twin.so)
     assert "__tsan_" not in symbols(probes.so)
     x, out = torch.rand(256), torch.zeros(256)
     probes.odd_lanes(x, out)  # outside profile: the plain build runs
@@ -227,3 +227,18 @@ def test_lesson09_matmul1_stores_a_column_of_c_in_32_sectors_and_matmul2_a_row_i
     assert (stores["matmul1"].sectors_per_request, stores["matmul2"].sectors_per_request) == (32, 4)
     assert stores["matmul1"].requests == stores["matmul2"].requests == 32  # a 32x32 block: 32 warps, one store each
     torch.testing.assert_close(c, a @ b)
+
+
+@pytest.mark.slow
+def test_a_pybind11_function_and_an_op_of_a_namespace_the_file_names_itself_are_profiled():
+    """Most public extension code binds with PYBIND11_MODULE or registers TORCH_LIBRARY(myops, m): the profile
+    runs both from the instrumented build (whose copy of `myops` gets a suffix, so it loads beside the plain one)."""
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    ext = load(PROBES.parent / "host_api.cu", "sim")
+    x = torch.rand(1000)
+    for fn in (ext.axpb, lambda v, a, b: ext.axpb(v, a, b), lambda v, a, b: torch.ops.sim_host_api_test.twice(v)):
+        report = profile(fn, x, 2.0, 1.0)
+        assert {(r.kind, r.line) for r in report.rows} == {("global load", "host_api.cu:14"),
+                                                            ("global store", "host_api.cu:14")}, report
+    torch.testing.assert_close(ext.axpb(x, 2.0, 1.0), 2 * x + 1)  # the plain build is back afterwards

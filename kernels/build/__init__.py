@@ -104,15 +104,29 @@ def key_of(sources: SourceSet, backend: str, flags: list[str]) -> str:
     return cache.key(sources, backend, flags, backend_files)
 
 
+# A build of a file that must load beside its plain build in one process (the simulator's instrumented
+# twin, kernels/sim/instrumented.py) appends a suffix to the op namespaces the file names itself, through
+# this define among its flags: the simulator's translator renames them (TORCH_EXTENSION_NAME is new at
+# every build anyway).
+NAMESPACE_SUFFIX_FLAG = "-DKERNELS_NAMESPACE_SUFFIX="
+
+
+def namespace_suffix(flags: list[str]) -> str:
+    """The suffix a build's flags ask for (see NAMESPACE_SUFFIX_FLAG), or ""."""
+    found = [f[len(NAMESPACE_SUFFIX_FLAG):] for f in flags if f.startswith(NAMESPACE_SUFFIX_FLAG)]
+    return found[-1] if found else ""
+
+
 def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None, quiet: bool,
           python_module: bool | None, optimise: bool):
     """load() for a resolved file and backend."""
     sources = SourceSet.of(entry)
     flags = compile_flags(be, extra_cflags, optimise=optimise)
+    suffix = namespace_suffix(flags)
     name = cache.ext_name(entry, be, key_of(sources, be, flags))
     if name in _loaded:
         return _loaded[name]
-    clash = namespace_clash(sources, name, be)
+    clash = namespace_clash(sources, name, be, suffix)
     if clash:
         raise clash
     out = build_root() / name
@@ -123,11 +137,11 @@ def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None
         if so is None:
             so, after = _compile(sources, be, flags, out, name, pybind, verbose=verbose, quiet=quiet)
         try:
-            loaded = import_library(name, so, pybind, sources, be)
+            loaded = import_library(name, so, pybind, sources, be, suffix)
         except (OSError, ImportError, RuntimeError) as e:
             raise load_error(e, entry, be, so) from None
         (out / f"{name}.ok").write_text(cache.stamp(so))
-    remember_namespaces(sources, name)
+    remember_namespaces(sources, name, suffix)
     _loaded[name] = loaded
     if after:
         after()

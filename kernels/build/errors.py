@@ -30,12 +30,28 @@ def relative(text: str) -> str:
     return text
 
 
+_ERROR_RE = re.compile(r"(:\d+(:\d+)?:|\(\d+\):) (fatal )?error")
+_REQUIRED_RE = re.compile(r"^(?P<at>.+?:\d+:\d+):\s+required from here")
+
+
+def _in_simulator_header(line: str) -> bool:
+    return "/sim/include/" in line.split(":", 1)[0]
+
+
 def compiler_errors(log: str, limit: int = 25) -> str:
-    """The compiler's error lines (with a little context), the most useful part of a failed build's log."""
+    """The compiler's error lines (with a little context), the most useful part of a failed build's log. An error
+    inside one of the simulator's headers (a static_assert saying what CUDA takes) comes with the learner's line
+    that led there first ("file.cu:8:7: required from here"), as nvcc would name that line."""
     lines = log.splitlines()
     keep: list[str] = []
     for i, line in enumerate(lines):
-        if re.search(r"(:\d+(:\d+)?:|\(\d+\):) (fatal )?error", line):
+        if _ERROR_RE.search(line):
+            if _in_simulator_header(line):
+                for prev in reversed(lines[max(0, i - 30):i]):
+                    m = _REQUIRED_RE.match(prev)
+                    if m and not _in_simulator_header(prev):
+                        keep.append(f"{m.group('at')}: error: {line.split('error: ', 1)[-1]}")
+                        break
             keep.extend(lines[i:i + 3])
         if len(keep) >= limit:
             break

@@ -42,8 +42,9 @@ class Extension:
         return f"<kernels from {self.path.name} on {self.backend}: {', '.join(self.ops())}>"
 
 
-def import_library(name: str, so: Path, pybind: bool, sources: SourceSet, backend: str):
-    """Load a built library: a pybind11 module (its `backend` and `path` set), or the ops of a TORCH_LIBRARY file."""
+def import_library(name: str, so: Path, pybind: bool, sources: SourceSet, backend: str, suffix: str = ""):
+    """Load a built library: a pybind11 module (its `backend` and `path` set), or the ops of a TORCH_LIBRARY file
+    (`suffix`: what a build appended to the namespaces the file names itself, see namespace_suffix)."""
     import torch
 
     if pybind:
@@ -53,12 +54,19 @@ def import_library(name: str, so: Path, pybind: bool, sources: SourceSet, backen
         module.backend, module.path = backend, sources.entry
         return module
     torch.ops.load_library(str(so))
-    return Extension(sources.op_namespace(name), sources.entry, backend, so)
+    ns = sources.op_namespace(name)
+    return Extension(ns if ns == name else ns + suffix, sources.entry, backend, so)
 
 
-def remember_namespaces(sources: SourceSet, name: str) -> None:
+def fixed_namespaces(sources: SourceSet, name: str, suffix: str = "") -> set[str]:
+    """The namespaces the library's TORCH_LIBRARY blocks register: the ones the file names itself, with the
+    build's `suffix` (TORCH_EXTENSION_NAME is `name`, unique to the build already)."""
+    return {ns if ns == name else ns + suffix for ns in sources.fixed_namespaces(name)}
+
+
+def remember_namespaces(sources: SourceSet, name: str, suffix: str = "") -> None:
     """Note which file registered the TORCH_LIBRARY namespaces of a loaded library (for clash messages)."""
-    for ns in sources.fixed_namespaces(name):
+    for ns in fixed_namespaces(sources, name, suffix):
         _namespaces.setdefault(ns, sources.entry)
 
 
@@ -75,12 +83,12 @@ def namespace_taken(ns: str) -> bool:
     return False
 
 
-def namespace_clash(sources: SourceSet, name: str, backend: str) -> BuildError | None:
+def namespace_clash(sources: SourceSet, name: str, backend: str, suffix: str = "") -> BuildError | None:
     """An error when the file registers an op namespace this process already has (even one without
     ops): loading a second TORCH_LIBRARY for a namespace aborts the process (a C++ exception during
     dlopen), so it is refused."""
     entry = sources.entry
-    for ns in sorted(sources.fixed_namespaces(name)):
+    for ns in sorted(fixed_namespaces(sources, name, suffix)):
         if not namespace_taken(ns):
             continue
         by = _namespaces.get(ns)
@@ -94,6 +102,7 @@ def namespace_clash(sources: SourceSet, name: str, backend: str) -> BuildError |
 
     have = set(torch._C._dispatch_get_all_op_names())
     for ns, op in sources.fragment_defs(name):
+        ns = ns if ns == name else ns + suffix
         if f"{ns}::{op}" in have:
             return BuildError(
                 f"the op {ns}::{op} is already defined in this process; {display_path(entry)} defines it again "

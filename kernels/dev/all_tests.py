@@ -213,6 +213,22 @@ def slowest(all_steps: list[Step], count: int = 10) -> list[tuple[float, str]]:
     return sorted(items, reverse=True)[:count]
 
 
+def failures(all_steps: list[Step]) -> list[str]:
+    """Each failed or errored test, as file::name with the first line of its message, from the steps' reports."""
+    found = []
+    for step in all_steps:
+        root = _junit(step) if step.report.suffix == ".xml" else None
+        for case in root.iter("testcase") if root is not None else []:
+            bad = case.find("failure")
+            bad = bad if bad is not None else case.find("error")
+            if bad is None:
+                continue
+            where = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+            first = (bad.get("message") or "").strip().splitlines()[:1]
+            found.append(f"{where}::{case.get('name')}" + (f"  {first[0][:160]}" if first else ""))
+    return found
+
+
 def merged(parts: list[Step]) -> str:
     """The counts of a step that several lanes shared, added up ("814 passed, 13 skipped")."""
     total: dict[str, int] = {}
@@ -239,6 +255,9 @@ def summary(all_steps: list[Step], wall: float) -> str:
              text_table(("step", "wall", "CPU", "result"), body, align="lrrl"),
              "== slowest items (seconds)"]
     lines += [f"{secs:8.1f}  {what}" for secs, what in slowest(all_steps)]
+    failed = failures(all_steps)
+    if failed:
+        lines += ["== failed"] + [f"  {f}" for f in failed]
     return "\n".join(lines)
 
 

@@ -33,6 +33,21 @@ FLAGS = ["-O2", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-W
 PCH_SWITCH = "KERNELS_SIM_PCH"  # =0 turns the precompiled headers off
 
 
+def instrumented_flags() -> list[str]:
+    """What an instrumented build (the access profiler's and the race and bounds check's: cudasim_instrument.h)
+    adds to FLAGS: the hooks' switch; the thread sanitizer's instrumentation (compiled in, never linked: no
+    sanitizer runtime is needed) without the calls at every function entry and exit (a third of the cost, and
+    not needed); no tail calls (a simulator function called last in a kernel, such as an atomic, must see its
+    caller's return address); and a suffix for the op namespaces the file names itself, so that the build
+    loads beside the plain one (kernels.build's namespace suffix)."""
+    from ..build import NAMESPACE_SUFFIX_FLAG
+
+    no_entry_exit = (["-mllvm", "-tsan-instrument-func-entry-exit=0"] if "clang" in cxx_version()
+                     else ["--param=tsan-instrument-func-entry-exit=0"])
+    return ["-DCUDASIM_INSTRUMENTED", "-fsanitize=thread", *no_entry_exit, "-fno-optimize-sibling-calls",
+            f"{NAMESPACE_SUFFIX_FLAG}_instrumented"]
+
+
 def simulator_files() -> list[Path]:
     """What a sim build's output depends on besides the file: the simulator's Python source (the
     translator, this strategy) and every header of the simulator."""
@@ -244,11 +259,13 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
                         light_torch: bool):
     """One attempt of compile_sim; raises _LightTorchFailed when the light header was used and the
     compiler failed."""
+    from ..build import namespace_suffix
     from .translate import TranslateError, translate_tree
 
     entry = sources.entry
     try:
-        main = translate_tree(sources, out / "sim_src", display_path, light_torch_map(sources) if light_torch else None)
+        main = translate_tree(sources, out / "sim_src", display_path, light_torch_map(sources) if light_torch else None,
+                              namespace_suffix(flags))
     except TranslateError as e:
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(sources, light_torch)
@@ -261,7 +278,7 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         if headers != PCH_HEADERS and str(e).startswith("Error building extension"):
             raise _LightTorchFailed(str(e)) from None
         raise
-    if use_pch or not _pch_enabled() or flags != FLAGS:
+    if use_pch or not _pch_enabled() or flags not in (FLAGS, FLAGS + instrumented_flags()):
         return None
 
     def precompile():

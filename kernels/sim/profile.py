@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
 import re
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
-from ..build import Extension, SourceSet, load, loaded_extensions
-from ..build.toolchain import cxx, cxx_version
+from ..build import Extension, SourceSet, loaded_extensions
 from ..tables import text_table
+from .instrumented import Twin, compiler_problem, redirected, twin_function
 
 KINDS = ("global load", "global store", "shared load", "shared store", "atomic")
 _WRITE, _SHARED, _ATOMIC = 1, 2, 8  # the flags of cudasim_profile.h
@@ -78,126 +75,68 @@ class _RowC(ctypes.Structure):  # cudasim::prof::Row
                 ("lanes", ctypes.c_ulonglong)]
 
 
-def profile_flags() -> list[str]:
-    """What an instrumented build (the profiler's and the race check's) adds to the simulator's flags: the
-    hooks' switch, the instrumentation (compiled in, never linked: no thread-sanitizer runtime is needed)
-    without the calls at every function entry and exit (a third of the cost, and not needed), no tail calls
-    (a simulator function called last in a kernel, such as an atomic, must see its caller's return
-    address), and line tables for addr2line."""
-    no_entry_exit = (["-mllvm", "-tsan-instrument-func-entry-exit=0"] if "clang" in cxx_version()
-                     else ["--param=tsan-instrument-func-entry-exit=0"])
-    return ["-DCUDASIM_INSTRUMENTED", "-fsanitize=thread", *no_entry_exit, "-fno-optimize-sibling-calls", "-g1"]
-
-
-@functools.cache
-def compiler_problem() -> str | None:
-    """Why this machine cannot make a profiling build (None when it can): the C++ compiler that
-    builds use must accept -fsanitize=thread (gcc and clang do) and addr2line must be there."""
-    compiler = cxx()
-    install = ("install g++ (Debian/Ubuntu: apt-get install g++ binutils; macOS: xcode-select --install) "
-               "or clang++, and make sure $CXX (or c++) names it")
-    if not shutil.which(compiler):
-        return f"profiling needs a C++ compiler, and {compiler} was not found: {install}"
-    if not shutil.which("addr2line"):
-        return ("profiling maps instructions to source lines with addr2line, which was not found: install "
-                "binutils (apt-get install binutils) or LLVM's llvm-addr2line as addr2line")
-    with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "probe.cpp"
-        src.write_text("int probe(int* p) { return *p; }\n")
-        run = subprocess.run([compiler, *profile_flags(), "-fPIC", "-O2", "-c", str(src), "-o", str(Path(d) / "p.o")],
-                             capture_output=True, text=True)
-    if run.returncode != 0:
-        said = (run.stderr.strip().splitlines() or ["no message"])[0]
-        return (f"profiling builds with -fsanitize=thread, which {compiler} refused ({said}): {install}")
-    return None
-
-
-def _profiling_build(ext):
-    """The profiling build of the file an extension was loaded from (built once, then cached)."""
-    problem = compiler_problem()
-    if problem:
-        raise RuntimeError(problem)
-    return load(ext.path, "sim", extra_cflags=profile_flags())
-
-
-class _Twin:
-    """A profiling build in use: its library's control functions and what it has counted so far."""
-
-    def __init__(self, ext):
-        self.source = ext.path
-        self.ext = _profiling_build(ext)
-        lib = ctypes.CDLL(str(self.ext.so))
-        self.start, self.stop, self._rows = lib.cudasim_profile_start, lib.cudasim_profile_stop, lib.cudasim_profile_rows
-        self._rows.restype = ctypes.c_size_t
-        self._rows.argtypes = [ctypes.POINTER(_RowC), ctypes.c_size_t]
-        self.totals: dict[tuple[str, int, int], list[int]] = {}
-
-    def collect(self) -> None:
-        """Add the counts of the run that just stopped to the totals."""
-        n = self._rows(None, 0)
-        buf = (_RowC * n)()
-        self._rows(buf, n)
-        for r in buf:
-            t = self.totals.setdefault((r.kernel.decode(), r.pc_offset, r.flags), [0, 0, 0, 0])
-            for i, v in enumerate((r.requests, r.sectors, r.ways, r.lanes)):
-                t[i] += v
-
-
-def _extension_of(namespace: str):
-    """The loaded Extension whose ops live in this namespace, or None."""
-    for ext in loaded_extensions():
-        if isinstance(ext, Extension) and ext.ns == namespace:
-            return ext
-    return None
+def _collect(twin: Twin, totals: dict) -> None:
+    """Add the counts of the run that just stopped to the twin's totals."""
+    n = twin.lib.cudasim_profile_rows(None, 0)
+    buf = (_RowC * n)()
+    twin.lib.cudasim_profile_rows(buf, n)
+    mine = totals.setdefault(twin.so, (twin, {}))[1]
+    for r in buf:
+        t = mine.setdefault((r.kernel.decode(), r.pc_offset, r.flags), [0, 0, 0, 0])
+        for i, v in enumerate((r.requests, r.sectors, r.ways, r.lanes)):
+            t[i] += v
 
 
 def profile(fn, *args, **kwargs) -> Report:
-    """Run `fn(*args, **kwargs)` with the ops of sim-loaded files taken from their profiling builds;
-    returns the Report of every memory access their kernels made."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
+    """Run `fn(*args, **kwargs)` with the ops (and pybind11 functions) of sim-loaded files taken from their
+    instrumented builds; returns the Report of every memory access their kernels made."""
     if not callable(fn):
         raise TypeError(f"profile expects an op (ext.name) or a callable that calls ops, got {type(fn).__name__}")
-    twins: dict[str, _Twin] = {}
+    for ext in loaded_extensions():
+        if getattr(ext, "backend", "sim") != "sim" and _calls(fn, ext):
+            raise RuntimeError(f"{getattr(fn, '__name__', fn)} was loaded for the {ext.backend} backend; the profile is "
+                               f"a simulator feature: load {ext.path.name} with backend='sim' (tensors on the CPU) and "
+                               "profile that")
+    totals: dict = {}
 
-    class Redirect(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            ext = _extension_of(func.namespace)
-            if ext is None:
-                return func(*args, **(kwargs or {}))
-            if ext.backend != "sim":
-                raise RuntimeError(f"{func.namespace}::{func._opname} was loaded for the {ext.backend} backend; the "
-                                   f"profile is a simulator feature: load {ext.path.name} with backend='sim' "
-                                   "(tensors on the CPU) and profile that")
-            twin = twins.get(func.namespace) or twins.setdefault(func.namespace, _Twin(ext))
-            op = getattr(getattr(getattr(torch.ops, twin.ext.ns), func._opname), func._overloadname)
-            twin.start()
-            try:
-                return op(*args, **(kwargs or {}))
-            finally:
-                twin.stop()
-                twin.collect()
+    def around(twin: Twin, call, name, args, kwargs):
+        twin.lib.cudasim_profile_rows.restype = ctypes.c_size_t
+        twin.lib.cudasim_profile_rows.argtypes = [ctypes.POINTER(_RowC), ctypes.c_size_t]
+        twin.lib.cudasim_profile_start()
+        try:
+            return call()
+        finally:
+            twin.lib.cudasim_profile_stop()
+            _collect(twin, totals)
 
-    with Redirect():
-        fn(*args, **kwargs)
-    if not twins:
-        raise ValueError("profile ran the function, but it called no op of a file loaded with the sim backend: "
-                         "pass an op (ext = load(file, 'sim'); profile(ext.name, *inputs)) or a function that calls one "
-                         "(functions of a PYBIND11_MODULE file are not seen: register them with TORCH_LIBRARY)")
+    direct = twin_function(fn, around)
+    with redirected(around):
+        (direct or fn)(*args, **kwargs)
+    if not totals:
+        raise ValueError("profile ran the function, but it called no op or function of a file loaded with the sim "
+                         "backend: pass an op (ext = load(file, 'sim'); profile(ext.name, *inputs)) or a function that "
+                         "calls one")
     rows = []
-    for twin in twins.values():
-        rows += _rows(twin)
+    for twin, counts in totals.values():
+        rows += _rows(twin, counts)
     return Report(rows)
 
 
-def _rows(twin: _Twin) -> list[Row]:
-    """The twin's totals as report rows: call sites mapped to lines of the learner's files, merged
+def _calls(fn, ext) -> bool:
+    """Whether `fn` is an op or a function of this loaded library."""
+    qualified = getattr(fn, "_qualified_op_name", "") or getattr(getattr(fn, "default", None), "name", lambda: "")()
+    if isinstance(ext, Extension):
+        return bool(qualified) and qualified.split("::")[0] == ext.ns
+    return getattr(ext, getattr(fn, "__name__", ""), None) is fn
+
+
+def _rows(twin: Twin, counts: dict) -> list[Row]:
+    """A twin's counts as report rows: call sites mapped to lines of the learner's files, merged
     by (kernel, line, kind)."""
-    own = {p.name for p in SourceSet.of(twin.source).files}
-    where = _lines(twin.ext.so, sorted({pc for _, pc, _ in twin.totals}), own)
+    own = {p.name for p in SourceSet.of(twin.loaded.path).files}
+    where = _lines(twin.so, sorted({pc for _, pc, _ in counts}), own)
     merged: dict[tuple[str, str, str], list[int]] = {}
-    for (kernel, pc, flags), t in twin.totals.items():
+    for (kernel, pc, flags), t in counts.items():
         found = where.get(pc)
         if not found:
             continue  # the simulator's own code

@@ -346,6 +346,25 @@ def _cuda_device_as_cpu(src: str) -> str:
     return "".join(out) + src[last:]
 
 
+def _in_directive(src: str, pos: int) -> bool:
+    """Whether `pos` is inside a preprocessor directive (a #define continued over lines with backslashes too)."""
+    start = src.rfind("\n", 0, pos) + 1
+    while start > 1 and src[start - 2] == "\\":  # the line before ends with a backslash: same directive
+        start = src.rfind("\n", 0, start - 1) + 1
+    return src[start:pos].lstrip().startswith("#")
+
+
+def _renamed_namespaces(src: str, suffix: str) -> str:
+    """The op namespaces the file names itself in its TORCH_LIBRARY blocks, with `suffix` appended (code only)."""
+    mask = code_mask(src)
+    out, last = [], 0
+    for m in _NAMED_LIBRARY_RE.finditer(src):
+        if mask[m.start()] and not _in_directive(src, m.start()):  # a use, not a #define (helpers.cuh's _EXPAND)
+            out += [src[last:m.end()], suffix]
+            last = m.end()
+    return "".join(out) + src[last:]
+
+
 _ASM_RE = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s+(?:volatile|__volatile__|goto|inline))*\s*\(")
 _IF_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([^\n]*)", re.M)
 _GPU_ONLY_RE = re.compile(r"__CUDA_ARCH__|\bCUDASIM\b|__CUDASIM__")
@@ -389,11 +408,20 @@ def _refuse_asm(src: str, mask: bytearray, path: str) -> None:
             "#if defined(__CUDA_ARCH__) with a C++ fallback for the simulator")
 
 
+# TORCH_LIBRARY(ns, m), TORCH_LIBRARY_FRAGMENT(ns, m) and TORCH_LIBRARY_IMPL(ns, ...) with a namespace the file
+# names itself (the _EXPAND forms take TORCH_EXTENSION_NAME, new at every build): renamed in a build that
+# loads beside another of the same file (kernels.build's namespace suffix).
+_NAMED_LIBRARY_RE = re.compile(r"\b(TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?\s*\(\s*)(?!TORCH_EXTENSION_NAME\b)(\w+)")
+
+
 def translate_source(src: str, path: str, include_map: dict[str, str] | None = None,
-                     system_map: dict[str, str] | None = None) -> str:
+                     system_map: dict[str, str] | None = None, namespace_suffix: str = "") -> str:
     """Translate one file's text; `include_map` maps quoted include names to translated files,
-    `system_map` maps <...> include names to the simulator's headers that stand in for them."""
+    `system_map` maps <...> include names to the simulator's headers that stand in for them,
+    `namespace_suffix` is appended to the op namespaces the file names itself."""
     src = _cuda_device_as_cpu(src)
+    if namespace_suffix:
+        src = _renamed_namespaces(src, namespace_suffix)
     mask = code_mask(src)
     _refuse_asm(src, mask, path)
     edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
@@ -418,7 +446,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
 
 
 def translate_tree(sources: SourceSet, out_dir: Path, display=lambda p: str(p),
-                   system_map: dict[str, str] | None = None) -> Path:
+                   system_map: dict[str, str] | None = None, namespace_suffix: str = "") -> Path:
     """Translate the entry file of `sources` and every local header it includes into `out_dir`
     (`system_map`: see translate_source); returns the translated entry file."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -431,7 +459,7 @@ def translate_tree(sources: SourceSet, out_dir: Path, display=lambda p: str(p),
         done[p] = target
         file = sources.texts[p]
         include_map = {name: str(visit(q)) for name, q in file.includes.items()}
-        text = translate_source(file.text, display(p), include_map, system_map)
+        text = translate_source(file.text, display(p), include_map, system_map, namespace_suffix)
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
         return target

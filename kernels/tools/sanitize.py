@@ -11,10 +11,11 @@ blocks, so a write a little past a tensor lands inside memory the allocator owns
 nothing; without the cache every tensor is an allocation of its own. Each tool's full output is
 kept in build/sanitize/NN_tool.log and a short summary printed.
 
-On the simulator there is no compute-sanitizer: the self-check runs with the threads of each block
-in forward, reverse and random order (a result that depends on the order is a race), blocks
-shuffled, shared memory poisoned with NaN at each block's start, and divergent barriers, deadlocks
-and accesses outside mapped memory raised as errors naming the line (kernels/sim/README.md).
+On the simulator there is no compute-sanitizer: the self-check runs every case with the simulator's race
+and bounds check (kernels/sim/racecheck.py; make check runs it on the smaller cases only), with the
+threads of each block in forward, reverse and random order (a result that depends on the order is a
+race), blocks shuffled, shared memory poisoned with NaN at each block's start, and divergent barriers,
+deadlocks and accesses outside mapped memory raised as errors naming the line (kernels/sim/README.md).
 """
 from __future__ import annotations
 
@@ -122,17 +123,24 @@ def parse_output(tool: str, text: str) -> ToolResult:
 
 
 def sanitize_sim(lesson: str, solution: bool) -> int:
-    """The simulator's version: the self-check in every thread order, blocks shuffled."""
+    """The simulator's version: the self-check with the race and bounds check on every case, in every thread
+    order, blocks shuffled."""
+    from ..check import thorough
     from ..exercises import check_exercise
     from ..sim import knobs
 
-    print(f"The simulator has no compute-sanitizer. The self-check of lesson {lesson} runs with the threads of each "
-          "block in forward, reverse and random order, the blocks shuffled (CUDASIM_SHUFFLE_BLOCKS=1), shared memory "
-          "poisoned with NaN at each block's start; a divergent barrier, a deadlock or an access outside mapped "
-          "memory is an error naming the line, and writes past an output hit the checker's canaries.\n")
-    with knobs.set(shuffle_blocks=True):
+    print(f"The simulator has no compute-sanitizer; it has its own checks. The self-check of lesson {lesson} runs:\n"
+          "  - every case with the race and bounds check (make check runs it on the smaller cases only): a data race "
+          "on global or shared memory, or an access outside the call's tensors, is an error naming both lines or the "
+          "tensor it missed;\n"
+          "  - with the threads of each block in forward, reverse and random order, the blocks shuffled "
+          "(CUDASIM_SHUFFLE_BLOCKS=1), shared memory poisoned with NaN at each block's start;\n"
+          "  - a divergent barrier, a deadlock, a shuffle of an exited lane or an access outside mapped memory is an "
+          "error naming the line, and writes past an output hit the checker's canaries.\n")
+    with knobs.set(shuffle_blocks=True), thorough():
         report = check_exercise(lesson, solution=solution, backend="sim", shell=True)
-    print(f"\nsimulator checks (thread orders, shuffled blocks, poisoning): {'PASS' if report.passed else 'FAIL'}")
+    print(f"\nsimulator checks (races and bounds on every case, thread orders, shuffled blocks, poisoning): "
+          f"{'PASS' if report.passed else 'FAIL'}")
     return 0 if report.passed else 1
 
 

@@ -243,12 +243,14 @@ __global__ void fill_tiles_kernel(float* out, int rows, int cols, bool bug) {
   }
 }
 
-at::Tensor fill_tiles(int64_t rows, int64_t cols, bool bug) {
-  auto out = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
-  if (rows == 0 || cols == 0) return out;
+void fill_tiles(at::Tensor& out, bool bug) {
+  CHECK_INPUT(out);
+  CHECK_DTYPE(out, at::kFloat);
+  TORCH_CHECK(out.dim() == 2, "fill_tiles: expected a 2-D output");
+  const int rows = static_cast<int>(out.size(0)), cols = static_cast<int>(out.size(1));
+  if (rows == 0 || cols == 0) return;
   fill_tiles_kernel<<<dim3(ceil_div(cols, 64), ceil_div(rows, 64)), 256>>>(out.data_ptr<float>(), rows, cols, bug);
   CHECK_LAUNCH();
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -282,7 +284,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("warp_swap(Tensor x, bool bug) -> Tensor");
   m.def("flag_any(Tensor x, bool bug) -> Tensor");
   m.def("last_block(Tensor x) -> Tensor");
-  m.def("fill_tiles(int rows, int cols, bool bug) -> Tensor");
+  m.def("fill_tiles(Tensor(a!) out, bool bug) -> ()");
   m.def("row_sums_window(Tensor x, bool bug) -> Tensor");
 }
 
@@ -295,8 +297,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("flag_any", &flag_any);
   m.impl("last_block", &last_block);
   m.impl("row_sums_window", &row_sums_window);
-}
-
-TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CompositeExplicitAutograd, m) {
-  m.impl("fill_tiles", &fill_tiles);  // no tensor argument: the dispatcher has no device to go by
+  m.impl("fill_tiles", &fill_tiles);
 }

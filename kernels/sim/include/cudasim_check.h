@@ -100,6 +100,7 @@ struct State {
   uint32_t epoch = 0;         // the running block's barriers so far
   uint32_t wgen[32] = {};     // per warp of the running block: warp operations completed
   uint32_t seq[1024] = {};    // per thread of the running block: atomics made
+  uintptr_t threads_lo = 0, threads_bytes = 0;  // g.threads' storage (the simulator's per-thread records)
   std::vector<uint3> blocks;  // per block of the running launch (serial - launch_first): its blockIdx
   // per (block serial, thread): the addresses it made atomics on, each with the index of its last one
   std::unordered_map<uint64_t, std::vector<std::pair<uintptr_t, uint32_t>>> atomics;

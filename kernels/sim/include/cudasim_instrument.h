@@ -27,6 +27,7 @@ CUDASIM_INTERNAL inline Space space_of(uintptr_t x, const Thread* t) {
   if (x - reinterpret_cast<uintptr_t>(arena) < sizeof arena) return Space::Shared;
   if (x - reinterpret_cast<uintptr_t>(t->stack) < kGuardBytes + t->stack_size) return Space::Skip;
   if (x - reinterpret_cast<uintptr_t>(&g) < sizeof g) return Space::Skip;  // threadIdx, blockIdx, ...
+  if (x - check::S.threads_lo < check::S.threads_bytes) return Space::Skip;  // the threads' own records (cg's)
   return Space::Global;
 }
 
@@ -152,6 +153,8 @@ CUDASIM_INTERNAL inline void block_begin() {
   std::fill(std::begin(check::S.wgen), std::end(check::S.wgen), 0u);
   std::memset(check::S.seq, 0, sizeof check::S.seq);
   check::S.blocks.push_back(g.block_idx);
+  check::S.threads_lo = reinterpret_cast<uintptr_t>(g.threads.data());
+  check::S.threads_bytes = g.threads.size() * sizeof(Thread);
   check::S.block_atomics.clear();
   check::S.shared_names.clear();
 }

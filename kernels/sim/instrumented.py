@@ -1,0 +1,198 @@
+"""The instrumented twin of a file loaded for the simulator, and running its ops instead of the plain ones.
+
+Every load and store of an instrumented build calls a hook (kernels/sim/include/cudasim_instrument.h),
+which hands it to the access profiler (`kernels.profile`) or to the race and bounds check (the checker's
+race pass, kernels/sim/racecheck.py) while one of them is on; otherwise the build runs as the plain one
+does, a few times slower. The twin is a separate cached build of the same file (instrumented_flags); the
+op namespaces the file names itself get a suffix, so that the twin loads beside the plain build.
+
+    with redirected(around):      # `around(twin, call, ...)` runs `call()` with the profiler or the check on
+        fn(*args)                 # ops of sim-loaded files run from their twins
+
+Ops registered with TORCH_LIBRARY are redirected at the dispatcher (a TorchDispatchMode); functions of a
+PYBIND11_MODULE file by swapping the loaded module's functions for the twin's while the block runs (a
+function object taken from the module before the block is redirected when it is the `fn` itself; see
+`twin_function`).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import ctypes
+import functools
+import shutil
+import subprocess
+import tempfile
+import threading
+import types
+from pathlib import Path
+from typing import Callable
+
+from ..build import Extension, SourceSet, load, loaded_extensions, namespace_suffix
+from ..build.extension import fixed_namespaces
+from ..build.toolchain import cxx
+from .build import instrumented_flags
+
+
+@functools.cache
+def compiler_problem() -> str | None:
+    """Why this machine cannot make an instrumented build (None when it can): the C++ compiler that
+    builds use must accept -fsanitize=thread (gcc and clang do) and addr2line must be there."""
+    compiler = cxx()
+    install = ("install g++ (Debian/Ubuntu: apt-get install g++ binutils; macOS: xcode-select --install) "
+               "or clang++, and make sure $CXX (or c++) names it")
+    if not shutil.which(compiler):
+        return f"an instrumented build needs a C++ compiler, and {compiler} was not found: {install}"
+    if not shutil.which("addr2line"):
+        return ("instrumented builds map instructions to source lines with addr2line, which was not found: install "
+                "binutils (apt-get install binutils) or LLVM's llvm-addr2line as addr2line")
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "probe.cpp"
+        src.write_text("int probe(int* p) { return *p; }\n")
+        run = subprocess.run([compiler, *instrumented_flags(), "-fPIC", "-O2", "-c", str(src), "-o", str(Path(d) / "p.o")],
+                             capture_output=True, text=True)
+    if run.returncode != 0:
+        said = (run.stderr.strip().splitlines() or ["no message"])[0]
+        return f"instrumented builds use -fsanitize=thread, which {compiler} refused ({said}): {install}"
+    return None
+
+
+class Twin:
+    """A file's instrumented build, loaded: `lib` holds the C functions of cudasim_instrument.h and
+    cudasim_profile.h, `loaded` the ops (an Extension) or the pybind11 module."""
+
+    def __init__(self, loaded):
+        loaded.instrumented = True  # a twin is never redirected itself
+        self.loaded = loaded
+        self.so = Path(getattr(loaded, "so", None) or loaded.__file__)
+        self.lib = ctypes.CDLL(str(self.so))
+        self.lib.cudasim_check_region.argtypes = [ctypes.c_ulonglong, ctypes.c_ulonglong, ctypes.c_ulonglong,
+                                                  ctypes.c_char_p]
+        self.lib.cudasim_check_start.restype = ctypes.c_int
+
+    def op(self, func, plain):
+        """The twin's overload of an overload (an OpOverload of torch.ops) of the plain library `plain`: in the
+        namespace the file names itself with the twin's suffix, or in the twin's own TORCH_EXTENSION_NAME."""
+        import torch
+
+        if func.namespace == _build_name(plain):
+            ns = _build_name(self.loaded)
+        else:
+            ns = func.namespace + namespace_suffix(instrumented_flags())
+        return getattr(getattr(getattr(torch.ops, ns), func._opname), func._overloadname)
+
+
+_twins: dict[str, concurrent.futures.Future] = {}  # by the plain library's file and kind
+_lock = threading.Lock()
+_builder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="instrumented-build")
+
+
+def _key(plain) -> str:
+    return str(getattr(plain, "path", "")) + ("|module" if isinstance(plain, types.ModuleType) else "|ops")
+
+
+def _build(plain) -> Twin:
+    problem = compiler_problem()
+    if problem:
+        raise RuntimeError(problem)
+    return Twin(load(plain.path, "sim", extra_cflags=instrumented_flags(), quiet=True))
+
+
+def prepare(plain) -> None:
+    """Start building the twin of a sim-loaded file in the background (a second core compiles it while the
+    first runs the plain build's checks); `twin_of` waits for it."""
+    if getattr(plain, "backend", None) != "sim":
+        return
+    with _lock:
+        if _key(plain) not in _twins:
+            _twins[_key(plain)] = _builder.submit(_build, plain)
+
+
+def prepare_for(fn: Callable) -> None:
+    """`prepare` the twin of the file an op or a pybind11 function comes from (nothing for other callables:
+    their twins are built when they first call an op)."""
+    qualified = getattr(fn, "_qualified_op_name", None) or getattr(getattr(fn, "_schema", None), "name", None)
+    if qualified:
+        plain = _sim_library(qualified.split("::")[0])
+        if plain is not None:
+            prepare(plain)
+        return
+    for module in _sim_modules():
+        if getattr(module, getattr(fn, "__name__", "") or "", None) is fn:
+            prepare(module)
+
+
+def twin_of(plain) -> Twin:
+    """The twin of a file loaded for the simulator (an Extension or a pybind11 module), built once."""
+    prepare(plain)
+    return _twins[_key(plain)].result()
+
+
+def _build_name(loaded) -> str:
+    """The name a library was built under (its TORCH_EXTENSION_NAME)."""
+    return loaded.so.stem if isinstance(loaded, Extension) else loaded.__name__
+
+
+def _sim_library(namespace: str):
+    """The plain library loaded for the simulator that registers ops in this namespace (an Extension, or a
+    pybind11 module whose file also has a TORCH_LIBRARY block), or None."""
+    for lib in loaded_extensions():
+        if getattr(lib, "backend", "") != "sim" or getattr(lib, "instrumented", False):
+            continue
+        if isinstance(lib, Extension) and lib.ns == namespace:
+            return lib
+        if isinstance(lib, types.ModuleType) and namespace in fixed_namespaces(SourceSet.of(lib.path), lib.__name__):
+            return lib
+    return None
+
+
+def _sim_modules() -> list[types.ModuleType]:
+    """The pybind11 modules of files loaded for the simulator."""
+    return [m for m in loaded_extensions() if isinstance(m, types.ModuleType) and getattr(m, "backend", "") == "sim"
+            and not getattr(m, "instrumented", False)]
+
+
+def twin_function(fn: Callable, around) -> Callable | None:
+    """A pybind11 function of a sim-loaded module (`ext.my_op`) as its twin's, run through `around`; else None."""
+    for module in _sim_modules():
+        name = getattr(fn, "__name__", None)
+        if name and getattr(module, name, None) is fn:
+            return _wrapped(module, name, around)
+    return None
+
+
+def _wrapped(module, name: str, around) -> Callable:
+    def call(*args, **kwargs):
+        twin = twin_of(module)
+        return around(twin, lambda: getattr(twin.loaded, name)(*args, **kwargs), name, args, kwargs)
+    call.__name__ = name
+    return call
+
+
+@contextlib.contextmanager
+def redirected(around: Callable):
+    """Inside the block, the ops and pybind11 functions of files loaded for the simulator run from their
+    twins, each call as `around(twin, call, name, args, kwargs)`: `call()` makes it, `name` names the op or
+    function, `args` and `kwargs` are what it was given."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Redirect(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+            plain = _sim_library(func.namespace)
+            if plain is None:
+                return func(*args, **(kwargs or {}))
+            twin = twin_of(plain)
+            return around(twin, lambda: twin.op(func, plain)(*args, **(kwargs or {})), func._opname, args, kwargs or {})
+
+    swapped = []
+    for module in _sim_modules():
+        for name, value in list(vars(module).items()):
+            if isinstance(value, types.BuiltinFunctionType) and not name.startswith("_"):
+                swapped.append((module, name, value))
+                setattr(module, name, _wrapped(module, name, around))
+    try:
+        with Redirect():
+            yield
+    finally:
+        for module, name, value in swapped:
+            setattr(module, name, value)
