@@ -559,8 +559,8 @@ HINTS = {
     Diagnosis.INPUT_REFUSED: RAISED_HINT,
     Diagnosis.EXITED_LANE: RAISED_HINT,
     Diagnosis.OUT_OF_BOUNDS: ("an access outside memory the kernel may use (the failing case names the line and how far "
-                              "past which tensor): check every index against its bound (`if (i < n)`), including the "
-                              "ragged edge of a tile"),
+                              "past which tensor): check every index against its bound (`if (i < n)`, not `i <= n`), "
+                              "including the ragged edge of a tile"),
     Diagnosis.RACE: RACE_FOUND_HINT,
 }
 
@@ -617,7 +617,7 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
     if races:
         from .sim.instrumented import prepare_for
 
-        prepare_for(fn)  # its instrumented build compiles on another core while the first cases run
+        prepare_for(fn)  # its instrumented build, built (or found in the cache) before the first case
     limit = _race_check_elements[-1]
     for size, dtype in [] if lost else todo:
         case = Case(size, dtype)
@@ -686,6 +686,23 @@ class _Outcome:
     part: str = ""  # the output the failure is in, where the op has several or they are named
 
 
+def error_problem(error: BaseException, diagnosis: Diagnosis) -> str:
+    """The failing case's one-line problem for a raised error: what the simulator's race and bounds check
+    found ("data race on global memory", "wrote out of bounds: 1 element of 4 bytes past the end of out"),
+    else "raised <type>"."""
+    text = str(error).strip()
+    if diagnosis is Diagnosis.RACE:
+        found = re.search(r"\bdata race on ([^:]+):", text)
+        if found:
+            return f"data race on {found.group(1)}"
+    if diagnosis is Diagnosis.OUT_OF_BOUNDS:
+        found = re.search(r"\bout-of-bounds (read|write) at .*?: the thread \w+ \d+ bytes at \S+, (.*?)\. On a GPU", text, re.S)
+        if found:
+            where = found.group(2).split(": ")[-1]  # "outside every tensor ...: 1 element of 4 bytes past the end of `x` (33 float32)"
+            return f"{'wrote' if found.group(1) == 'write' else 'read'} out of bounds: {where}"
+    return "raised " + type(error).__name__
+
+
 def _failed(diagnosis: Diagnosis, problem: str, detail: str = "", part: str = "", lost: str = "") -> _Outcome:
     return _Outcome(False, problem, detail, lost, diagnosis, part)
 
@@ -721,7 +738,8 @@ def _run_case(fn, ref, raw, out, out_names, device, tol, be, order, racecheck: b
         msg = str(e).strip().splitlines()
         where = where_raised(e)
         detail = "\n".join(msg[:6] + ([f"at {where}"] if where else []))
-        return _failed(diagnose_error(e), "raised " + type(e).__name__, detail, lost=cuda_context_lost(e, be))
+        diagnosis = diagnose_error(e)
+        return _failed(diagnosis, error_problem(e, diagnosis), detail, lost=cuda_context_lost(e, be))
     got = outs if out is not None else _as_list(result)
     if len(got) != len(want):
         return _failed(Diagnosis.WRONG_OUTPUTS, f"returned {len(got)} outputs, expected {len(want)}")

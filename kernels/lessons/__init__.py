@@ -32,7 +32,8 @@ from ..paths import LESSONS, SOLUTIONS
 class Hint:
     """A hint and the failures it answers: a failing case fits it when the case's diagnosis is one of
     `answers` or the case is about one of `parts` (an output such as "dx", or a part of a lesson's
-    check such as "opcheck")."""
+    check such as "opcheck"). A hint for a write past the end or before the start also answers the
+    simulator's bounds check (OUT_OF_BOUNDS), which stops the same bug at the access, before it lands."""
 
     text: str
     answers: tuple[Diagnosis, ...] = ()
@@ -45,6 +46,8 @@ class Hint:
 
     def fits(self, case: Case) -> bool:
         """Whether this hint answers the failing case."""
+        if case.diagnosis is Diagnosis.OUT_OF_BOUNDS and {Diagnosis.WROTE_PAST_END, Diagnosis.WROTE_BEFORE_START} & set(self.answers):
+            return True
         return case.diagnosis in self.answers or (bool(case.part) and case.part in self.parts)
 
     def __str__(self) -> str:

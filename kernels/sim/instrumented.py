@@ -16,14 +16,12 @@ function object taken from the module before the block is redirected when it is 
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import ctypes
 import functools
 import shutil
 import subprocess
 import tempfile
-import threading
 import types
 from pathlib import Path
 from typing import Callable
@@ -82,30 +80,22 @@ class Twin:
         return getattr(getattr(getattr(torch.ops, ns), func._opname), func._overloadname)
 
 
-_twins: dict[str, concurrent.futures.Future] = {}  # by the plain library's file and kind
-_lock = threading.Lock()
-_builder = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="instrumented-build")
+_twins: dict[str, Twin] = {}  # by the plain library's file and kind
 
 
 def _key(plain) -> str:
     return str(getattr(plain, "path", "")) + ("|module" if isinstance(plain, types.ModuleType) else "|ops")
 
 
-def _build(plain) -> Twin:
-    problem = compiler_problem()
-    if problem:
-        raise RuntimeError(problem)
-    return Twin(load(plain.path, "sim", extra_cflags=instrumented_flags(), quiet=True))
-
-
 def prepare(plain) -> None:
-    """Start building the twin of a sim-loaded file in the background (a second core compiles it while the
-    first runs the plain build's checks); `twin_of` waits for it."""
-    if getattr(plain, "backend", None) != "sim":
-        return
-    with _lock:
-        if _key(plain) not in _twins:
-            _twins[_key(plain)] = _builder.submit(_build, plain)
+    """Build and load the twin of a sim-loaded file now (its build is cached like any other), so that a check's
+    first case does not wait for it. It builds on the calling thread: loading a library runs its static
+    initialisers (op registrations), which must not race with the ops the calling thread runs."""
+    if getattr(plain, "backend", None) == "sim":
+        try:
+            twin_of(plain)
+        except Exception:  # noqa: BLE001 - the case that uses the twin reports it
+            pass
 
 
 def prepare_for(fn: Callable) -> None:
@@ -123,9 +113,14 @@ def prepare_for(fn: Callable) -> None:
 
 
 def twin_of(plain) -> Twin:
-    """The twin of a file loaded for the simulator (an Extension or a pybind11 module), built once."""
-    prepare(plain)
-    return _twins[_key(plain)].result()
+    """The twin of a file loaded for the simulator (an Extension or a pybind11 module), built and loaded once."""
+    key = _key(plain)
+    if key not in _twins:
+        problem = compiler_problem()
+        if problem:
+            raise RuntimeError(problem)
+        _twins[key] = Twin(load(plain.path, "sim", extra_cflags=instrumented_flags(), quiet=True))
+    return _twins[key]
 
 
 def _build_name(loaded) -> str:

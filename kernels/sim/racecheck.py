@@ -9,8 +9,7 @@ itself, cudaMalloc'd memory). A finding stops the kernel before the access and r
 that names both sides of the race, or the tensor an access missed and by how much; the checker
 (kernels.check) reports it as a failing case, diagnosed RACE or OUT_OF_BOUNDS.
 
-It costs an instrumented build of the file (about twice a plain one; `prepare` starts it in the
-background) and runs kernels about 10-20 times slower than a plain build, so the checker runs it on the
+It costs an instrumented build of the file (about twice a plain one, cached as any build) and runs kernels about 10-20 times slower than a plain build, so the checker runs it on the
 smaller cases only (kernels.check: RACE_CHECK_ELEMENTS).
 """
 from __future__ import annotations

@@ -101,6 +101,7 @@ struct State {
   uint32_t wgen[32] = {};     // per warp of the running block: warp operations completed
   uint32_t seq[1024] = {};    // per thread of the running block: atomics made
   uintptr_t threads_lo = 0, threads_bytes = 0;  // g.threads' storage (the simulator's per-thread records)
+  uintptr_t host_stack_lo = 0, host_stack_bytes = 0;  // the stack of the thread that launched the kernel
   std::vector<uint3> blocks;  // per block of the running launch (serial - launch_first): its blockIdx
   // per (block serial, thread): the addresses it made atomics on, each with the index of its last one
   std::unordered_map<uint64_t, std::vector<std::pair<uintptr_t, uint32_t>>> atomics;
@@ -441,36 +442,22 @@ CUDASIM_INTERNAL inline void check_shared_bounds(uintptr_t a, size_t n, uint8_t 
 }
 
 // ---------------------------------------------------------------------------------------------
-// The CPU allocator that records what is allocated while the check is on (an op's own outputs).
-struct Tracked {
-  c10::DataPtr inner;
-  uintptr_t lo;
-};
-
-CUDASIM_INTERNAL inline void tracked_delete(void* ctx) {
-  auto* t = static_cast<Tracked*>(ctx);
-  {
-    std::lock_guard<std::mutex> lock(S.alloc_lock);
-    S.allocs.erase(t->lo);
-  }
-  delete t;
-}
-
+// The CPU allocator that records what is allocated while the check is on (an op's own outputs and
+// temporaries). It hands out the inner allocator's pointers unchanged (so PyTorch's raw_allocate, which
+// wants the data pointer to be its own context, still works) and only notes each range; the ranges are
+// dropped when the check stops, so one freed during the call stays allowed until then.
 struct TrackingAllocator final : c10::Allocator {
   c10::Allocator* inner = nullptr;
   CUDASIM_INTERNAL c10::DataPtr allocate(size_t n) override {
     c10::DataPtr p = inner->allocate(n);
-    if (!S.tracking || !p.get()) return p;
-    uintptr_t lo = reinterpret_cast<uintptr_t>(p.get());
-    void* data = p.get();
-    auto* t = new Tracked{std::move(p), lo};
-    {
+    if (S.tracking && p.get()) {
+      uintptr_t lo = reinterpret_cast<uintptr_t>(p.get());
       std::lock_guard<std::mutex> lock(S.alloc_lock);
       S.allocs[lo] = {lo + n, "memory the op allocated (" + std::to_string(n) + " bytes)"};
     }
-    return c10::DataPtr(data, t, &tracked_delete, c10::Device(c10::DeviceType::CPU));
+    return p;
   }
-  CUDASIM_INTERNAL c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  CUDASIM_INTERNAL c10::DeleterFnPtr raw_deleter() const override { return inner->raw_deleter(); }
   CUDASIM_INTERNAL void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <link.h>
 
 #include "cudasim_profile.h"
@@ -28,6 +29,7 @@ CUDASIM_INTERNAL inline Space space_of(uintptr_t x, const Thread* t) {
   if (x - reinterpret_cast<uintptr_t>(t->stack) < kGuardBytes + t->stack_size) return Space::Skip;
   if (x - reinterpret_cast<uintptr_t>(&g) < sizeof g) return Space::Skip;  // threadIdx, blockIdx, ...
   if (x - check::S.threads_lo < check::S.threads_bytes) return Space::Skip;  // the threads' own records (cg's)
+  if (x - check::S.host_stack_lo < check::S.host_stack_bytes) return Space::Skip;  // the launching code's locals
   return Space::Global;
 }
 
@@ -140,6 +142,26 @@ CUDASIM_INTERNAL inline void launch_begin() {
   check::S.blocks.clear();
   check::S.atomics.clear();
   check::S.pending.clear();
+  // The launching thread's stack: a launch reads its arguments from there (a kernel named through a local
+  // function pointer, `auto k = kernel<T>; k<<<...>>>`, is read through the launch's reference to it).
+  uintptr_t here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), lo = here, hi = here + (8u << 20);
+#if defined(__APPLE__)
+  hi = reinterpret_cast<uintptr_t>(pthread_get_stackaddr_np(pthread_self()));
+  lo = hi - pthread_get_stacksize_np(pthread_self());
+#else
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* base = nullptr;
+    size_t size = 0;
+    if (pthread_attr_getstack(&attr, &base, &size) == 0 && base) {
+      lo = reinterpret_cast<uintptr_t>(base);
+      hi = lo + size;
+    }
+    pthread_attr_destroy(&attr);
+  }
+#endif
+  check::S.host_stack_lo = lo;
+  check::S.host_stack_bytes = hi - lo;
 }
 
 CUDASIM_INTERNAL inline void launch_end() {
