@@ -2,7 +2,7 @@
 
     report = self_check_of_planted("01", "scale", SOLUTION / "scale.cu", "lesson01_scale_off_by_one.cu",
                                    "if (i < n)", "if (i <= n)")
-    assert_diagnosis(report, "wrote past the end")
+    assert_diagnosis(report, "past the end")
 """
 from __future__ import annotations
 

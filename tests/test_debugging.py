@@ -220,7 +220,7 @@ def test_make_sanitize_on_the_simulator_runs_the_self_check_in_every_order_and_s
     assert sanitize.main(["01", "--solution", "--backend", "sim"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("The simulator has no compute-sanitizer.")
-    assert "simulator checks (thread orders, shuffled blocks, poisoning): PASS" in out
+    assert "simulator checks (races and bounds on every case, thread orders, shuffled blocks, poisoning): PASS" in out
 
 
 # ---------------------------------------------------------------------------------------------

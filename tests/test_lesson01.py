@@ -16,7 +16,7 @@ SOLUTION = ROOT / "solutions" / "01_thread_model"
 PLANTED_BUGS = {
     "lesson01_scale_no_block_offset.cu": ("const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;",
                                           "const int64_t i = threadIdx.x;", "never written (still the NaN poison)"),
-    "lesson01_scale_off_by_one.cu": ("if (i < n) out[i]", "if (i <= n) out[i]", "wrote past the end"),
+    "lesson01_scale_off_by_one.cu": ("if (i < n) out[i]", "if (i <= n) out[i]", "past the end"),
 }
 
 

@@ -14,7 +14,7 @@ LESSON = ROOT / "lessons" / "02_first_kernel"
 SOLUTION = ROOT / "solutions" / "02_first_kernel"
 # Bugs planted in the solution, one change each: (old, new, the diagnosis the self-check must give).
 PLANTED_BUGS = {
-    "lesson02_saxpy_off_by_one.cu": ("if (i < n) {", "if (i <= n) {", "wrote past the end"),
+    "lesson02_saxpy_off_by_one.cu": ("if (i < n) {", "if (i <= n) {", "past the end"),
     "lesson02_saxpy_floor_grid.cu": ("ceil_div(n, THREADS)", "n / THREADS", "never written (still the NaN poison)"),
 }
 FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)

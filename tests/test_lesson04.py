@@ -145,7 +145,7 @@ PLANTED_BUGS = {
     "lesson04_notail.cu": ("  if (j < n) out[j] = a * x[j] + y[j];\n", "", "never written (still the NaN poison)", 1),
     "lesson04_noloop.cu": ("for (int64_t i = t; i < n4; i += stride) {", "if (int64_t i = t; i < n4) {",
                            "never written (still the NaN poison)", 1),
-    "lesson04_tail_off_by_one.cu": ("if (j < n) out[j]", "if (j <= n) out[j]", "wrote past the end", 4),
+    "lesson04_tail_off_by_one.cu": ("if (j < n) out[j]", "if (j <= n) out[j]", "past the end", 4),
     "lesson04_no_scale_in_z.cu": ("a * xv.z + yv.z", "xv.z + yv.z", "differ", 3),
 }
 

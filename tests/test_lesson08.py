@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kernels import load
+from kernels.backend import resolve
 from kernels.exercises import check_exercise
 from kernels.lessons.lesson08 import (EPS, SHAPES, check_layernorm, check_layernorm_backward, layernorm_ref,
                                         register_layernorm)
@@ -308,10 +309,15 @@ PLANTED = {
     partial[blockIdx.y * 2 * cols + cols + c] += sb;
   }""", ("data race on global memory",)),
 }
+# what the check says of a race on a GPU, where no race check runs: the sums come out wrong (as they did in
+# 20 runs of 20 on an H100 and an H200)
+ON_A_GPU = {"warps_plus_equal": ("in dweight",)}
 
 
 @pytest.mark.parametrize("bug", PLANTED)
 def test_the_self_check_catches_a_planted_bug_with_its_diagnosis(bug):
     old, new, diagnoses = PLANTED[bug]
+    if resolve() == "cuda":
+        diagnoses = ON_A_GPU.get(bug, diagnoses)
     report = self_check_of_planted("08", "layernorm_backward", SOLUTION, f"lesson08_layernorm_backward_{bug}.cu", old, new)
     assert_diagnosis(report, *diagnoses)

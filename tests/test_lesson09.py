@@ -162,7 +162,7 @@ def test_a_missing_barrier_between_tile_steps_is_caught_wherever_k_spans_two_ste
 def test_an_off_by_one_at_the_tile_edge_is_caught_as_a_write_past_the_end():
     report = self_check_of_planted("09", "matmul_blocktile", SOLUTION, "lesson09_matmul_blocktile_edge.cu",
                                    "if (m < M && n < N)", "if (m < M && n <= N)")
-    assert_diagnosis(report, "wrote past the end")
+    assert_diagnosis(report, "past the end")
 
 
 PTXAS_LOG = """ptxas info    : Compiling entry function '_Z14matmul_kernel2PKfS0_Pfiii' for 'sm_90'
@@ -243,8 +243,8 @@ def test_a_wmma_loop_without_its_trailing_barrier_is_caught_as_a_race(backend):
 
 def test_whole_tiles_stored_over_a_ragged_output_are_caught_and_the_process_lives_on(backend, tmp_path):
     """The most common matmul bug: the store guard left out. Whole 64x64 tiles land far past a ragged C; the race
-    and bounds check stops the first small case before the write and the check stops there, so the larger cases
-    cannot corrupt the process (it used to abort with `malloc(): invalid size`)."""
+    and bounds check stops the first case whose overshoot goes past the canary margins before the write, and the
+    check stops there, so the larger cases cannot corrupt the process (it used to abort with `malloc(): invalid size`)."""
     if backend != "sim":
         pytest.skip("on a GPU the overshoot is an illegal address or silent corruption; compute-sanitizer's memcheck finds it")
     path = plant(SOLUTION, "      if (m < M && n < N) C[(int64_t)m * N + n] = acc[i][j];",
@@ -255,7 +255,8 @@ def test_whole_tiles_stored_over_a_ragged_output_are_caught_and_the_process_live
                          capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "out-of-bounds write at lesson09_matmul_blocktile_no_store_guard.cu:" in run.stdout, run.stdout[-3000:]
-    assert "diagnoses: ['OUT_OF_BOUNDS']" in run.stdout, run.stdout[-3000:]
+    # the 1x1x1 case's overshoot stays inside the canary margins (reported from them); the next one's goes past them
+    assert "'OUT_OF_BOUNDS'" in run.stdout.split("diagnoses:")[1], run.stdout[-3000:]
 
 
 def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught():

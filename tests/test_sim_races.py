@@ -148,6 +148,12 @@ def test_the_correct_kernels_of_the_other_test_files_raise_no_false_alarm():
     pub = load(KERNELS / "public_styles.cu", "sim")
     assert checked(pub.block_lock, torch.empty(1), 64, 3).tolist() == [0, 64 * 3]
     torch.testing.assert_close(checked(pub.samples_reduce, v)[-1], v.sum(), rtol=1e-4, atol=1e-3)
+    # back to the first file's build: each build's allocation tracker sits once in the chain in front of
+    # PyTorch's CPU allocator (put on again over a later one, the two called each other until the stack overflowed)
+    for _ in range(2):
+        torch.testing.assert_close(checked(cg.softmax_rows, x), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(checked(wm.wmma_matmul, a, b), a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    assert torch.ones(1000).sum().item() == 1000  # an allocation after the checks, through the whole chain
 
 
 def test_a_far_overshoot_in_a_plain_run_faults_in_the_guard_and_the_process_lives_on(tmp_path):

@@ -83,7 +83,7 @@ def sanitize(tool: str, op: str, bug: bool, log: list[str]) -> str:
     text = run.stdout + run.stderr
     log.append(f"===== {tool} {op} bug={bug} (exit {run.returncode})\n{text[-6000:]}")
     summary = re.search(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards?)", text)
-    first = re.search(r"(Error|Warning): (Race reported[^\n]*|[A-Z][^\n]{0,80})", text)
+    first = re.search(r"()(Race reported between \w+ access and \w+ access|Invalid __\w+__ \w+ of size \d+ bytes)", text)
     count = summary.group(1) if summary else "?"
     return f"{count}" + (f" ({first.group(2).strip()[:60]})" if first and count not in ("0", "?") else "")
 

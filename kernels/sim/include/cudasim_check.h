@@ -465,14 +465,18 @@ struct TrackingAllocator final : c10::Allocator {
 
 inline TrackingAllocator tracker;
 
-// Put the tracker in front of PyTorch's CPU allocator, once; false if another allocator with a higher
-// priority is in place (then allocations are not seen, and the bounds check leaves them alone).
+// Put this library's tracker in front of PyTorch's CPU allocator, once for the process's life: every
+// simulator library loaded (the instrumented build of each file) has its own, and each goes on top of the
+// one before, whose allocations it passes down, so the chain is a stack and never a loop (installing one
+// again over a later one would make them call each other for ever). False if another allocator with a
+// higher priority kept its place: then allocations are not seen, and the bounds check leaves them alone.
 CUDASIM_INTERNAL inline bool install_tracker() {
-  c10::Allocator* now = c10::GetCPUAllocator();
-  if (now == &tracker) return true;
-  tracker.inner = now;
-  c10::SetCPUAllocator(&tracker, 0);
-  return c10::GetCPUAllocator() == &tracker;
+  static bool installed = [] {
+    tracker.inner = c10::GetCPUAllocator();
+    c10::SetCPUAllocator(&tracker, 0);
+    return c10::GetCPUAllocator() == &tracker;
+  }();
+  return installed;
 }
 
 }  // namespace check
