@@ -526,7 +526,7 @@ def test_an_installed_copy_builds_and_runs_a_lesson_on_the_simulator(wheel, tmp_
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     (Path(purelib) / "outer_packages.pth").write_text("".join(f"{p}\n" for p in site.getsitepackages()))
-    r = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+    r = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", str(wheel)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     script = ("import torch, kernels\n"
