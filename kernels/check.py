@@ -49,8 +49,10 @@ TOLERANCE = {
 
 MARGIN = 64  # elements of canary on each side of every tensor: 256 bytes for fp32, so alignment is kept
 # On the simulator, a case whose inputs hold at most this many elements runs first with the simulator's race
-# and bounds check (kernels/sim/racecheck.py: 10-20 times slower than a plain run); larger ones do not.
-RACE_CHECK_ELEMENTS = 1 << 17
+# and bounds check (kernels/sim/racecheck.py: 10-20 times slower than a plain run); larger ones do not. A race
+# shows in a few blocks (every pattern of tests/sim_kernels/races.cu and the lessons' planted races is caught
+# at this size), and the checked run of a larger case costs more than all the plain runs of a check together.
+RACE_CHECK_ELEMENTS = 1 << 14
 SIM_ORDERS = ("forward", "reverse", "random")
 DETAILED = 4  # failing cases whose details a report prints; the others get their one line
 
@@ -569,13 +571,19 @@ _race_check_elements: list[int | None] = [RACE_CHECK_ELEMENTS]  # the limit in f
 
 
 @contextlib.contextmanager
-def thorough():
-    """Inside the block, every case gets the simulator's race and bounds check, whatever its size (make sanitize)."""
-    _race_check_elements.append(None)
+def race_check_limit(elements: int | None):
+    """Inside the block, the simulator's race and bounds check runs on the cases with at most `elements` input
+    elements: None for every case (see thorough), 0 for none (its instrumented build is then not made)."""
+    _race_check_elements.append(elements)
     try:
         yield
     finally:
         _race_check_elements.pop()
+
+
+def thorough():
+    """Inside the block, every case gets the simulator's race and bounds check, whatever its size (make sanitize)."""
+    return race_check_limit(None)
 
 
 def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None = None,
@@ -613,12 +621,12 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
     if seed is not None:
         torch.manual_seed(seed)
     lost = cuda_context_lost(None, be)  # broken by an earlier error: no case can run
-    races = races and be == "sim"
+    limit = _race_check_elements[-1]
+    races = races and be == "sim" and limit != 0
     if races:
         from .sim.instrumented import prepare_for
 
         prepare_for(fn)  # its instrumented build, built (or found in the cache) before the first case
-    limit = _race_check_elements[-1]
     for size, dtype in [] if lost else todo:
         case = Case(size, dtype)
         report.cases.append(case)

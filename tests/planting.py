@@ -3,12 +3,19 @@
     report = self_check_of_planted("01", "scale", SOLUTION / "scale.cu", "lesson01_scale_off_by_one.cu",
                                    "if (i < n)", "if (i <= n)")
     assert_diagnosis(report, "past the end")
+
+A planted bug's self-check runs without the simulator's race and bounds check (its instrumented build and
+checked runs cost more than the rest of the check) unless the test passes races=True: the bugs whose
+diagnosis comes from that check (a data race on global memory, an access past the canary margins) do. The
+solutions' self-checks run with it, so a false alarm on correct code still fails a test.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from kernels import load
+from kernels.check import race_check_limit
 from kernels.exercises import check_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +58,14 @@ def assert_diagnosis(report, *expected: str) -> None:
         assert e in text, f"expected {e!r} in a failing case, got:\n{report}"
 
 
-def self_check_of_planted(lesson: str, exercise: str, solution: Path, name: str, old: str, new: str):
-    """The exercise's self-check report on `solution` with `old` replaced by `new`, after building it."""
-    return check_exercise(lesson, exercise, path=built(plant(solution, old, new, name)))
+def self_check_of_planted(lesson: str, exercise: str, solution: Path, name: str, old: str, new: str,
+                          races: bool = False):
+    """The exercise's self-check report on `solution` with `old` replaced by `new`, after building it; with
+    the simulator's race and bounds check only when `races`."""
+    return self_check(lesson, exercise, built(plant(solution, old, new, name)), races=races)
+
+
+def self_check(lesson: str, exercise: str, path: Path, races: bool = False, **kwargs):
+    """The exercise's self-check report on a planted file, with the race and bounds check only when `races`."""
+    with contextlib.nullcontext() if races else race_check_limit(0):
+        return check_exercise(lesson, exercise, path=path, **kwargs)

@@ -115,9 +115,9 @@ def test_environment_variable_picks_the_backend(monkeypatch):
         resolve()
 
 
-def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
-    """The build included a precompiled header, and gcc accepts it for the build's flags
-    (-Werror=invalid-pch turns a silent fallback to parsing the headers into a failure)."""
+def _assert_the_compiler_accepts_the_precompiled_header(ext) -> None:
+    """The build included a precompiled header, and its compiler accepts it for the build's flags (gcc's
+    -Werror=invalid-pch turns a silent fallback to parsing the headers into a failure; clang refuses a stale one)."""
     import re
     import shlex
 
@@ -134,9 +134,9 @@ def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("probe, headers", [("vector_add.cu", "PCH_HEADERS"), ("pybind_square.cu", "LIGHT_TORCH_PYBIND_PCH_HEADERS")])
-def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch, probe, headers):
+def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path, monkeypatch, probe, headers):
     """A sim build precompiles the headers it needs (helpers.cuh's, plus the light torch/extension.h for a
-    file that includes it) unless an earlier build did; a later build includes that file, and gcc accepts it.
+    file that includes it) unless an earlier build did; a later build includes that file, and the compiler (g++ or clang++) accepts it.
     The precompiled headers are the usual build folder's (made from scratch by the first build of a fresh
     checkout, as `make test-all`'s first step does): making them again here would only repeat that."""
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(_isolated_build_dir(tmp_path)))
@@ -153,12 +153,12 @@ def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypa
 
     works(load(src, "sim", quiet=True))
     pch = sim_build.pch_path(sim_build.FLAGS, getattr(sim_build, headers))
-    assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
+    assert sim_build.pch_file(pch, sim_build.FLAGS).is_file(), (pch.parent / "sim_pch.failed").read_text()
     assert pch.read_text().count("#include") == len(getattr(sim_build, headers))
     src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
     again = load(src, "sim", quiet=True)
     works(again)
-    _assert_gcc_accepts_the_precompiled_header(again)
+    _assert_the_compiler_accepts_the_precompiled_header(again)
 
 # --- the build cache under concurrency and crashes ----------------------------------------------
 
@@ -275,9 +275,9 @@ def test_cache_key_changes_with_the_translator_and_the_simulator_headers(tmp_pat
 @pytest.mark.parametrize("backend, query", [("sim", "cxx_version"), ("cuda", "cxx_version"), ("cuda", "nvcc_version")])
 def test_cache_key_changes_with_the_compiler_versions(monkeypatch, backend, query):
     src = HERE / "vector_add.cu"
-    monkeypatch.setattr(cache, query, lambda: "compiler 12.2.0")
+    monkeypatch.setattr(cache, query, lambda *backend: "compiler 12.2.0")
     k1 = key_of(SourceSet.of(src), backend, [])
-    monkeypatch.setattr(cache, query, lambda: "compiler 13.1.0")
+    monkeypatch.setattr(cache, query, lambda *backend: "compiler 13.1.0")
     assert key_of(SourceSet.of(src), backend, []) != k1
 
 
@@ -300,6 +300,27 @@ def test_cache_key_changes_with_the_target_gpu_architecture(monkeypatch):
     k80 = key_of(SourceSet.of(src), "cuda", mod.compile_flags("cuda"))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     assert key_of(SourceSet.of(src), "cuda", mod.compile_flags("cuda")) != k80
+
+
+def test_sim_builds_take_clang_where_it_is_installed_unless_a_compiler_is_named(monkeypatch):
+    import os
+    import shutil
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv(toolchain.SIM_CXX, raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}" if name == "clang++" else None)
+    assert (toolchain.cxx("sim"), toolchain.cxx("cuda")) == ("clang++", "c++")
+    assert toolchain.cxx("sim", instrumented=True) == "c++"  # the race check's builds keep g++ (see cxx)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert toolchain.cxx("sim") == "c++"
+    monkeypatch.setenv("CXX", "g++-12")
+    assert (toolchain.cxx("sim"), toolchain.cxx("cuda")) == ("g++-12", "g++-12")
+    monkeypatch.setenv(toolchain.SIM_CXX, "clang++-14")
+    assert (toolchain.cxx("sim"), toolchain.cxx("cuda")) == ("clang++-14", "g++-12")
+    assert toolchain.cxx("sim", instrumented=True) == "g++-12"
+    with toolchain.compiler_for("sim"):
+        assert os.environ["CXX"] == "clang++-14"  # what cpp_extension reads
+    assert os.environ["CXX"] == "g++-12"
 
 
 def test_compiler_version_is_asked_once_per_process(monkeypatch):

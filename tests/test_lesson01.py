@@ -7,7 +7,7 @@ import torch
 from kernels import load
 from kernels.check import SIZES, check, elementwise, like
 from kernels.exercises import check_exercise
-from planting import assert_diagnosis, built, self_check_of_planted
+from planting import assert_diagnosis, built, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "01_thread_model"
@@ -94,7 +94,7 @@ def test_add_loop1_rejects_gpu_tensors(ext, dev):
 
 
 def test_scale_stub_builds_and_fails_its_self_check_with_unwritten_elements():
-    report = check_exercise("01", "scale", path=built(LESSON / "scale.cu"))
+    report = self_check("01", "scale", built(LESSON / "scale.cu"))
     assert_diagnosis(report, "never written (still the NaN poison)")
 
 

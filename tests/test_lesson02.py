@@ -7,7 +7,7 @@ import torch
 from kernels import load
 from kernels.check import SIZES, check, elementwise, like
 from kernels.exercises import check_exercise
-from planting import assert_diagnosis, built, self_check_of_planted
+from planting import assert_diagnosis, built, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "02_first_kernel"
@@ -113,7 +113,7 @@ def test_wrong_device_is_rejected(ext, dev):
 
 
 def test_saxpy_stub_builds_and_fails_its_self_check_with_the_error_of_a_launch_of_0_blocks():
-    report = check_exercise("02", "saxpy", path=built(LESSON / "saxpy.cu"))
+    report = self_check("02", "saxpy", built(LESSON / "saxpy.cu"))
     assert_diagnosis(report, "raised ", "CUDA error: invalid")
 
 

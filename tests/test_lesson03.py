@@ -11,7 +11,7 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise
 from kernels.exercises import check_exercise
-from planting import assert_diagnosis, built, self_check_of_planted
+from planting import assert_diagnosis, built, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "03_pytorch_op"
@@ -130,7 +130,7 @@ def test_package_declares_a_cuda_extension_built_by_build_extension():
 
 
 def test_self_check_of_the_stub_builds_and_fails_on_unwritten_elements_and_the_missing_op(capsys):
-    report = check_exercise("03", "fma", path=built(LESSON / "fma.cu"))
+    report = self_check("03", "fma", built(LESSON / "fma.cu"))
     assert_diagnosis(report, "never written (still the NaN poison)", "fma_backward does not exist")
 
 
@@ -177,14 +177,14 @@ def test_self_check_names_a_planted_bug_in_the_python_half(bug, tmp_path, capsys
     assert source.count(good) == 1, f"the solution no longer contains {good!r}: update the planted bug"
     (tmp_path / "fma_op.py").write_text(source.replace(good, bad))
     (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + f"// planted: {bug}\n")
-    assert_diagnosis(check_exercise("03", "fma", path=built(tmp_path / "fma.cu")), *diagnoses)
+    assert_diagnosis(self_check("03", "fma", built(tmp_path / "fma.cu")), *diagnoses)
 
 
 def test_self_check_says_which_part_of_the_python_half_is_unwritten(tmp_path, capsys):
     # the kernels done, fma_op.py still the stub: the hints name what is missing
     (tmp_path / "fma_op.py").write_text((LESSON / "fma_op.py").read_text())
     (tmp_path / "fma.cu").write_text((SOLUTION / "fma.cu").read_text() + "// python half unwritten\n")
-    report = check_exercise("03", "fma", path=built(tmp_path / "fma.cu"))
+    report = self_check("03", "fma", built(tmp_path / "fma.cu"))
     assert_diagnosis(report, "raised NotImplementedError")
     assert "fma_op.py is not finished: the backward of fma is not written yet" in report.hints
     assert "fma_op.py is not finished: the fake kernel of fma is not written yet" in report.hints

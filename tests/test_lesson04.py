@@ -10,7 +10,7 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise, like
 from kernels.exercises import check_exercise, find, fitting_hint
-from planting import assert_diagnosis, built, self_check_of_planted
+from planting import assert_diagnosis, built, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "04_memory_bound"
@@ -151,7 +151,7 @@ PLANTED_BUGS = {
 
 
 def test_exercise_stub_builds_and_fails_its_self_check_with_unwritten_elements():
-    report = check_exercise("04", "scale_add_vec4", path=built(LESSON / "scale_add_vec4.cu"))
+    report = self_check("04", "scale_add_vec4", built(LESSON / "scale_add_vec4.cu"))
     assert_diagnosis(report, "never written (still the NaN poison)")
 
 

@@ -9,7 +9,7 @@ from kernels import load
 from kernels.check import ROWS, check, random_tensor
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson05 import swiglu_backward_ref, swiglu_ref
-from planting import assert_diagnosis, built, self_check_of_planted
+from planting import assert_diagnosis, built, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "05_fused"
@@ -231,7 +231,7 @@ PLANTED_BUGS = {
 
 
 def test_swiglu_stub_builds_and_fails_its_self_check_with_unwritten_elements():
-    report = check_exercise("05", "swiglu", path=built(LESSON / "swiglu.cu"))
+    report = self_check("05", "swiglu", built(LESSON / "swiglu.cu"))
     assert_diagnosis(report, "never written (still the NaN poison)")
 
 

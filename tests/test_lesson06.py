@@ -9,7 +9,7 @@ from kernels.check import ROWS, Diagnosis, check, rows
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons import lesson06
 from kernels.lessons.lesson06 import check_row_sum, check_sum, row_max, rows_out
-from planting import plant
+from planting import plant, self_check
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "06_reductions"
@@ -129,7 +129,7 @@ def first_hint_shown(name: str, report) -> int:
 
 @pytest.mark.parametrize("name", ["row_max", "row_sum_block"])
 def test_the_stub_builds_and_fails_every_case_as_never_written(name):
-    report = check_exercise("06", name, path=LESSON / "row_reductions.cu")
+    report = self_check("06", name, LESSON / "row_reductions.cu")
     assert report.cases and not any(c.problem == "build" for c in report.cases)
     assert all("NaN" in c.problem and "never written" in c.detail for c in report.cases)
     assert first_hint_shown(name, report) == 1  # the plan of the kernel
@@ -143,7 +143,7 @@ def test_the_solution_passes_its_self_check(name):
 def test_a_row_max_that_starts_from_zero_fails_every_case_on_every_run():
     planted = plant(SOLUTION / "row_reductions.cu", "float m = -INFINITY;", "float m = 0.0f;", "lesson06_row_max_from_zero.cu")
     for _ in range(3):  # fresh random inputs each run: row 0 is all negative in every one
-        report = check_exercise("06", "row_max", path=planted)
+        report = self_check("06", "row_max", planted)
         assert report.cases and all(not c.passed and "differ" in c.problem for c in report.cases)
         assert not any("race" in c.detail for c in report.cases)  # wrong in every order: not a race
 
@@ -154,7 +154,7 @@ def test_a_row_max_that_starts_from_zero_fails_every_case_on_every_run():
     ("for (int offset = 16;", "for (int offset = 8;", "lesson06_row_max_half_warp.cu"),
 ])
 def test_the_row_max_check_catches_a_wrong_value_bug(old, new, name):
-    report = check_exercise("06", "row_max", path=plant(SOLUTION / "row_reductions.cu", old, new, name))
+    report = self_check("06", "row_max", plant(SOLUTION / "row_reductions.cu", old, new, name))
     assert failures(report) and all("differ" in c.problem for c in failures(report))
 
 
@@ -166,7 +166,7 @@ def test_the_row_max_check_names_a_lane_that_returned_before_the_shuffles(backen
     loop = "  for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, r[c]);\n"
     planted = plant(SOLUTION / "row_reductions.cu", loop, loop + "  if (lane >= cols) return;  // a lane without columns leaves\n",
                     "lesson06_row_max_early_return.cu")
-    report = check_exercise("06", "row_max", path=planted)
+    report = self_check("06", "row_max", planted)
     narrow = {c.size for c in report.cases if c.size[1] < 32}  # rows narrower than a warp leave lanes idle
     assert narrow and {c.size for c in failures(report)} == narrow
     assert all("__shfl_xor_sync" in c.detail and "which has exited (returned at lesson06_row_max_early_return.cu:30)"
@@ -196,7 +196,7 @@ def test_the_block_row_sum_check_catches_an_early_return_before_the_barrier(back
     planted = plant(SOLUTION / "row_reductions.cu", "  const float* r = x + blockIdx.x * cols;",
                     "  if (tid >= cols) return;  const float* r = x + blockIdx.x * cols;",
                     "lesson06_row_sum_block_early_return.cu")
-    report = check_exercise("06", "row_sum_block", path=planted)
+    report = self_check("06", "row_sum_block", planted)
     narrow = {c.size for c in report.cases if c.size[1] < 256}
     assert {c.size for c in failures(report)} == narrow  # rows as wide as the block leave no thread idle
     assert all("NaN" in c.problem for c in failures(report))
@@ -205,7 +205,7 @@ def test_the_block_row_sum_check_catches_an_early_return_before_the_barrier(back
 def test_the_block_row_sum_check_catches_an_off_by_one_at_the_ragged_end():
     planted = plant(SOLUTION / "row_reductions.cu", "c < cols; c += BLOCK", "c <= cols; c += BLOCK",
                     "lesson06_row_sum_block_off_by_one.cu")
-    report = check_exercise("06", "row_sum_block", path=planted)
+    report = self_check("06", "row_sum_block", planted)
     assert report.cases and all(not c.passed and "differ" in c.problem for c in report.cases)
     assert first_hint_shown("row_sum_block", report) == 3  # the hint about the loop bound
 

@@ -10,7 +10,7 @@ from kernels.check import Diagnosis, check, like
 from kernels.lessons import lesson07
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
-from planting import plant
+from planting import plant, self_check
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "07_softmax" / "softmax_online.cu"
@@ -201,7 +201,7 @@ def test_the_op_compiles_with_fullgraph_forward_and_backward(ext, dev):
 
 
 def test_the_softmax_online_stub_fails_its_self_check_and_the_first_hint_is_the_plan():
-    report = check_exercise("07", "softmax_online", path=ROOT / "lessons" / "07_softmax" / "softmax_online.cu")
+    report = self_check("07", "softmax_online", ROOT / "lessons" / "07_softmax" / "softmax_online.cu")
     assert not report.passed
     assert fitting_hint(find("07", "softmax_online")[0], report) == 1
 
@@ -229,7 +229,7 @@ def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_th
     old, new, diagnosis, first_hint = PLANTED[bug]
     path = plant(SOLUTION, old, new, f"lesson07_softmax_online_{bug}.cu")
     load(path)  # the planted file builds: the check below fails on its values, not on a compile error
-    report = check_exercise("07", "softmax_online", path=path)
+    report = self_check("07", "softmax_online", path)
     assert not report.passed
     assert any(diagnosis in c.problem for c in report.cases if not c.passed), str(report)
     assert fitting_hint(find("07", "softmax_online")[0], report) == first_hint

@@ -11,7 +11,7 @@ from kernels import load
 from kernels.exercises import check_exercise
 from kernels.lessons import lesson09
 from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
-from planting import assert_diagnosis, plant, self_check_of_planted
+from planting import assert_diagnosis, plant, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_matmul" / "matmul_blocktile.cu"
@@ -140,7 +140,7 @@ def test_the_functional_op_takes_float32_and_bf16(ext, dev):
 
 def test_the_matmul_blocktile_stub_fails_its_self_check():
     path = ROOT / "lessons" / "09_matmul" / "matmul_blocktile.cu"
-    assert not check_exercise("09", "matmul_blocktile", path=path).passed
+    assert not self_check("09", "matmul_blocktile", path).passed
 
 
 def test_the_matmul_blocktile_solution_passes_its_self_check():
@@ -221,7 +221,7 @@ def test_the_readme_table_shows_tflops_for_benchmarks_without_a_byte_count(tmp_p
 
 
 def test_the_matmul_wmma_stub_fails_its_self_check():
-    assert not check_exercise("09", "matmul_wmma", path=ROOT / "lessons" / "09_matmul" / "matmul_wmma.cu").passed
+    assert not self_check("09", "matmul_wmma", ROOT / "lessons" / "09_matmul" / "matmul_wmma.cu").passed
 
 
 def test_the_matmul_wmma_solution_passes_its_self_check():
@@ -237,7 +237,7 @@ def test_a_wmma_loop_without_its_trailing_barrier_is_caught_as_a_race(backend):
     report = self_check_of_planted("09", "matmul_wmma", ROOT / "solutions" / "09_matmul" / "matmul_wmma.cu",
                                    "lesson09_matmul_wmma_no_trailing_barrier.cu",
                                    "    __syncthreads();  // done with the tiles before the next step overwrites them\n",
-                                   "")
+                                   "", races=True)
     assert_diagnosis(report, "data race on shared memory")
 
 

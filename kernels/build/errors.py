@@ -31,7 +31,8 @@ def relative(text: str) -> str:
 
 
 _ERROR_RE = re.compile(r"(:\d+(:\d+)?:|\(\d+\):) (fatal )?error")
-_REQUIRED_RE = re.compile(r"^(?P<at>.+?:\d+:\d+):\s+required from here")
+_REQUIRED_RE = re.compile(r"^(?P<at>.+?:\d+:\d+):\s+required from here")  # gcc: before the error
+_REQUESTED_RE = re.compile(r"^(?P<at>.+?:\d+:\d+): note: in instantiation of .* requested here")  # clang: after it
 
 
 def _in_simulator_header(line: str) -> bool:
@@ -47,11 +48,16 @@ def compiler_errors(log: str, limit: int = 25) -> str:
     for i, line in enumerate(lines):
         if _ERROR_RE.search(line):
             if _in_simulator_header(line):
-                for prev in reversed(lines[max(0, i - 30):i]):
-                    m = _REQUIRED_RE.match(prev)
-                    if m and not _in_simulator_header(prev):
-                        keep.append(f"{m.group('at')}: error: {line.split('error: ', 1)[-1]}")
+                after = []
+                for later in lines[i + 1:i + 30]:
+                    if _ERROR_RE.search(later):
                         break
+                    after.append(later)
+                chain = [m for m in (_REQUIRED_RE.match(p) for p in reversed(lines[max(0, i - 30):i])) if m] + \
+                        [m for m in (_REQUESTED_RE.match(a) for a in after) if m]
+                learner = next((m for m in chain if not _in_simulator_header(m.string)), None)
+                if learner:
+                    keep.append(f"{learner.group('at')}: error: {line.split('error: ', 1)[-1]}")
             keep.extend(lines[i:i + 3])
         if len(keep) >= limit:
             break

@@ -251,7 +251,11 @@ def summary(all_steps: list[Step], wall: float) -> str:
     for title, parts in shared.items():
         verdict = "" if all(s.code in (0, None) for s in parts) else "FAILED: "
         body.append((title, "", f"{sum(s.cpu for s in parts):.0f}s", f"{verdict}{merged(parts)}"))
-    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
+    from ..build.toolchain import cxx, cxx_version
+
+    compiler = (cxx_version("sim").splitlines() or [cxx("sim")])[0]
+    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores; "
+             f"simulator builds with {compiler}",
              text_table(("step", "wall", "CPU", "result"), body, align="lrrl"),
              "== slowest items (seconds)"]
     lines += [f"{secs:8.1f}  {what}" for secs, what in slowest(all_steps)]

@@ -23,7 +23,7 @@ from filelock import FileLock
 
 from ..build.errors import BuildError, display_path
 from ..build.sources import SYSTEM_INCLUDE_RE, SourceSet, code_mask, is_directive
-from ..build.toolchain import cxx_version
+from ..build.toolchain import compiler_for, cxx_version
 from ..paths import INCLUDE, SIM, SIM_INCLUDE, build_root
 
 # -g1: line tables only, so that a fault in a kernel thread can name its source line (cudasim.h).
@@ -42,8 +42,10 @@ def instrumented_flags() -> list[str]:
     loads beside the plain one (kernels.build's namespace suffix)."""
     from ..build import NAMESPACE_SUFFIX_FLAG
 
-    no_entry_exit = (["-mllvm", "-tsan-instrument-func-entry-exit=0"] if "clang" in cxx_version()
-                     else ["--param=tsan-instrument-func-entry-exit=0"])
+    # clang also leaves out the read of a read-modify-write (x[i] += v) unless told: the profiler counts it, and
+    # the race check reports a race on it as a read, as with g++
+    no_entry_exit = (["-mllvm", "-tsan-instrument-func-entry-exit=0", "-mllvm", "-tsan-instrument-read-before-write=1"]
+                     if "clang" in cxx_version("sim", instrumented=True) else ["--param=tsan-instrument-func-entry-exit=0"])
     return ["-DCUDASIM_INSTRUMENTED", "-fsanitize=thread", *no_entry_exit, "-fno-optimize-sibling-calls",
             f"{NAMESPACE_SUFFIX_FLAG}_instrumented"]
 
@@ -124,11 +126,23 @@ def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
     import torch
 
     h = hashlib.sha256()
-    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers), cxx_version()):
+    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers),
+                 cxx_version("sim", is_instrumented(flags))):
         h.update(part.encode())
     for f in simulator_files():
         h.update(f.read_bytes())
     return build_root() / "sim-pch" / h.hexdigest()[:12] / "sim_pch.h"
+
+
+def is_instrumented(flags: list[str]) -> bool:
+    """Whether a build with these flags is an instrumented one (see instrumented_flags)."""
+    return "-DCUDASIM_INSTRUMENTED" in flags
+
+
+def pch_file(header: Path, flags: list[str]) -> Path:
+    """The precompiled form of `header` that `-include header` picks up, for a build with these flags:
+    header.gch for gcc, header.pch for clang."""
+    return header.with_suffix(".h.pch" if "clang" in cxx_version("sim", is_instrumented(flags)) else ".h.gch")
 
 
 def make_pch(header: Path, headers: list[str], ninja_file: Path) -> bool:
@@ -143,7 +157,9 @@ def make_pch(header: Path, headers: list[str], ninja_file: Path) -> bool:
         return False
     flags = [f for f in shlex.split(cflags.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
     header.parent.mkdir(parents=True, exist_ok=True)
-    gch, failed = header.with_suffix(".h.gch"), header.with_suffix(".failed")
+    gch, failed = pch_file(header, flags), header.with_suffix(".failed")
+    if "clang" in cxx_version("sim", is_instrumented(flags)):  # the headers' template instantiations, compiled once
+        flags.append("-fpch-instantiate-templates")
     with FileLock(header.parent / "lock"):  # parallel builds: one precompiles, the others wait and reuse it
         if gch.exists() or failed.exists():
             return gch.exists()
@@ -166,9 +182,10 @@ def make_pch(header: Path, headers: list[str], ninja_file: Path) -> bool:
 # "'nn' is not a member of 'torch'" and the like) and the log. A later build of the same file goes
 # straight to the real header when its sources are unchanged, or when they still use one of those
 # names; an edit that drops them, or a change of the light header, tries the light header again.
-_MISSING_NAME_RE = re.compile(  # gcc quotes with ' or, in a UTF-8 locale, with ‘ and ’
+_MISSING_NAME_RE = re.compile(  # gcc quotes with ' or, in a UTF-8 locale, with ‘ and ’; then clang's wording
     r"error: (?:[‘']([\w:]+)[’'] (?:is not a member of|was not declared in this scope|has not been declared)"
-    r"|[^\n]*?[‘']([\w:]+)[’'] (?:in namespace [‘'][\w:]+[’'] )?does not name a (?:type|template type))")
+    r"|[^\n]*?[‘']([\w:]+)[’'] (?:in namespace [‘'][\w:]+[’'] )?does not name a (?:type|template type)"
+    r"|(?:no (?:member|type|template) named|use of undeclared identifier|unknown type name) '([\w:]+)')")
 
 
 def _light_torch_record(entry: Path) -> Path:
@@ -187,7 +204,7 @@ def _light_header_hash() -> str:
 
 def missing_names(log: str) -> list[str]:
     """The names a failed compile could not find, last part only (`torch::nn` gives `nn`), in order."""
-    found = (a or b for a, b in _MISSING_NAME_RE.findall(log))
+    found = (next(g for g in groups if g) for groups in _MISSING_NAME_RE.findall(log))
     return list(dict.fromkeys(name.rsplit("::", 1)[-1] for name in found))
 
 
@@ -270,10 +287,11 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(sources, light_torch)
     pch = pch_path(flags, headers)
-    use_pch = ["-include", str(pch)] if _pch_enabled() and pch.with_suffix(".h.gch").exists() else []
+    use_pch = ["-include", str(pch)] if _pch_enabled() and pch_file(pch, flags).exists() else []
     try:
-        cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
-                 extra_cflags=flags + use_pch, **kwargs)
+        with compiler_for("sim", is_instrumented(flags)):
+            cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
+                     extra_cflags=flags + use_pch, **kwargs)
     except RuntimeError as e:
         if headers != PCH_HEADERS and str(e).startswith("Error building extension"):
             raise _LightTorchFailed(str(e)) from None

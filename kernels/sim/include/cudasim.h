@@ -58,8 +58,15 @@
 // (cudasim_instrument.h). The simulator's own functions carry CUDASIM_INTERNAL: they are not
 // instrumented, so that the hooks see only the learner's accesses (a simulator function that reads or
 // writes memory on a thread's behalf reports it with note_read/note_write). Such functions must not
-// be always_inline: GCC refuses to inline across a sanitizer-attribute mismatch.
-#define CUDASIM_INTERNAL __attribute__((no_sanitize_thread))
+// be always_inline: GCC refuses to inline across a sanitizer-attribute mismatch. Clang's
+// no_sanitize_thread still instruments atomics (a hook that performs an atomic would call itself), so
+// with clang they carry disable_sanitizer_instrumentation, which leaves out everything, as GCC does.
+#if defined(__clang__) && __has_attribute(disable_sanitizer_instrumentation)
+#define CUDASIM_UNINSTRUMENTED disable_sanitizer_instrumentation
+#else
+#define CUDASIM_UNINSTRUMENTED no_sanitize_thread
+#endif
+#define CUDASIM_INTERNAL __attribute__((CUDASIM_UNINSTRUMENTED))
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.

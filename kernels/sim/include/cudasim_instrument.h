@@ -219,7 +219,7 @@ CUDASIM_INTERNAL inline void device_free(const void* p) {
 
 // ---------------------------------------------------------------------------------------------
 // The check's control functions (called from Python with ctypes, exported from an instrumented build).
-#define CUDASIM_EXPORT extern "C" __attribute__((visibility("default"), used, no_sanitize_thread))
+#define CUDASIM_EXPORT extern "C" __attribute__((visibility("default"), used, CUDASIM_UNINSTRUMENTED))
 
 // Start checking the launches that follow: races always, bounds against the regions registered next
 // (none registered: global accesses are not bounds-checked). Returns 1 if the CPU allocations made
@@ -265,7 +265,7 @@ CUDASIM_EXPORT void cudasim_check_stop() {
 
 // ---------------------------------------------------------------------------------------------
 // The hooks that -fsanitize=thread calls (gcc and clang emit the same names).
-#define CUDASIM_HOOK extern "C" __attribute__((no_sanitize_thread))
+#define CUDASIM_HOOK extern "C" __attribute__((CUDASIM_UNINSTRUMENTED))
 #define CUDASIM_TSAN_ONE(name, size, write)                                                            \
   CUDASIM_HOOK void name(void* p) {                                                                    \
     if (cudasim::prof::P.on) {                                                                         \

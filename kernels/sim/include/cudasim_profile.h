@@ -15,15 +15,15 @@
 // Python reads the totals through cudasim_profile_rows and maps each call site to file:line with
 // the debug information (addr2line), keeping the learner's own files.
 //
-// Everything here is compiled without instrumentation (no_sanitize_thread) and never calls
+// Everything here is compiled without instrumentation (CUDASIM_UNINSTRUMENTED) and never calls
 // instrumented code while a hook runs (`busy` covers the rare calls into the standard library).
 #pragma once
 
 #include <dlfcn.h>
 #include <link.h>
 
-#define CUDASIM_PROF_FN __attribute__((no_sanitize_thread, noinline))
-#define CUDASIM_PROF_INLINE __attribute__((no_sanitize_thread, always_inline)) inline
+#define CUDASIM_PROF_FN __attribute__((CUDASIM_UNINSTRUMENTED, noinline))
+#define CUDASIM_PROF_INLINE __attribute__((CUDASIM_UNINSTRUMENTED, always_inline)) inline
 
 namespace cudasim {
 namespace prof {
@@ -268,7 +268,7 @@ CUDASIM_PROF_FN inline void profile_barrier(int thread) {
 
 // ---------------------------------------------------------------------------------------------
 // The control functions kernels/profile.py calls (ctypes), exported from the profiling build.
-extern "C" __attribute__((visibility("default"), used, no_sanitize_thread)) void cudasim_profile_start() {
+extern "C" __attribute__((visibility("default"), used, CUDASIM_UNINSTRUMENTED)) void cudasim_profile_start() {
   using namespace cudasim::prof;
   P.busy = true;
   P.sites.clear();
@@ -280,7 +280,7 @@ extern "C" __attribute__((visibility("default"), used, no_sanitize_thread)) void
   P.on = true;
 }
 
-extern "C" __attribute__((visibility("default"), used, no_sanitize_thread)) void cudasim_profile_stop() {
+extern "C" __attribute__((visibility("default"), used, CUDASIM_UNINSTRUMENTED)) void cudasim_profile_stop() {
   using namespace cudasim::prof;
   P.on = false;
   P.busy = true;
@@ -289,7 +289,7 @@ extern "C" __attribute__((visibility("default"), used, no_sanitize_thread)) void
 }
 
 // Copies up to `cap` rows into `out`; returns how many sites there are.
-extern "C" __attribute__((visibility("default"), used, no_sanitize_thread)) size_t
+extern "C" __attribute__((visibility("default"), used, CUDASIM_UNINSTRUMENTED)) size_t
 cudasim_profile_rows(cudasim::prof::Row* out, size_t cap) {
   using namespace cudasim::prof;
   Dl_info info{};
