@@ -581,6 +581,11 @@ def race_check_limit(elements: int | None):
         _race_check_elements.pop()
 
 
+def race_check_on() -> bool:
+    """Whether checks run now make the simulator's race and bounds check (not inside race_check_limit(0))."""
+    return _race_check_elements[-1] != 0
+
+
 def thorough():
     """Inside the block, every case gets the simulator's race and bounds check, whatever its size (make sanitize)."""
     return race_check_limit(None)
