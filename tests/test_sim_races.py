@@ -226,3 +226,22 @@ def test_a_struct_shuffle_is_refused_as_nvcc_refuses_it_and_its_members_shuffle(
         src.write_text(kernel)
         run = subprocess.run([nvcc, "-c", str(src), "-o", str(tmp_path / "k.o")], capture_output=True, text=True)
         assert (run.returncode == 0) == ok, run.stderr
+
+
+def test_the_race_checks_build_is_made_beside_the_plain_one_and_only_when_missing(tmp_path):
+    """check_exercise starts the instrumented build in a child process before it builds the file itself, so
+    the two compile at once; a file whose instrumented build is cached starts no child."""
+    from kernels.build import is_cached
+    from kernels.sim.build import instrumented_flags
+    from kernels.sim.instrumented import build_beside
+
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    src = tmp_path / "beside.cu"
+    src.write_text((HERE / "toolkit" / "vector_add.cu").read_text() + f"// {tmp_path.name}\n")
+    assert not is_cached(src, "sim", instrumented_flags())
+    child = build_beside(src)
+    assert child is not None and child.wait(timeout=600) == 0
+    assert is_cached(src, "sim", instrumented_flags()) and not is_cached(src, "sim")  # the twin only
+    assert build_beside(src) is None
+

@@ -93,6 +93,18 @@ def compile_only(source: str | os.PathLike, python_module: bool | None = None) -
     return Path(getattr(ext, "so", None) or ext.__file__)
 
 
+def is_cached(source: str | os.PathLike, backend: str | None = None, extra_cflags: list[str] | None = None) -> bool:
+    """Whether `load(source, backend, extra_cflags=...)` would find its build in the cache (no build needed)."""
+    entry, be = find_source(source), _backend.resolve(backend)
+    flags = compile_flags(be, extra_cflags)
+    name = cache.ext_name(entry, be, key_of(SourceSet.of(entry), be, flags))
+    out = build_root() / name
+    try:  # read only (cached_library also clears an unfinished build, which another process may be making)
+        return name in _loaded or (out / f"{name}.ok").read_text() == cache.stamp(out / f"{name}.so")
+    except OSError:
+        return False
+
+
 def key_of(sources: SourceSet, backend: str, flags: list[str]) -> str:
     """The cache key of a build of these sources for a backend with these flags (see cache.key); a sim
     build's also covers the simulator's own files."""

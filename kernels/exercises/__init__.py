@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import lessons
+from ..backend import resolve
 from ..build import BuildError, load
 from ..check import Case, Diagnosis, Report, merge, race_check_on
 from ..lessons import Exercise, Hint, lesson_dir
@@ -105,13 +106,20 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
     reports = []
     for ex in find(lesson, name):
         src = Path(path) if path else lesson_dir(ex.lesson, solution) / ex.file
+        beside = None
+        if src.suffix == ".cu" and resolve(backend) == "sim" and race_check_on():
+            from ..sim.instrumented import build_beside
+
+            beside = build_beside(src)  # the race check's build, made beside the plain one
         try:
             ext = import_fresh(src) if src.suffix == ".py" else load(src, backend)
-            if getattr(ext, "backend", None) == "sim" and race_check_on():  # its race check's build, made now
+            if getattr(ext, "backend", None) == "sim" and race_check_on():  # its race check's build, loaded now
                 from ..sim.instrumented import prepare
 
-                prepare(ext)
+                prepare(ext, beside)
         except Exception as e:  # a Python exercise may fail to import in any way; a .cu file only as below
+            if beside is not None and beside.poll() is None:
+                beside.kill()  # the file does not build: neither will its twin
             if src.suffix != ".py" and not isinstance(e, (BuildError, FileNotFoundError)):
                 raise
             print(f"{ex.name}: does not {'import' if src.suffix == '.py' else 'build'} yet\n{e}")

@@ -21,12 +21,13 @@ import ctypes
 import functools
 import shutil
 import subprocess
+import sys
 import tempfile
 import types
 from pathlib import Path
 from typing import Callable
 
-from ..build import Extension, SourceSet, load, loaded_extensions, namespace_suffix
+from ..build import Extension, SourceSet, is_cached, load, loaded_extensions, namespace_suffix
 from ..build.extension import fixed_namespaces
 from ..build.toolchain import cxx
 from .build import instrumented_flags
@@ -87,10 +88,34 @@ def _key(plain) -> str:
     return str(getattr(plain, "path", "")) + ("|module" if isinstance(plain, types.ModuleType) else "|ops")
 
 
-def prepare(plain) -> None:
+def build_beside(path: Path) -> subprocess.Popen | None:
+    """Start building the twin of a .cu file in a child process, beside the plain build the caller makes next
+    (two compilers on two cores: the check waits for the longer build, not for both). The child only fills
+    the build cache; `prepare` later loads the twin from it (or waits for the child's build through the
+    cache's lock). None where no twin can be built, or the child cannot start."""
+    from ..build.toolchain import child_env
+
+    if Path(path).suffix != ".cu" or compiler_problem() or is_cached(path, "sim", instrumented_flags()):
+        return None
+    code = ("import sys\nfrom kernels.build import load\nfrom kernels.sim.build import instrumented_flags\n"
+            "load(sys.argv[1], 'sim', extra_cflags=instrumented_flags(), quiet=True)\n")
+    try:
+        return subprocess.Popen([sys.executable, "-c", code, str(path)], env=child_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def prepare(plain, beside: subprocess.Popen | None = None) -> None:
     """Build and load the twin of a sim-loaded file now (its build is cached like any other), so that a check's
     first case does not wait for it. It builds on the calling thread: loading a library runs its static
-    initialisers (op registrations), which must not race with the ops the calling thread runs."""
+    initialisers (op registrations), which must not race with the ops the calling thread runs. `beside`, a
+    child started by build_beside, is waited for first (a build it failed is then made here and reported)."""
+    if beside is not None:
+        try:
+            beside.wait(timeout=1800)
+        except subprocess.TimeoutExpired:
+            beside.kill()
     if getattr(plain, "backend", None) == "sim":
         try:
             twin_of(plain)
