@@ -6,7 +6,7 @@ output's dtype; the tolerances allow for float32 sums of up to a few thousand te
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -41,11 +41,12 @@ def product_shape(out_dtype: torch.dtype | None = None) -> Callable:
 
 def check_matmul(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), ref: Callable = matmul_ref,
                  out_dtype: torch.dtype | None = None, name: str | None = None, backend: str | None = None,
-                 quiet: bool = False, raise_on_fail: bool = False) -> Report:
+                 quiet: bool = False, raise_on_fail: bool = False, orders: Sequence[str] | None = None) -> Report:
     """check() of an out-variant matmul fn(a, b, c) on (M, N, K) shapes against `ref`; c in out_dtype
-    (default: the inputs' dtype)."""
+    (default: the inputs' dtype). `orders`: the simulator's thread orders (check()'s default: all)."""
     return check(fn, ref, operands, out=product_shape(out_dtype), sizes=list(shapes), dtypes=dtypes,
-                 tolerance=MATMUL_TOLERANCE, name=name, backend=backend, quiet=quiet, raise_on_fail=raise_on_fail)
+                 tolerance=MATMUL_TOLERANCE, name=name, backend=backend, quiet=quiet, raise_on_fail=raise_on_fail,
+                 orders=orders)
 
 
 def _refused(fn: Callable, args: tuple, expected: str) -> tuple[bool, str]:
