@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.exercises import check_exercise
+from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson10 import register_glue
 from planting import assert_diagnosis
 
@@ -109,7 +109,7 @@ def test_bad_inputs_raise_with_what_was_expected(models, dev, backend):
 
 def test_self_check_fails_on_the_stub_naming_the_unwritten_parts(capsys):
     report = check_exercise("10", path=LESSON / "attention_softmax.py")
-    assert_diagnosis(report, "raised OpCheckError", "raised NotImplementedError")
+    assert_diagnosis(report, "raised NotImplementedError")
     assert "attention_softmax.py is not finished: the fake kernel of causal_softmax is not written yet" in report.hints
     assert "attention_softmax.py is not finished: the backward of causal_softmax is not written yet" in report.hints
 
@@ -118,28 +118,68 @@ def test_self_check_passes_on_the_solution(capsys):
     assert check_exercise("10", solution=True).passed
 
 
-# Bugs planted in a copy of the solution's glue: (old, new, the diagnoses the self-check must give).
+# Bugs planted in a copy of the solution's glue: the replacements (old, new), the diagnoses the self-check
+# must give, and the number of the hint that fits the failure (None: not asserted, where the failures span
+# the parts of several hints).
+FAKE = "        return torch.empty_like(scores)\n\n"
+SCALED = "(dx if ctx.scale == 1.0 else dx * ctx.scale)"
 PLANTED_BUGS = {
-    "fake kernel of the wrong shape": ("        return torch.empty_like(scores)\n\n",
-                                       "        return torch.empty_like(scores)[:, :1]\n\n",
-                                       ("raised OpCheckError", "test_faketensor failed")),
-    "scale left out of the gradient": ("(dx if ctx.scale == 1.0 else dx * ctx.scale)", "dx",
-                                       ("elements differ", "in grad of scores")),
-    "scores saved instead of the output": ("ctx.save_for_backward(output)", "ctx.save_for_backward(inputs[0])",
-                                           ("elements differ", "in grad of scores")),
-    "strided gradient passed to the kernel": ("ops.softmax_backward(y, grad.contiguous())",
-                                              "ops.softmax_backward(y, grad)", ("must be contiguous",)),
+    "fake kernel of the wrong shape": ([(FAKE, "        return torch.empty_like(scores)[:, :1]\n\n")],
+                                       ("the fake kernel's result has another shape than the op's",
+                                        "returns shape (16, 1) and the op shape (16, 8)"), 1),
+    # both pass a float32 check on the CPU (the simulator's device), and fail a bfloat16 model under torch.compile
+    "fake kernel without a dtype or device": ([(FAKE, "        return torch.empty(scores.shape)\n\n")],
+                                              ("the fake kernel's result has another dtype than the op's",
+                                               "for bfloat16 scores", "returns dtype float32"), 1),
+    "fake kernel always float32": ([(FAKE, "        return torch.empty_like(scores, dtype=torch.float32)\n\n")],
+                                   ("the fake kernel's result has another dtype than the op's",
+                                    "for bfloat16 scores", "returns dtype float32"), 1),
+    # right gradients, but the output and its graph hold each other until a garbage collection
+    "output kept as an attribute of ctx": ([("ctx.save_for_backward(output)", "ctx.y = output"),
+                                            ("(y,) = ctx.saved_tensors", "y = ctx.y")],
+                                           ("the op's output is kept alive after the graph is freed",
+                                            "save tensors with ctx.save_for_backward, not as ctx attributes"), 2),
+    # the model calls the op with scale 1, where neither can show
+    "scale left out of the gradient": ([(SCALED, "dx")],
+                                       ("elements differ", "in grad of scores",
+                                        "the gradient at scale 0.5 is 2 times autograd's: the backward leaves the "
+                                        "scale out"), 3),
+    "scale applied twice": ([(SCALED, "dx * ctx.scale * ctx.scale")],
+                            ("the gradient at scale 0.5 is 0.5 times autograd's: the backward multiplies by the "
+                             "scale twice",), 3),
+    "scores saved instead of the output": ([("ctx.save_for_backward(output)", "ctx.save_for_backward(inputs[0])")],
+                                           ("elements differ", "in grad of scores",
+                                            "the gradient at scale 0.5 differs from autograd's, and not by a factor "
+                                            "of the scale"), None),
+    "strided gradient passed to the kernel": ([("ops.softmax_backward(y, grad.contiguous())",
+                                                "ops.softmax_backward(y, grad)")], ("must be contiguous",), None),
 }
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
-def test_self_check_names_a_planted_bug(bug, tmp_path, capsys):
-    old, new, diagnoses = PLANTED_BUGS[bug]
+def test_self_check_names_a_planted_bug_and_the_hint_that_fits_it(bug, tmp_path, capsys):
+    replacements, diagnoses, hint = PLANTED_BUGS[bug]
     source = (SOLUTION / "attention_softmax.py").read_text()
-    assert source.count(old) == 1, f"the solution no longer contains {old!r} once: update the planted bug"
+    for old, new in replacements:
+        assert source.count(old) == 1, f"the solution no longer contains {old!r} once: update the planted bug"
+        source = source.replace(old, new)
     planted = tmp_path / "attention_softmax.py"
-    planted.write_text(source.replace(old, new) + f"# planted bug: {bug}\n")
-    assert_diagnosis(check_exercise("10", path=planted), *diagnoses)
+    planted.write_text(source + f"# planted bug: {bug}\n")
+    report = check_exercise("10", path=planted)
+    assert_diagnosis(report, *diagnoses)
+    assert hint is None or fitting_hint(find("10", "attention_softmax")[0], report) == hint
+
+
+def test_the_compiled_step_runs_for_more_glues_than_dynamos_recompile_limit(tmp_path, dev, backend):
+    # a learner edits the glue many times in one session, and each edit is an op of its own
+    from kernels.lessons.lesson10 import _compiled_step
+
+    source = (SOLUTION / "attention_softmax.py").read_text()
+    for i in range(torch._dynamo.config.cache_size_limit + 1):  # recompile_limit, by its older name
+        glue = tmp_path / str(i) / "attention_softmax.py"
+        glue.parent.mkdir()
+        glue.write_text(source + f"# edit {i}\n")
+        _compiled_step(register_glue(glue, backend), dev)  # raises FailOnRecompileLimitHit past the limit
 
 
 def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeypatch, dev, backend, capsys):

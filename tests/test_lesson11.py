@@ -278,26 +278,48 @@ def test_the_exercise_file_is_the_solution_with_the_three_bugs():
     assert "save_for_backward" not in given
 
 
-BUGS = {  # old text of the solution, new text, the diagnosis, the number of the hint that fits
-    "grid_and_block_swapped": ("return (blocks,), (THREADS,)", "return (THREADS,), (blocks,)", "gives a block of", 1),
-    "one_block_short": ("blocks = (n + THREADS - 1) // THREADS", "blocks = n // THREADS", "blocks of", 1),
-    "python_ints": ("return np.int64(n), np.int32(C)", "return n, C", "not int64, int32", 2),
-    "int32_for_long_long": ("return np.int64(n), np.int32(C)", "return np.int32(n), np.int32(C)",
+SAVED, UNPACKED = "ctx.save_for_backward(x, bias)", "x, bias = ctx.saved_tensors"
+BUGS = {  # (old text of the solution, new text) in order, the diagnosis, the number of the hint that fits
+    "grid_and_block_swapped": ([("return (blocks,), (THREADS,)", "return (THREADS,), (blocks,)")],
+                               "gives a block of", 1),
+    "one_block_short": ([("blocks = (n + THREADS - 1) // THREADS", "blocks = n // THREADS")], "blocks of", 1),
+    "python_ints": ([("return np.int64(n), np.int32(C)", "return n, C")], "not int64, int32", 2),
+    "int32_for_long_long": ([("return np.int64(n), np.int32(C)", "return np.int32(n), np.int32(C)")],
                             "scalar_args(3000000000, 7) raised OverflowError", 2),
-    "ctx_attribute": ("ctx.save_for_backward(x, bias)", "ctx.saved = (x, bias)", "changed after the forward", 3),
+    "ctx_attribute": ([(SAVED, "ctx.saved = (x, bias)"), (UNPACKED, "x, bias = ctx.saved")],
+                      "the backward ran with x changed after the forward", 3),
+    # x saved as it should be, bias not: a bias changed in place after the forward gives a wrong dx silently
+    "bias_as_ctx_attribute": ([(SAVED, "ctx.save_for_backward(x)\n        ctx.bias = bias"),
+                               (UNPACKED, "(x,) = ctx.saved_tensors\n        bias = ctx.bias")],
+                              "the backward ran with bias changed after the forward", 3),
+    # right gradients from a copy of x: a second x held until the backward
+    "x_copied_into_ctx": ([(SAVED, "ctx.save_for_backward(bias)\n        ctx.xc = x.detach().clone()"),
+                           (UNPACKED, "(bias,) = ctx.saved_tensors\n        x = ctx.xc")],
+                          "the backward kept its own copy of x", 3),
 }
+
+
+def planted(bug: str) -> Path:
+    """The solution with BUGS[bug]'s replacements, under build/planted/."""
+    path, name = SOLUTION, f"lesson11_cupy_autograd_{bug}.py"
+    for old, new in BUGS[bug][0]:
+        path = plant(path, old, new, name)
+    return path
 
 
 @pytest.mark.parametrize("bug", list(BUGS))
 def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
-    old, new, diagnosis, hint = BUGS[bug]
-    name = f"lesson11_cupy_autograd_{bug}.py"
-    path = plant(SOLUTION, old, new, name)
-    if bug == "ctx_attribute":  # the backward reads what the forward kept
-        path = plant(path, "x, bias = ctx.saved_tensors", "x, bias = ctx.saved", name)
-    report = check_exercise("11", path=path)
+    _, diagnosis, hint = BUGS[bug]
+    report = check_exercise("11", path=planted(bug))
     assert_diagnosis(report, diagnosis)
     assert fitting_hint(find("11", "cupy_autograd")[0], report) == hint
+
+
+def test_a_copy_of_x_kept_on_ctx_is_reported_as_a_copy_with_right_gradients_not_as_new_values():
+    report = check_exercise("11", path=planted("x_copied_into_ctx"))
+    failing = [c for c in report.cases if not c.passed]
+    assert [c.size for c in failing] == ["x changed in place"], str(report)
+    assert "the gradients are right" in failing[0].detail and "new values" not in failing[0].detail
 
 
 def test_an_exercise_file_that_does_not_import_is_reported_not_raised(tmp_path):

@@ -36,22 +36,44 @@ def _first_line(e: Exception) -> str:
     return (lines[0] if lines else "")[:160]
 
 
+class Mistake(AssertionError):
+    """A failure a check names in the learner's terms: `problem` is the case's line (instead of "raised ..."),
+    `detail` the lines under it; `diagnosis` and `part` (the case's part unless given) are what hints answer."""
+
+    def __init__(self, problem: str, detail: str = "", diagnosis: Diagnosis | None = None, part: str = ""):
+        super().__init__(problem)
+        self.problem, self.detail, self.diagnosis, self.part = problem, detail, diagnosis, part
+
+
 def _one_case(name: str, label: str, dtype: torch.dtype, fn, hint: str, stub: str = "fma_op.py") -> Report:
     """A report of one case: `fn()` passes when it returns without raising. An error that says "not written
     yet" (the stub's NotImplementedError) gets the hint that the Python file `stub` is unfinished."""
+    return _cases(name, label, [(label, dtype, fn)], hint, stub)
+
+
+def _cases(name: str, part: str, runs, hint: str, stub: str = "fma_op.py") -> Report:
+    """A report of a case per (label, dtype, fn) of `runs`, each as _one_case's, all about the part `part`
+    (what the hints answer); the report is printed."""
     report = Report(name)
-    case = Case(label, dtype)
-    report.cases.append(case)
-    try:
-        fn()
-    except Exception as e:  # the report shows the message; the notebook keeps running
-        where = where_raised(e)
-        case.passed, case.problem = False, "raised " + type(e).__name__
-        case.diagnosis, case.part = diagnose_error(e), label
-        case.detail = _first_line(e) + (f"\nat {where}" if where else "")
-        if "not written yet" in str(e):  # the stub's NotImplementedError, possibly inside an opcheck error
-            hint = f"{stub} is not finished: " + _first_line(e).split(" failed with ")[-1].split(" (scroll")[0]
-        report.hints.append(hint)
+    for label, dtype, fn in runs:
+        case = Case(label, dtype)
+        report.cases.append(case)
+        try:
+            fn()
+        except Mistake as e:
+            case.passed, case.problem, case.detail = False, e.problem, e.detail
+            case.diagnosis, case.part = e.diagnosis, e.part or part
+            report.hints.append(hint)
+        except Exception as e:  # the report shows the message; the notebook keeps running
+            where = where_raised(e)
+            case.passed, case.problem = False, "raised " + type(e).__name__
+            case.diagnosis, case.part = diagnose_error(e), part
+            case.detail = _first_line(e) + (f"\nat {where}" if where else "")
+            if "not written yet" in str(e):  # the stub's NotImplementedError, possibly inside an opcheck error
+                report.hints.append(f"{stub} is not finished: "
+                                    + _first_line(e).split(" failed with ")[-1].split(" (scroll")[0])
+            else:
+                report.hints.append(hint)
     print(report)
     return report
 

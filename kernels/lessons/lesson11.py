@@ -128,32 +128,54 @@ def _torch_kernels(module):
         module.forward_kernel, module.backward_kernel = saved
 
 
+def _wrong_grads(got, want) -> list[str]:
+    """The names of the gradients (dx, dbias) of `got` that differ from `want`."""
+    return [n for n, u, v in zip(("dx", "dbias"), got, want) if not torch.allclose(u, v, rtol=1e-5, atol=1e-5)]
+
+
 def _autograd_cases(module, device) -> list[Case]:
-    """Gradients through the Function match autograd's, and changing x in place after the forward makes
-    the backward refuse, as save_for_backward guarantees, instead of using the new values."""
-    cases = []
+    """Gradients through the Function match autograd's, and changing x, or bias, in place after the forward
+    makes the backward refuse, as save_for_backward guarantees."""
     x, b, g = (random_tensor(s, torch.float32, device) for s in ((5, 7), (7,), (5, 7)))
     try:
-        got = grads_of(module.bias_gelu)(x, b, g)
-        want = bias_gelu_grads_ref(x, b, g)
-        wrong = [n for n, u, v in zip(("dx", "dbias"), got, want) if not torch.allclose(u, v, rtol=1e-5, atol=1e-5)]
-        cases.append(_case("gradients", f"{' and '.join(wrong)} differ from autograd's" if wrong else ""))
+        wrong = _wrong_grads(grads_of(module.bias_gelu)(x, b, g), bias_gelu_grads_ref(x, b, g))
+        gradients = _case("gradients", f"{' and '.join(wrong)} differ from autograd's" if wrong else "")
     except Exception as e:  # noqa: BLE001
-        cases.append(_case("gradients", f"the backward raised {type(e).__name__}", str(e).splitlines()[0]))
-    xg = x.clone().requires_grad_()
-    y = module.bias_gelu(xg, b)
+        gradients = _case("gradients", f"the backward raised {type(e).__name__}", str(e).splitlines()[0])
+    return [gradients, _changed_in_place(module, "x", x, b, g), _changed_in_place(module, "bias", x, b, g)]
+
+
+def _changed_in_place(module, name: str, x, b, g) -> Case:
+    """Input `name` ("x" or "bias") changed in place between the forward and the backward, as an optimizer step
+    or an in-place op would change it: autograd must refuse, since save_for_backward recorded its version. A
+    backward that runs anyway is told by its gradients: the new values', or the forward's (a copy was kept)."""
+    label = f"{name} changed in place"
+    xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
+    y = module.bias_gelu(xg, bg)
     with torch.no_grad():
-        xg.mul_(2.0)  # x changes after the forward, as an optimizer step or an in-place op would change it
+        (xg if name == "x" else bg).mul_(2.0)
     try:
         y.backward(g)
-        cases.append(_case("x changed in place", "the backward ran with x changed after the forward",
-                           "the backward used x's new values without a word: a tensor kept as a plain attribute of "
-                           "ctx skips autograd's check; ctx.save_for_backward(x, bias) records the versions and "
-                           "makes autograd refuse"))
     except RuntimeError as e:
         ok = "modified by an inplace operation" in str(e)
-        cases.append(_case("x changed in place", "" if ok else "the backward raised another error", str(e)[:200]))
-    return cases
+        return _case(label, "" if ok else "the backward raised another error", str(e)[:200])
+    got = (xg.grad, bg.grad)
+    if not _wrong_grads(got, bias_gelu_grads_ref(xg.detach(), bg.detach(), g)):
+        return _case(label, f"the backward ran with {name} changed after the forward",
+                     f"the backward used {name}'s new values without a word: a tensor kept as a plain attribute of "
+                     "ctx skips autograd's check; ctx.save_for_backward(x, bias) records the versions and makes "
+                     "autograd refuse")
+    if not _wrong_grads(got, bias_gelu_grads_ref(x, b, g)):
+        # Right gradients, at a price a kernel engineer does not pay: x is an activation as large as the layer's
+        # output, and training keeps every layer's saved tensors from the forward to the backward.
+        return _case(label, f"the backward kept its own copy of {name}",
+                     f"the gradients are right (the copy holds the forward's values), but the copy costs a second "
+                     f"tensor of {name}'s size, held from the forward to the backward, and a copy kernel, every "
+                     "step;\nctx.save_for_backward keeps the tensor itself, copying nothing, and makes autograd refuse "
+                     "a tensor changed in place")
+    return _case(label, f"the backward ran with {name} changed after the forward, and its gradients are wrong",
+                 "neither the forward's values' nor the new values': a tensor kept as a plain attribute of ctx skips "
+                 "autograd's check; ctx.save_for_backward(x, bias) records the versions and makes autograd refuse")
 
 
 def run_cupy_autograd(module, backend: str | None) -> Report:
@@ -192,8 +214,9 @@ EXERCISES = [
         Hint("Autograd: a tensor the backward needs goes through ctx.save_for_backward(x, bias) in the forward "
              "and comes back as `x, bias = ctx.saved_tensors` in the backward. A plain attribute (ctx.x = x) "
              "skips autograd's version check, so an in-place change of x between forward and backward gives "
-             "silently wrong gradients (and a saved output kept that way leaks memory through a cycle).",
-             parts=("x changed in place",)),
+             "silently wrong gradients (and a saved output kept that way leaks memory through a cycle); a copy "
+             "(ctx.x = x.clone()) gives right gradients but holds a second x until the backward.",
+             parts=("x changed in place", "bias changed in place")),
         "The three fixed lines: `return (blocks,), (THREADS,)`; `return np.int64(n), np.int32(C)`; in forward "
         "`ctx.save_for_backward(x, bias)`, and in backward `x, bias = ctx.saved_tensors` passed to backward_kernel.",
     ]),
