@@ -24,7 +24,7 @@ def key(sources: SourceSet, backend: str, flags: list[str], backend_files: list[
     h = hashlib.sha256()
     h.update(f"{backend}|{torch.__version__}|{sys.version_info[:2]}|{' '.join(flags)}".encode())
     h.update(os.environ.get("TORCH_CUDA_ARCH_LIST", "").encode())
-    h.update(cxx_version(backend, "-DCUDASIM_INSTRUMENTED" in flags).encode())
+    h.update(cxx_version(backend).encode())
     if backend == "cuda":
         h.update(nvcc_version().encode())
     for f, t in sources.texts.items():

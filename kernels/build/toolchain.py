@@ -32,27 +32,25 @@ def tool_version(tool: str) -> str:
 SIM_CXX = "KERNELS_SIM_CXX"  # the compiler of simulator builds, when set
 
 
-def cxx(backend: str = "cuda", instrumented: bool = False) -> str:
-    """The C++ compiler that cpp_extension runs for a build of `backend`: $CXX, else c++. For the simulator's
-    plain builds, $KERNELS_SIM_CXX first, and clang++ before c++ where it is installed: with its precompiled
-    header holding the headers' template instantiations too, a sim build takes about half the time g++'s does.
-    Its instrumented builds (the race check's, the profiler's) keep $CXX or c++: a clang++-built one misses a
-    race inside one warp that the g++-built one reports (tests/test_sim_races.py, warp_swap; not yet understood)."""
-    if backend == "sim" and not instrumented:
+def cxx(backend: str = "cuda") -> str:
+    """The C++ compiler that cpp_extension runs for a build of `backend`: $CXX, else c++. For the simulator,
+    $KERNELS_SIM_CXX first, and clang++ before c++ where it is installed: with its precompiled header holding
+    the headers' template instantiations too, a sim build takes about half the time g++'s does."""
+    if backend == "sim":
         return os.environ.get(SIM_CXX) or os.environ.get("CXX") or ("clang++" if shutil.which("clang++") else "c++")
     return os.environ.get("CXX") or "c++"
 
 
-def cxx_version(backend: str = "cuda", instrumented: bool = False) -> str:
+def cxx_version(backend: str = "cuda") -> str:
     """The version text of the C++ compiler that cpp_extension runs for a build of `backend`."""
-    return tool_version(cxx(backend, instrumented))
+    return tool_version(cxx(backend))
 
 
 @contextlib.contextmanager
-def compiler_for(backend: str, instrumented: bool = False):
-    """cpp_extension runs cxx(backend, instrumented) inside the block (it reads $CXX when it writes the build file)."""
+def compiler_for(backend: str):
+    """cpp_extension runs cxx(backend) inside the block (it reads $CXX when it writes the build file)."""
     before = os.environ.get("CXX")
-    os.environ["CXX"] = cxx(backend, instrumented)
+    os.environ["CXX"] = cxx(backend)
     try:
         yield
     finally:

@@ -45,7 +45,7 @@ def instrumented_flags() -> list[str]:
     # clang also leaves out the read of a read-modify-write (x[i] += v) unless told: the profiler counts it, and
     # the race check reports a race on it as a read, as with g++
     no_entry_exit = (["-mllvm", "-tsan-instrument-func-entry-exit=0", "-mllvm", "-tsan-instrument-read-before-write=1"]
-                     if "clang" in cxx_version("sim", instrumented=True) else ["--param=tsan-instrument-func-entry-exit=0"])
+                     if "clang" in cxx_version("sim") else ["--param=tsan-instrument-func-entry-exit=0"])
     return ["-DCUDASIM_INSTRUMENTED", "-fsanitize=thread", *no_entry_exit, "-fno-optimize-sibling-calls",
             f"{NAMESPACE_SUFFIX_FLAG}_instrumented"]
 
@@ -126,23 +126,16 @@ def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
     import torch
 
     h = hashlib.sha256()
-    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers),
-                 cxx_version("sim", is_instrumented(flags))):
+    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers), cxx_version("sim")):
         h.update(part.encode())
     for f in simulator_files():
         h.update(f.read_bytes())
     return build_root() / "sim-pch" / h.hexdigest()[:12] / "sim_pch.h"
 
 
-def is_instrumented(flags: list[str]) -> bool:
-    """Whether a build with these flags is an instrumented one (see instrumented_flags)."""
-    return "-DCUDASIM_INSTRUMENTED" in flags
-
-
-def pch_file(header: Path, flags: list[str]) -> Path:
-    """The precompiled form of `header` that `-include header` picks up, for a build with these flags:
-    header.gch for gcc, header.pch for clang."""
-    return header.with_suffix(".h.pch" if "clang" in cxx_version("sim", is_instrumented(flags)) else ".h.gch")
+def pch_file(header: Path) -> Path:
+    """The precompiled form of `header` that `-include header` picks up: header.gch for gcc, header.pch for clang."""
+    return header.with_suffix(".h.pch" if "clang" in cxx_version("sim") else ".h.gch")
 
 
 def make_pch(header: Path, headers: list[str], ninja_file: Path) -> bool:
@@ -157,8 +150,8 @@ def make_pch(header: Path, headers: list[str], ninja_file: Path) -> bool:
         return False
     flags = [f for f in shlex.split(cflags.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
     header.parent.mkdir(parents=True, exist_ok=True)
-    gch, failed = pch_file(header, flags), header.with_suffix(".failed")
-    if "clang" in cxx_version("sim", is_instrumented(flags)):  # the headers' template instantiations, compiled once
+    gch, failed = pch_file(header), header.with_suffix(".failed")
+    if "clang" in cxx_version("sim"):  # the headers' template instantiations, compiled once
         flags.append("-fpch-instantiate-templates")
     with FileLock(header.parent / "lock"):  # parallel builds: one precompiles, the others wait and reuse it
         if gch.exists() or failed.exists():
@@ -287,9 +280,9 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(sources, light_torch)
     pch = pch_path(flags, headers)
-    use_pch = ["-include", str(pch)] if _pch_enabled() and pch_file(pch, flags).exists() else []
+    use_pch = ["-include", str(pch)] if _pch_enabled() and pch_file(pch).exists() else []
     try:
-        with compiler_for("sim", is_instrumented(flags)):
+        with compiler_for("sim"):
             cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
                      extra_cflags=flags + use_pch, **kwargs)
     except RuntimeError as e:

@@ -37,7 +37,7 @@ from .build import instrumented_flags
 def compiler_problem() -> str | None:
     """Why this machine cannot make an instrumented build (None when it can): the C++ compiler that
     builds use must accept -fsanitize=thread (gcc and clang do) and addr2line must be there."""
-    compiler = cxx("sim", instrumented=True)
+    compiler = cxx("sim")
     install = ("install g++ (Debian/Ubuntu: apt-get install g++ binutils; macOS: xcode-select --install) "
                "or clang++, and make sure $CXX (or c++) names it")
     if not shutil.which(compiler):

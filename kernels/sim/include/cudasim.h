@@ -1329,6 +1329,12 @@ CUDASIM_INTERNAL inline void run_block(unsigned bx, unsigned by, unsigned bz) {
 template <class Body>
 CUDASIM_INTERNAL inline void body_trampoline(void* ctx) { (*static_cast<Body*>(ctx))(); }
 
+// The learner's kernel, called from the simulator's (uninstrumented) launch code through a function that is
+// never inlined: clang would otherwise inline a small kernel into its uninstrumented caller, and an
+// instrumented build would see none of its accesses (gcc refuses to inline across the attribute).
+template <class Call, class Params>
+__attribute__((noinline)) void run_kernel_body(Call& call, Params& params) { std::apply(call, params); }
+
 // Run a whole grid now (launches are synchronous here) and record errors as CUDA does.
 template <class K, class... Args>
 CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
@@ -1356,7 +1362,7 @@ CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, con
     SimScope scope;      // copying the parameters is the simulator's work
     auto mine = packed;  // every thread gets its own copy of the parameters, as on the GPU
     scope.end();         // the kernel is the learner's
-    std::apply(call, mine);
+    run_kernel_body(call, mine);
   };
   g.kernel = kernel;
   g.launch_file = file;
