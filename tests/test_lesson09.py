@@ -259,9 +259,17 @@ def test_whole_tiles_stored_over_a_ragged_output_are_caught_and_the_process_live
     assert "'OUT_OF_BOUNDS'" in run.stdout.split("diagnoses:")[1], run.stdout[-3000:]
 
 
-def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught():
+WMMA_ROW_LENGTHS = {
     # ldm is the length of a row of the shared array; the A tile's rows are BK long, not BN
+    "b_tile_row": ("load_matrix_sync(fa, &As[wm * BK + kk], BK)", "load_matrix_sync(fa, &As[wm * BK + kk], BN)"),
+    # nor the fragment's 16: as if the A tile were stored fragment by fragment, 16 values a row (BK is 32)
+    "fragment_row": ("load_matrix_sync(fa, &As[wm * BK + kk], BK)", "load_matrix_sync(fa, &As[wm * F + kk], F)"),
+}
+
+
+@pytest.mark.parametrize("bug", WMMA_ROW_LENGTHS)
+def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught(bug):
+    old, new = WMMA_ROW_LENGTHS[bug]
     report = self_check_of_planted("09", "matmul_wmma", ROOT / "solutions" / "09_matmul" / "matmul_wmma.cu",
-                                   "lesson09_matmul_wmma_ldm.cu", "load_matrix_sync(fa, &As[wm * BK], BK)",
-                                   "load_matrix_sync(fa, &As[wm * BK], BN)")
+                                   f"lesson09_matmul_wmma_ldm_{bug}.cu", old, new)
     assert_diagnosis(report, "elements differ")

@@ -117,13 +117,16 @@ EXERCISES = [
              "const int m = m0 + tr + i, n = n0 + tc + j; if (m < M && n < N) C[(int64_t)m * N + n] = acc[i][j];"),
     ]),    Exercise("09", "matmul_wmma", "matmul_wmma.cu", _run_wmma, hints=[
         Hint("The accumulator starts at zero: wmma::fill_fragment(acc, 0.0f) before the loop. Inside the loop, after "
-             "the barrier, every lane of the warp makes the same three calls: two load_matrix_sync and one "
-             "mma_sync (they are warp-wide: the 32 lanes do them together).", answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
+             "the barrier, the step's tiles are BK = 32 deep and a fragment 16: for each 16-deep slice kk = 0, 16, "
+             "every lane of the warp makes the same three calls: two load_matrix_sync and one mma_sync (they are "
+             "warp-wide: the 32 lanes do them together).", answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
         Hint("load_matrix_sync(frag, pointer, ldm): pointer is the fragment's top-left element in shared memory, "
-             "ldm the length of a row of that array. The A tile has BK values per row, so the warp's rows start at "
-             "&As[wm * BK]; the B tile has BN per row, and the warp's columns start at &Bs[wn]."),
-        Hint("wmma::fill_fragment(acc, 0.0f);   and in the loop:   wmma::load_matrix_sync(fa, &As[wm * BK], BK); "
-             "wmma::load_matrix_sync(fb, &Bs[wn], BN); wmma::mma_sync(acc, fa, fb, acc);"),
+             "ldm the length of a row of that array, not of the fragment (16). The A tile has BK values per row, so "
+             "the warp's fragment of slice kk starts at row wm, column kk: &As[wm * BK + kk], rows BK apart; the B "
+             "tile has BN per row, and its fragment starts at row kk, column wn: &Bs[kk * BN + wn], rows BN apart."),
+        Hint("wmma::fill_fragment(acc, 0.0f);   and in the loop:   for (int kk = 0; kk < BK; kk += F) { "
+             "wmma::load_matrix_sync(fa, &As[wm * BK + kk], BK); wmma::load_matrix_sync(fb, &Bs[kk * BN + wn], BN); "
+             "wmma::mma_sync(acc, fa, fb, acc); }"),
     ]),
 ]
 
