@@ -97,6 +97,8 @@ class Diagnosis(enum.Enum):
     RACE = "results depend on the order of the threads, or the simulator reported a data race"
     OUT_OF_BOUNDS = "an access outside memory, reported by the simulator"
     NOT_DETERMINISTIC = "an output that must be the same bits on every run differs between two runs"
+    ACCESS_PATTERN = ("right values, but memory accesses unlike the exercise's design, by the simulator's access "
+                      "profile (say, an inner loop that reads global memory instead of the shared-memory tiles)")
     BUILD_FAILED = "the file does not compile (or a Python file does not import)"
 
 
@@ -569,6 +571,10 @@ HINTS = {
                                   "so a sum must be added up in one fixed order. atomicAdd adds in whatever order the "
                                   "threads arrive; give each thread (or block) its own slot, and add the slots in a "
                                   "loop of a fixed order"),
+    Diagnosis.ACCESS_PATTERN: ("the values are right, but the simulator's memory-access profile finds accesses the "
+                               "exercise's design does not make: the failing case gives the counts next to the "
+                               "solution's, and each line's loads and stores (as print(profile(op, *inputs)) shows them, "
+                               "after `from kernels import profile`)"),
 }
 
 

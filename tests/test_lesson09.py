@@ -159,6 +159,32 @@ def test_a_missing_barrier_between_tile_steps_is_caught_wherever_k_spans_two_ste
     assert one_step and all(c.passed for c in one_step), str(report)  # K <= BK: a single step, nothing to overwrite
 
 
+def test_the_block_tile_solution_makes_the_loads_its_self_check_compares_with(backend):
+    if backend != "sim":
+        pytest.skip("the access profile is the simulator's")
+    counts, _ = lesson09.loads(load(SOLUTION, "sim", quiet=True).matmul_blocktile)
+    assert counts == lesson09.SOLUTION_LOADS
+
+
+def test_an_inner_loop_that_reads_a_and_b_from_global_memory_is_caught_by_the_access_profile(backend):
+    if backend != "sim":
+        pytest.skip("the access profile is the simulator's: on a GPU the check cannot see where the loads go")
+    # the right values, with the tiles staged in shared memory and never read there
+    report = self_check_of_planted("09", "matmul_blocktile", SOLUTION, "lesson09_matmul_blocktile_global_inner_loop.cu",
+                                   """      for (int i = 0; i < TM; ++i) ra[i] = As[tr + i][kk];
+      for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tc + j];""", """      for (int i = 0; i < TM; ++i) {
+        const int m = m0 + tr + i, k = k0 + kk;
+        ra[i] = m < M && k < K ? A[(int64_t)m * K + k] : 0.f;
+      }
+      for (int j = 0; j < TN; ++j) {
+        const int k = k0 + kk, n = n0 + tc + j;
+        rb[j] = k < K && n < N ? B[(int64_t)k * N + n] : 0.f;
+      }""")
+    assert_diagnosis(report, "the inner loop reads global memory, not the shared-memory tiles",
+                     "4228 global load requests and 0 shared load requests", "the solution's shows 228 global")
+    assert [c.size for c in report.cases if not c.passed] == ["70x70x20 profile"], str(report)
+
+
 def test_an_off_by_one_at_the_tile_edge_is_caught_as_a_write_past_the_end():
     report = self_check_of_planted("09", "matmul_blocktile", SOLUTION, "lesson09_matmul_blocktile_edge.cu",
                                    "if (m < M && n < N)", "if (m < M && n <= N)")
