@@ -96,6 +96,9 @@ class Diagnosis(enum.Enum):
     EXITED_LANE = "a warp-wide operation named a lane that has exited (the simulator)"
     RACE = "results depend on the order of the threads, or the simulator reported a data race"
     OUT_OF_BOUNDS = "an access outside memory, reported by the simulator"
+    NOT_DETERMINISTIC = "an output that must be the same bits on every run differs between two runs"
+    ACCESS_PATTERN = ("right values, but memory accesses unlike the exercise's design, by the simulator's access "
+                      "profile (say, an inner loop that reads global memory instead of the shared-memory tiles)")
     BUILD_FAILED = "the file does not compile (or a Python file does not import)"
 
 
@@ -564,6 +567,14 @@ HINTS = {
                               "past which tensor): check every index against its bound (`if (i < n)`, not `i <= n`), "
                               "including the ragged edge of a tile"),
     Diagnosis.RACE: RACE_FOUND_HINT,
+    Diagnosis.NOT_DETERMINISTIC: ("the same inputs gave other bits on a second run: float addition is not associative, "
+                                  "so a sum must be added up in one fixed order. atomicAdd adds in whatever order the "
+                                  "threads arrive; give each thread (or block) its own slot, and add the slots in a "
+                                  "loop of a fixed order"),
+    Diagnosis.ACCESS_PATTERN: ("the values are right, but the simulator's memory-access profile finds accesses the "
+                               "exercise's design does not make: the failing case gives the counts next to the "
+                               "solution's, and each line's loads and stores (as print(profile(op, *inputs)) shows them, "
+                               "after `from kernels import profile`)"),
 }
 
 
@@ -684,6 +695,82 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
         print(report)
     if raise_on_fail:
         report.raise_if_failed()
+    return report
+
+
+def check_deterministic(fn: Callable, inputs: Callable, size, *, parts: Sequence[str],
+                        out_names: Sequence[str] | None = None, dtype: torch.dtype = torch.float32, why: str = "",
+                        name: str | None = None, backend: str | None = None, quiet: bool = False) -> Report:
+    """Run a functional op fn(*inputs) twice on the same inputs of one size, and require the outputs named in `parts`
+    to come out the same bits both times (NaN the same NaN, -0.0 not 0.0).
+
+    On the simulator the first run has the threads of each block in forward order and the blocks in order, the
+    second the threads in reverse order and the blocks shuffled: a sum whose order follows the threads' (an atomicAdd
+    of floats) changes its last bits. On a GPU the two runs go as they come. Empty memory holds NaN in both runs, as
+    in check(), so an element read before it is written reads the same poison twice: whether the values are right
+    is check()'s to say, not this. The report has one case, "<size> twice", its part "determinism" (what a lesson's
+    Hint names); `why` ends its problem line.
+    """
+    be = _backend.resolve(backend)
+    device = _backend.device(be)
+    report = Report(name or _name_of(fn))
+    shown = "x".join(map(str, size)) if isinstance(size, tuple) else str(size)
+    case = Case(f"{shown} twice", dtype)
+    report.cases.append(case)
+    lost = cuda_context_lost(None, be)
+    if lost:
+        report.stopped = _restart_line(lost, 0, 1)
+        case.passed, case.problem = False, "not run"
+    raw = [] if lost else inputs(size, dtype, device)
+    if be == "sim":
+        from .sim import knobs
+
+        runs = [knobs.set(order="forward", shuffle_blocks=False), knobs.set(order="reverse", shuffle_blocks=True)]
+        how = ("the same inputs twice: the threads of each block in forward order and the blocks in order, then the "
+               "threads in reverse order and the blocks shuffled")
+    else:
+        runs = [contextlib.nullcontext(), contextlib.nullcontext()]
+        how = "the same inputs, run twice"
+    results = []
+    for ctx in [] if lost else runs:
+        try:
+            with ctx, _poison_empty():
+                results.append(_as_list(fn(*[t.clone() for t in raw])))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # the report shows the message, as check() does
+            diagnosis = diagnose_error(e)
+            msg = str(e).strip().splitlines()
+            where = where_raised(e)
+            case.passed, case.problem, case.diagnosis = False, error_problem(e, diagnosis), diagnosis
+            case.detail = "\n".join(msg[:6] + ([f"at {where}"] if where else []))
+            report.hints.append(HINTS.get(diagnosis, ""))
+            lost = cuda_context_lost(e, be)
+            if lost:
+                report.stopped = _restart_line(lost, 1, 1)
+            break
+    if len(results) == 2:
+        names = _output_names(fn, out_names, len(raw), len(results[0]))
+        for label in parts:
+            i = names.index(label)
+            first, second = (r[i].detach().cpu() if isinstance(r[i], torch.Tensor) else r[i] for r in results)
+            if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor) or _identical(first, second):
+                continue  # not a tensor: check() says so
+            case.passed, case.diagnosis, case.part = False, Diagnosis.NOT_DETERMINISTIC, "determinism"
+            case.problem = f"{label} differs bit for bit between two runs" + (f": {why}" if why else "")
+            if first.shape == second.shape and first.dtype == second.dtype:
+                a, b = first.reshape(-1), second.reshape(-1)
+                width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+                differ = (a.contiguous().view(width) != b.contiguous().view(width)).nonzero().flatten()
+                j = int(differ[0])
+                case.detail = (f"{len(differ)} of {a.numel()} elements differ; first at flat index {j}: "
+                               f"{a[j].item():.9g} in the first run, {b[j].item():.9g} in the second\n")
+            case.detail += f"({how})"
+            report.hints.append(HINTS[Diagnosis.NOT_DETERMINISTIC])
+            break
+    report.hints = [h for h in report.hints if h]
+    if not quiet:
+        print(report)
     return report
 
 

@@ -475,3 +475,29 @@ def test_a_nan_the_kernel_computed_is_told_apart_from_the_poison():
     diagnosis, problem, detail = diagnose_output(computed, want, 1e-5, 1e-6)
     assert diagnosis is Diagnosis.NAN_WHERE_REFERENCE_IS_NOT and problem == "1 of 4 elements are NaN"
     assert "not the poison" in detail
+
+
+def test_check_deterministic_names_the_output_whose_bits_differ_between_two_runs_and_passes_the_same_bits():
+    from kernels.check import Diagnosis, check_deterministic
+
+    calls = []
+
+    def drifting(x):  # the second call's sum is one ulp off in one element, as an atomic's order makes it
+        calls.append(1)
+        total = x.sum(dim=0)
+        if len(calls) == 2:
+            total[1] = torch.nextafter(total[1], torch.tensor(INF))
+        return x * 2, total
+
+    def inputs(size, dtype, device):
+        return [torch.randn(size, dtype=dtype, device=device)]
+
+    names = ("twice", "total")
+    report = check_deterministic(drifting, inputs, (5, 3), parts=("total",), out_names=names, why="not the same sum",
+                                 quiet=True)
+    case = report.cases[0]
+    assert not report.passed and case.diagnosis is Diagnosis.NOT_DETERMINISTIC and case.size == "5x3 twice"
+    assert case.problem == "total differs bit for bit between two runs: not the same sum"
+    assert "1 of 3 elements differ; first at flat index 1" in case.detail and report.hints
+    assert check_deterministic(lambda x: (x * 2, x.sum(dim=0)), inputs, (5, 3), parts=("total",), out_names=names,
+                               quiet=True).passed

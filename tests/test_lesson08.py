@@ -8,8 +8,9 @@ import torch
 from kernels import load
 from kernels.backend import resolve
 from kernels.exercises import check_exercise
-from kernels.lessons.lesson08 import (EPS, SHAPES, check_layernorm, check_layernorm_backward, layernorm_ref,
-                                        register_layernorm)
+from kernels.check import check_deterministic
+from kernels.lessons.lesson08 import (DETERMINISM_SHAPE, EPS, SHAPES, backward_inputs, check_layernorm,
+                                        check_layernorm_backward, layernorm_ref, register_layernorm)
 from planting import assert_diagnosis, self_check, self_check_of_planted
 
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
@@ -85,6 +86,27 @@ def test_e_x2_minus_e_x_squared_cancels_on_shifted_rows_where_two_pass_and_welfo
 def test_the_one_pass_variant_fails_the_check_on_large_offsets(ext):
     report = check_layernorm(ext.layernorm2, [(4, 4096)], quiet=True, shift=1000.0)
     assert not report.passed
+
+
+def test_the_check_of_a_forward_fails_the_one_pass_variance_on_rows_of_mean_100_and_passes_the_two_pass_one(ext):
+    # its own input set: at -2.3 + 0.5 * randn the one-pass variance stays inside the tolerance
+    bad = check_layernorm(ext.layernorm2, (), quiet=True)
+    assert not bad.passed and all("mean 100" in c.size for c in bad.cases), str(bad)
+    check_layernorm(ext.layernorm1, (), quiet=True, raise_on_fail=True)
+
+
+def test_the_atomic_backward_gives_other_bits_in_another_thread_and_block_order_and_the_two_pass_one_does_not(
+        ext, backend):
+    if backend != "sim":
+        pytest.skip("on a GPU the atomics may or may not land in another order on a second run")
+    names, sums = ("dx", "dweight", "dbias"), ("dweight", "dbias")
+    report = check_deterministic(ext.layernorm_backward1, backward_inputs(), DETERMINISM_SHAPE, parts=sums,
+                                 out_names=names, quiet=True, why="the column sums are not deterministic")
+    assert_diagnosis(report, "dweight differs bit for bit between two runs: the column sums are not deterministic",
+                     "in the first run", "blocks shuffled")
+    twice = check_deterministic(ext.layernorm_backward2, backward_inputs(), DETERMINISM_SHAPE, parts=sums,
+                                out_names=names, quiet=True)
+    assert twice.passed, str(twice)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -195,7 +217,7 @@ def test_every_layernorm6_layout_matches_layer_norm(ext, threads):
         ext.layernorm6_layout(x, w, b, eps, out, mean, rstd, threads)
 
     check_layernorm(layout, [(3, cols), (9, cols)], name=f"layernorm6 {threads}", quiet=True, raise_on_fail=True,
-                    orders=ONE_ORDER)
+                    orders=ONE_ORDER, offset_shapes=())  # a layout holds rows of its own length only
 
 
 def test_a_layernorm6_layout_that_cannot_hold_the_row_is_refused(ext, dev):
@@ -316,17 +338,56 @@ PLANTED = {
     partial[blockIdx.y * 2 * cols + cols + c] += sb;
   }""", ("data race on global memory",)),
 }
+PLANTED.update({
+    # the lesson's pitfall in the forward, which the file gives written: var = E[x^2] - E[x]^2 in float32. Within the
+    # tolerance on shifted rows (-2.3 + 0.5 * randn), off by 1e-3 on rows of mean 100 (only those cases fail)
+    "one_pass_variance": ("""  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) ss += (xr[c] - m) * (xr[c] - m);
+  const float var = block_reduce_sum(ss, scratch) / cols;""", """  for (int64_t c = threadIdx.x; c < cols; c += BLOCK) ss += xr[c] * xr[c];
+  const float var = block_reduce_sum(ss, scratch) / cols - m * m;""", ("elements differ", "in out")),
+    # the slice's partial sums added into the buffer instead of written: it is not zeroed (the check's empty memory
+    # is NaN), so the sums read garbage
+    "plus_equal_into_partials": ("""    partial[blockIdx.y * 2 * cols + c] = sw;
+    partial[blockIdx.y * 2 * cols + cols + c] = sb;""", """    partial[blockIdx.y * 2 * cols + c] += sw;
+    partial[blockIdx.y * 2 * cols + cols + c] += sb;""", ("elements are NaN in dweight", "added to (+=)")),
+    # the 8 threads of a column add into their slice's partial sums with atomicAdd (zeroed first, behind a barrier):
+    # right within the tolerance, but the order of the adds, and so the last bits, follow the order of the threads
+    "atomic_partials": ("""  sum_w[ty][tx] = sw;
+  sum_b[ty][tx] = sb;
+  __syncthreads();  // every thread's sums are in before thread ty = 0 adds them
+  if (ty == 0 && c < cols) {
+    for (int k = 1; k < TY; ++k) {
+      sw += sum_w[k][tx];
+      sb += sum_b[k][tx];
+    }
+    partial[blockIdx.y * 2 * cols + c] = sw;
+    partial[blockIdx.y * 2 * cols + cols + c] = sb;
+  }""", """  if (ty == 0 && c < cols) {
+    partial[blockIdx.y * 2 * cols + c] = 0.0f;
+    partial[blockIdx.y * 2 * cols + cols + c] = 0.0f;
+  }
+  __syncthreads();
+  if (c < cols) {
+    atomicAdd(&partial[blockIdx.y * 2 * cols + c], sw);
+    atomicAdd(&partial[blockIdx.y * 2 * cols + cols + c], sb);
+  }""", ("dweight differs bit for bit between two runs: the column sums are not deterministic",)),
+})
 # what the check says of a race on a GPU, where no race check runs: the sums come out wrong (as they did in
 # 20 runs of 20 on an H100 and an H200)
 ON_A_GPU = {"warps_plus_equal": ("in dweight",)}
-RACE_CHECKED = {"warps_plus_equal"}  # the bugs whose diagnosis comes from the race check
+RACE_CHECKED = {"warps_plus_equal"}
+SIM_ONLY = {"atomic_partials": "on a GPU the atomics may or may not land in another order on a second run"}  # the bugs whose diagnosis comes from the race check
 
 
 @pytest.mark.parametrize("bug", PLANTED)
 def test_the_self_check_catches_a_planted_bug_with_its_diagnosis(bug):
     old, new, diagnoses = PLANTED[bug]
     if resolve() == "cuda":
+        if bug in SIM_ONLY:
+            pytest.skip(SIM_ONLY[bug])
         diagnoses = ON_A_GPU.get(bug, diagnoses)
     report = self_check_of_planted("08", "layernorm_backward", SOLUTION, f"lesson08_layernorm_backward_{bug}.cu", old, new,
                                    races=bug in RACE_CHECKED)
     assert_diagnosis(report, *diagnoses)
+    if bug == "one_pass_variance":  # the offset rows catch it, and nothing else does
+        failing = [c.size for c in report.cases if not c.passed]
+        assert all("mean 100" in size for size in failing), str(report)

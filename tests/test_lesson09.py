@@ -165,6 +165,32 @@ def test_a_missing_barrier_between_tile_steps_is_caught_wherever_k_spans_two_ste
     assert one_step and all(c.passed for c in one_step), str(report)  # K <= BK: a single step, nothing to overwrite
 
 
+def test_the_block_tile_solution_makes_the_loads_its_self_check_compares_with(backend):
+    if backend != "sim":
+        pytest.skip("the access profile is the simulator's")
+    counts, _ = lesson09.loads(load(SOLUTION, "sim", quiet=True).matmul_blocktile)
+    assert counts == lesson09.SOLUTION_LOADS
+
+
+def test_an_inner_loop_that_reads_a_and_b_from_global_memory_is_caught_by_the_access_profile(backend):
+    if backend != "sim":
+        pytest.skip("the access profile is the simulator's: on a GPU the check cannot see where the loads go")
+    # the right values, with the tiles staged in shared memory and never read there
+    report = self_check_of_planted("09", "matmul_blocktile", SOLUTION, "lesson09_matmul_blocktile_global_inner_loop.cu",
+                                   """      for (int i = 0; i < TM; ++i) ra[i] = As[tr + i][kk];
+      for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tc + j];""", """      for (int i = 0; i < TM; ++i) {
+        const int m = m0 + tr + i, k = k0 + kk;
+        ra[i] = m < M && k < K ? A[(int64_t)m * K + k] : 0.f;
+      }
+      for (int j = 0; j < TN; ++j) {
+        const int k = k0 + kk, n = n0 + tc + j;
+        rb[j] = k < K && n < N ? B[(int64_t)k * N + n] : 0.f;
+      }""")
+    assert_diagnosis(report, "the inner loop reads global memory, not the shared-memory tiles",
+                     "4228 global load requests and 0 shared load requests", "the solution's shows 228 global")
+    assert [c.size for c in report.cases if not c.passed] == ["70x70x20 profile"], str(report)
+
+
 def test_an_off_by_one_at_the_tile_edge_is_caught_as_a_write_past_the_end():
     report = self_check_of_planted("09", "matmul_blocktile", SOLUTION, "lesson09_matmul_blocktile_edge.cu",
                                    "if (m < M && n < N)", "if (m < M && n <= N)")
@@ -265,9 +291,17 @@ def test_whole_tiles_stored_over_a_ragged_output_are_caught_and_the_process_live
     assert "'OUT_OF_BOUNDS'" in run.stdout.split("diagnoses:")[1], run.stdout[-3000:]
 
 
-def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught():
+WMMA_ROW_LENGTHS = {
     # ldm is the length of a row of the shared array; the A tile's rows are BK long, not BN
+    "b_tile_row": ("load_matrix_sync(fa, &As[wm * BK + kk], BK)", "load_matrix_sync(fa, &As[wm * BK + kk], BN)"),
+    # nor the fragment's 16: as if the A tile were stored fragment by fragment, 16 values a row (BK is 32)
+    "fragment_row": ("load_matrix_sync(fa, &As[wm * BK + kk], BK)", "load_matrix_sync(fa, &As[wm * F + kk], F)"),
+}
+
+
+@pytest.mark.parametrize("bug", WMMA_ROW_LENGTHS)
+def test_a_wmma_fragment_loaded_with_the_wrong_row_length_is_caught(bug):
+    old, new = WMMA_ROW_LENGTHS[bug]
     report = self_check_of_planted("09", "matmul_wmma", ROOT / "solutions" / "09_matmul" / "matmul_wmma.cu",
-                                   "lesson09_matmul_wmma_ldm.cu", "load_matrix_sync(fa, &As[wm * BK], BK)",
-                                   "load_matrix_sync(fa, &As[wm * BK], BN)")
+                                   f"lesson09_matmul_wmma_ldm_{bug}.cu", old, new)
     assert_diagnosis(report, "elements differ")

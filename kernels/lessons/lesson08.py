@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, TOLERANCE, check, merge
+from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, TOLERANCE, check, check_deterministic, merge
 from . import Exercise, Hint, Variant
 
 EPS = 1e-5
@@ -20,6 +20,15 @@ EPS = 1e-5
 SHAPES = (*ROWS, (4099, 7), (2, 4))
 SHIFT, SPREAD = -2.3, 0.5  # shifted rows: -2.3 + 0.5 * randn, where E[x^2] - E[x]^2 starts to cancel
 LARGE = 1e3                # the large-magnitude set: 300 + 1000 * randn
+# The offset set: 100 + randn, a mean far from 0 next to the spread, where E[x^2] - E[x]^2 (the one-pass variance,
+# the lesson's pitfall) puts out 2 to 60 times the tolerance off; at -2.3 + 0.5 * randn it stays inside it. Short
+# rows only: a thread-per-row kernel's sequential float32 sum of values near 100 moves the mean itself, to 0.65 of
+# the tolerance on rows of 33 (the worst of 150 draws) and past it on rows of 300.
+OFFSET = 100.0
+OFFSET_SHAPES = ((3, 31), (7, 33))
+# The backward's column sums are checked for the same bits on two runs on this shape: 3 slices of 64 rows and a
+# ragged second block of 32 columns
+DETERMINISM_SHAPE = (130, 40)
 # float32: out = (x - mean) * rstd * weight + bias. Summing a row of thousands of values in float32
 # moves the mean by a few ulps of the row sum, and rstd multiplies that error: a thread-per-row
 # kernel's sequential sum of 4097 values shifted by -2.3 lands about 2e-5 from float64's answer.
@@ -77,15 +86,22 @@ def _outputs(ins) -> list:
 
 
 def _shifted_and_large(fn: Callable, ref: Callable, make: Callable, shift: float, quiet: bool, raise_on_fail: bool,
-                       **common) -> Report:
-    """check() on make(shift, 0.5) inputs and on make(300, 1000) inputs (marked "large"), as one report. The
-    large values test the arithmetic, not the barriers: on the simulator they run in the first thread order only."""
+                       offset_shapes: Iterable = (), **common) -> Report:
+    """check() on make(shift, 0.5) inputs, on make(300, 1000) inputs (marked "large") and, on `offset_shapes`, on
+    make(100, 1) inputs (marked "mean 100"), as one report. The large and offset values test the arithmetic, not the
+    barriers: on the simulator they run in the first thread order only (the offset set without the race check)."""
     shifted = check(fn, ref, make(shift, SPREAD), quiet=True, tolerance=TOLERANCE_LN, **common)
     common["orders"] = (common.get("orders") or SIM_ORDERS)[:1]
     large = check(fn, ref, make(300.0, LARGE), quiet=True, tolerance=TOLERANCE_LN, **common)
-    for case in large.cases:  # the report's size column says which input set a case used
-        case.size = "x".join(map(str, case.size)) + " large"
-    report = merge(shifted.name, [shifted, large])
+    parts = [shifted, (large, "large")]
+    if offset_shapes:
+        common["sizes"] = list(offset_shapes)
+        offset = check(fn, ref, make(OFFSET, 1.0), quiet=True, tolerance=TOLERANCE_LN, races=False, **common)
+        parts.append((offset, "mean 100"))
+    for part, mark in parts[1:]:
+        for case in part.cases:  # the report's size column says which input set a case used
+            case.size = "x".join(map(str, case.size)) + " " + mark
+    report = merge(shifted.name, [shifted, *(part for part, _ in parts[1:])])
     if not quiet:
         print(report)
     if raise_on_fail:
@@ -95,25 +111,42 @@ def _shifted_and_large(fn: Callable, ref: Callable, make: Callable, shift: float
 
 def check_layernorm(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), name: str | None = None,
                     backend: str | None = None, quiet: bool = False, raise_on_fail: bool = False,
-                    shift: float = SHIFT, orders: Sequence[str] | None = None) -> Report:
+                    shift: float = SHIFT, orders: Sequence[str] | None = None,
+                    offset_shapes: Iterable = OFFSET_SHAPES) -> Report:
     """check() of an out-variant layernorm fn(x, weight, bias, eps, out, mean, rstd): once on shift + 0.5 * randn
-    rows, once on 300 + 1000 * randn rows. `orders`: the simulator's thread orders (check()'s default: all)."""
+    rows, once on 300 + 1000 * randn rows, and on `offset_shapes` once on 100 + randn rows (where the one-pass
+    variance E[x^2] - E[x]^2 cancels). `orders`: the simulator's thread orders (check()'s default: all)."""
     def op(x, w, b, out, mean, rstd):
         return fn(x, w, b, EPS, out, mean, rstd)
 
-    return _shifted_and_large(op, layernorm_ref, shifted_rows, shift, quiet, raise_on_fail, out=_outputs,
+    return _shifted_and_large(op, layernorm_ref, shifted_rows, shift, quiet, raise_on_fail, offset_shapes, out=_outputs,
                               out_names=("out", "mean", "rstd"), sizes=list(shapes), dtypes=dtypes,
                               name=name or getattr(fn, "__name__", None), backend=backend, orders=orders)
 
 
 def check_layernorm_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,),
                              name: str | None = None, backend: str | None = None, quiet: bool = False,
-                             raise_on_fail: bool = False, orders: Sequence[str] | None = None) -> Report:
+                             raise_on_fail: bool = False, orders: Sequence[str] | None = None,
+                             deterministic: bool = False) -> Report:
     """check() of a backward fn(dy, x, weight, mean, rstd) -> (dx, dweight, dbias) against autograd in float64,
-    on shifted rows and on large-magnitude rows. `orders` as for check_layernorm."""
-    return _shifted_and_large(fn, layernorm_backward_ref, backward_inputs, SHIFT, quiet, raise_on_fail,
-                              out_names=("dx", "dweight", "dbias"), sizes=list(shapes), dtypes=dtypes,
-                              name=name or getattr(fn, "__name__", None), backend=backend, orders=orders)
+    on shifted rows and on large-magnitude rows. `orders` as for check_layernorm. `deterministic`: also run it
+    twice on DETERMINISM_SHAPE (on the simulator in two thread and block orders) and require the same bits of
+    dweight and dbias both times."""
+    name = name or getattr(fn, "__name__", None)
+    names = ("dx", "dweight", "dbias")
+    report = _shifted_and_large(fn, layernorm_backward_ref, backward_inputs, SHIFT, True, False, out_names=names,
+                                sizes=list(shapes), dtypes=dtypes, name=name, backend=backend, orders=orders)
+    if deterministic:
+        twice = check_deterministic(fn, backward_inputs(), DETERMINISM_SHAPE, parts=("dweight", "dbias"),
+                                    out_names=names, name=name, backend=backend, quiet=True,
+                                    why="the column sums are not deterministic (an atomicAdd of floats adds in the "
+                                        "order the threads arrive)")
+        report = merge(report.name, [report, twice])
+    if not quiet:
+        print(report)
+    if raise_on_fail:
+        report.raise_if_failed()
+    return report
 
 
 _registered: set[str] = set()
@@ -151,14 +184,27 @@ def register_layernorm(ext) -> None:
     _registered.add(ns)
 
 
+# NaN in dweight or dbias: column_sum_kernel (given written) always writes them, from partial sums that held NaN
+PARTIAL_NAN = ("column_sum_kernel added up a partial sum that held NaN: one that layernorm_dparams_kernel never wrote, "
+               "or added to (+=) before writing it")
+PARTIAL_NAN_HINT = ("NaN in dweight or dbias: the partial sums are not zeroed (in the check they start as NaN), so "
+                    "layernorm_dparams_kernel must write every one of them, with =, from a grid that covers every "
+                    "slice of rows")
+
+
 def _run_layernorm_backward(ext, backend) -> Report:
     forward = check_layernorm(ext.layernorm_forward, name="layernorm_forward", backend=backend, quiet=True)
     backward = check_layernorm_backward(ext.layernorm_backward, name="layernorm_backward", backend=backend,
-                                        quiet=True)
+                                        quiet=True, deterministic=True)
     for label, part in (("forward", forward), ("backward", backward)):  # which op each line of the report is about
         for case in part.cases:
             size = case.size if isinstance(case.size, str) else "x".join(map(str, case.size))
             case.size = f"{label} {size}"
+    nan = (Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)
+    for case in backward.cases:
+        if not case.passed and case.part in ("dweight", "dbias") and case.diagnosis in nan:
+            case.detail = case.detail.split(": ")[0] + ": " + PARTIAL_NAN  # "first at flat index i: ..."
+            backward.hints.append(PARTIAL_NAN_HINT)
     report = merge("layernorm_backward", [forward, backward])
     print(report)
     return report
@@ -177,8 +223,10 @@ EXERCISES = [
         Hint("The 8 threads of a column then combine their sums through shared memory: each writes its pair to "
              "sum_w[ty][tx] and sum_b[ty][tx]; after __syncthreads() (without it thread ty = 0 may read a slot "
              "before its owner wrote it), thread ty = 0 adds the 8 and writes the slice's partial "
-             "to partial[blockIdx.y * 2 * cols + c] (dweight) and [... + cols + c] (dbias). The last kernel, already "
-             "written, adds the parts of every column.", answers=(Diagnosis.RACE, Diagnosis.WRONG_VALUES)),
+             "to partial[blockIdx.y * 2 * cols + c] (dweight) and [... + cols + c] (dbias), with =: the buffer is not "
+             "zeroed. The last kernel, already written, adds the parts of every column in a fixed order, so the sums "
+             "are the same bits on every run; atomicAdd would add them in whatever order the threads arrive.",
+             answers=(Diagnosis.RACE, Diagnosis.WRONG_VALUES, Diagnosis.NOT_DETERMINISTIC)),
         Hint("dx: for (int64_t c = threadIdx.x; c < cols; c += BLOCK) { const float g = dyr[c] * w[c], xh = (xr[c] - "
              "m) * rs; sg += g; sgx += g * xh; }  then sg = block_reduce_sum(sg, scratch); sgx = block_reduce_sum(sgx, "
              "scratch); and a second loop storing rs * (g - (sg + xh * sgx) / cols).  dparams: for (int64_t r = r0 + ty; "

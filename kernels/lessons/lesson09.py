@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import Case, Diagnosis, Report, TOLERANCE, check, merge, random_tensor
+from ..check import HINTS, Case, Diagnosis, Report, TOLERANCE, check, merge, random_tensor
 from . import Exercise, Hint, Probe, Variant
 
 # (M, N, K): 1s, sizes just past a 64-wide tile and an 8-deep step, K = 0 (C is all zeros), empty C
@@ -18,6 +18,12 @@ SHAPES = ((1, 1, 1), (1, 64, 8), (64, 1, 9), (64, 64, 8), (65, 65, 9), (63, 130,
           (5, 4, 0), (0, 3, 4))
 # float32 sums of K products carry about sqrt(K) roundings: 1e-3 absolute covers K of a few thousand
 MATMUL_TOLERANCE = {**TOLERANCE, torch.float32: (1e-4, 1e-3)}
+# On the simulator the block-tile exercise's self-check also profiles its memory accesses on one shape (2 x 2 tiles
+# of C, three steps along K, the last one ragged) and compares them with the solution's there, in warp-level
+# requests: the tiles' staging makes all of its global loads, the inner loop reads only shared memory. An inner loop
+# that reads A and B from global memory gets the values right with 4228 global loads and no shared ones.
+PROFILE_SHAPE = (70, 70, 20)
+SOLUTION_LOADS = {"global load": 228, "shared load": 6144}
 
 
 def matmul_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -80,20 +86,62 @@ def check_refusals(fn: Callable, device, dtype: torch.dtype = torch.float32, nam
     return report
 
 
-def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: torch.dtype, **kw) -> Report:
-    """The exercise's check: values on SHAPES, then the refusal of transposed inputs; one printed report."""
+def loads(fn: Callable, shape: tuple[int, int, int] = PROFILE_SHAPE):
+    """({"global load": n, "shared load": n}, the profile): the warp-level load requests of a sim-loaded float32
+    matmul fn(a, b, c) on one (M, N, K), by the simulator's access profile (kernels.profile)."""
+    from ..sim.profile import profile
+
+    m, n, _ = shape
+    a, b = operands(shape, torch.float32, "cpu")
+    report = profile(fn, a, b, torch.empty(m, n))
+    return {kind: sum(r.requests for r in report.rows if r.kind == kind) for kind in SOLUTION_LOADS}, report
+
+
+def check_tile_reuse(fn: Callable, name: str = "tile reuse") -> Report:
+    """On the simulator: the inner loop must read the tiles staged in shared memory, not A and B in global memory.
+    One case on PROFILE_SHAPE: some shared loads, and no more global loads than the solution's (SOLUTION_LOADS)."""
+    shown = "x".join(map(str, PROFILE_SHAPE))
+    case = Case(f"{shown} profile", torch.float32, part="profile")
+    report = Report(name, [case])
+    try:
+        got, profiled = loads(fn)
+    except Exception as e:  # noqa: BLE001 - the report says what went wrong, as a failing case does
+        case.passed, case.problem, case.diagnosis = False, "the access profile raised " + type(e).__name__, Diagnosis.RAISED
+        case.detail = "\n".join(str(e).strip().splitlines()[:6])
+        report.hints.append(HINTS[Diagnosis.RAISED])
+        return report
+    want_global, want_shared = SOLUTION_LOADS["global load"], SOLUTION_LOADS["shared load"]
+    if got["shared load"] == 0 or got["global load"] > want_global:
+        case.passed, case.diagnosis = False, Diagnosis.ACCESS_PATTERN
+        case.problem = ("the inner loop reads global memory, not the shared-memory tiles" if got["shared load"] == 0
+                        else "more global loads than the solution's: some of the inner loop's reads go to global memory")
+        case.detail = (f"the simulator's access profile on {shown} (M x N x K) shows {got['global load']} global load "
+                       f"requests and {got['shared load']} shared load requests (each a warp's);\nthe solution's shows "
+                       f"{want_global} global (the staging of the tiles, the only reads of A and B) and {want_shared} "
+                       "shared (the inner loop reading As and Bs). By line:\n" + str(profiled))
+        report.hints.append(HINTS[Diagnosis.ACCESS_PATTERN])
+    return report
+
+
+def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: torch.dtype, reuse: bool = False,
+                         **kw) -> Report:
+    """The exercise's check: values on SHAPES, then the refusal of transposed inputs, and with `reuse`, on the
+    simulator and once the values are right, check_tile_reuse; one printed report."""
     from ..backend import device, resolve
 
     values = check_matmul(fn, dtypes=(dtype,), name=name, backend=backend, quiet=True, **kw)
     refusals = check_refusals(fn, device(resolve(backend)), dtype, name=f"{name} refusals", quiet=True,
                               out_dtype=kw.get("out_dtype"))
-    report = merge(name, [values, refusals])
+    parts = [values, refusals]
+    if reuse and values.passed and resolve(backend) == "sim":
+        parts.append(check_tile_reuse(fn, name=f"{name} tile reuse"))
+    report = merge(name, parts)
     print(report)
     return report
 
 
 def _run_blocktile(ext, backend) -> Report:
-    return _values_and_refusals(ext.matmul_blocktile, "matmul_blocktile", backend, torch.float32)
+    return _values_and_refusals(ext.matmul_blocktile, "matmul_blocktile", backend, torch.float32, reuse=True)
 
 
 def _run_wmma(ext, backend) -> Report:
@@ -106,7 +154,7 @@ EXERCISES = [
         Hint("Two gaps. First the inner loop: after the barrier, every thread walks kk = 0 .. BK-1; for each kk it "
              "reads TM values of the A tile (As[tr + i][kk]) and TN values of the B tile (Bs[kk][tc + j]) into ra and "
              "rb, then adds their outer product into acc. matmul_kernel5 in kernels/reference/09_matmul.cu is the "
-             "same loop.", answers=(Diagnosis.WRONG_VALUES,)),
+             "same loop.", answers=(Diagnosis.WRONG_VALUES, Diagnosis.ACCESS_PATTERN)),
         Hint("Second the store: the thread's acc[i][j] belongs at row m0 + tr + i, column n0 + tc + j of C, which is "
              "C[(int64_t)m * N + n]. Elements that are never written stay NaN in the check.", answers=(Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
         Hint("The edges: M and N need not be multiples of 64, so the last tiles hang over the bottom and right of C. "
@@ -118,13 +166,16 @@ EXERCISES = [
              "const int m = m0 + tr + i, n = n0 + tc + j; if (m < M && n < N) C[(int64_t)m * N + n] = acc[i][j];"),
     ]),    Exercise("09", "matmul_wmma", "matmul_wmma.cu", _run_wmma, hints=[
         Hint("The accumulator starts at zero: wmma::fill_fragment(acc, 0.0f) before the loop. Inside the loop, after "
-             "the barrier, every lane of the warp makes the same three calls: two load_matrix_sync and one "
-             "mma_sync (they are warp-wide: the 32 lanes do them together).", answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
+             "the barrier, the step's tiles are BK = 32 deep and a fragment 16: for each 16-deep slice kk = 0, 16, "
+             "every lane of the warp makes the same three calls: two load_matrix_sync and one mma_sync (they are "
+             "warp-wide: the 32 lanes do them together).", answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
         Hint("load_matrix_sync(frag, pointer, ldm): pointer is the fragment's top-left element in shared memory, "
-             "ldm the length of a row of that array. The A tile has BK values per row, so the warp's rows start at "
-             "&As[wm * BK]; the B tile has BN per row, and the warp's columns start at &Bs[wn]."),
-        Hint("wmma::fill_fragment(acc, 0.0f);   and in the loop:   wmma::load_matrix_sync(fa, &As[wm * BK], BK); "
-             "wmma::load_matrix_sync(fb, &Bs[wn], BN); wmma::mma_sync(acc, fa, fb, acc);"),
+             "ldm the length of a row of that array, not of the fragment (16). The A tile has BK values per row, so "
+             "the warp's fragment of slice kk starts at row wm, column kk: &As[wm * BK + kk], rows BK apart; the B "
+             "tile has BN per row, and its fragment starts at row kk, column wn: &Bs[kk * BN + wn], rows BN apart."),
+        Hint("wmma::fill_fragment(acc, 0.0f);   and in the loop:   for (int kk = 0; kk < BK; kk += F) { "
+             "wmma::load_matrix_sync(fa, &As[wm * BK + kk], BK); wmma::load_matrix_sync(fb, &Bs[kk * BN + wn], BN); "
+             "wmma::mma_sync(acc, fa, fb, acc); }"),
     ]),
 ]
 

@@ -6,7 +6,7 @@
 //     check_exercise("08", "layernorm_backward", path="layernorm_backward.cu")      or      make check LESSON=08
 //
 // The forward (layernorm_forward) is written: one block per row, two passes. You write the backward
-// (until then dx stays unwritten and dweight, dbias stay 0: the check fails):
+// (until then dx and the partial sums stay unwritten: the check fails):
 //   layernorm_dx_kernel       one block per row: dx = rstd * (g - (sum(g) + xhat * sum(g * xhat)) / cols),
 //                             g = dy * weight, xhat = (x - mean) * rstd
 //   layernorm_dparams_kernel  column sums dweight = sum(dy * xhat), dbias = sum(dy), a slice of rows per
@@ -15,7 +15,6 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -74,6 +73,7 @@ __global__ void layernorm_dparams_kernel(const float* __restrict__ dy, const flo
   //      `__shared__ float sum_b[TY][TX + 1];` (one declaration each), at [ty][tx]; then thread
   //      ty = 0 of each column adds the 8 and writes partial[blockIdx.y * 2 * cols + c] (dweight's part) and
   //      partial[blockIdx.y * 2 * cols + cols + c] (dbias's part). What must come between the two steps?
+  //   The sums must come out the same bits on every run (the check runs it twice): no atomicAdd.
 }
 
 // column_sum_kernel (written): thread i owns column i of the [parts, 2 * cols] partial sums and adds
@@ -132,7 +132,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward(const at::Tens
   check_vector(rstd, "rstd", x.size(0), "one per row of x");
   const int64_t rows = x.size(0), cols = x.size(1), parts = ceil_div(rows, (int64_t)ROWS_PER_PART);
   at::Tensor dx = at::empty_like(x), dw = at::empty_like(weight), db = at::empty_like(weight);
-  at::Tensor partial = at::zeros({std::max<int64_t>(parts, 1), 2 * cols}, x.options());
+  // Not zeroed: layernorm_dparams_kernel writes every element (=, not +=). The check fills empty memory with NaN,
+  // so a partial sum that is read before it is written, or added to, comes out NaN.
+  at::Tensor partial = at::empty({parts, 2 * cols}, x.options());
   auto stream = c10::cuda::getCurrentCUDAStream();
   if (rows > 0) {
     CHECK_GRID(rows);
@@ -145,7 +147,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward(const at::Tens
                                                          rstd.data_ptr<float>(), partial.data_ptr<float>(), rows, cols);
     CHECK_LAUNCH();
   }
-  column_sum_kernel<<<ceil_div(2 * cols, (int64_t)BLOCK), BLOCK, 0, stream>>>(partial.data_ptr<float>(), partial.size(0),
+  column_sum_kernel<<<ceil_div(2 * cols, (int64_t)BLOCK), BLOCK, 0, stream>>>(partial.data_ptr<float>(), parts,
                                                                               cols, dw.data_ptr<float>(), db.data_ptr<float>());
   CHECK_LAUNCH();
   return {dx, dw, db};

@@ -14,7 +14,6 @@
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -158,7 +157,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward(const at::Tens
   check_vector(rstd, "rstd", x.size(0), "one per row of x");
   const int64_t rows = x.size(0), cols = x.size(1), parts = ceil_div(rows, (int64_t)ROWS_PER_PART);
   at::Tensor dx = at::empty_like(x), dw = at::empty_like(weight), db = at::empty_like(weight);
-  at::Tensor partial = at::zeros({std::max<int64_t>(parts, 1), 2 * cols}, x.options());
+  // Not zeroed: layernorm_dparams_kernel writes every element (=, not +=). The check fills empty memory with NaN,
+  // so a partial sum that is read before it is written, or added to, comes out NaN.
+  at::Tensor partial = at::empty({parts, 2 * cols}, x.options());
   auto stream = c10::cuda::getCurrentCUDAStream();
   if (rows > 0) {
     CHECK_GRID(rows);
@@ -171,7 +172,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward(const at::Tens
                                                          rstd.data_ptr<float>(), partial.data_ptr<float>(), rows, cols);
     CHECK_LAUNCH();
   }
-  column_sum_kernel<<<ceil_div(2 * cols, (int64_t)BLOCK), BLOCK, 0, stream>>>(partial.data_ptr<float>(), partial.size(0),
+  column_sum_kernel<<<ceil_div(2 * cols, (int64_t)BLOCK), BLOCK, 0, stream>>>(partial.data_ptr<float>(), parts,
                                                                               cols, dw.data_ptr<float>(), db.data_ptr<float>());
   CHECK_LAUNCH();
   return {dx, dw, db};

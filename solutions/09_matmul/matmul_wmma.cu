@@ -11,14 +11,15 @@
 namespace wmma = nvcuda::wmma;
 
 constexpr int F = 16;            // a fragment is 16 x 16 (x 16 deep)
-constexpr int BM = 32, BN = 32;  // the block's tile of C: 2 x 2 fragments, one per warp
-constexpr int BK = 16;           // the step along K: one fragment deep
-constexpr int THREADS = 32 * (BM / F) * (BN / F);  // 4 warps
+constexpr int BM = 32, BN = 64;  // the block's tile of C: 2 x 4 fragments, one per warp
+constexpr int BK = 32;           // the step along K: two fragments deep
+constexpr int THREADS = 32 * (BM / F) * (BN / F);  // 8 warps
 static_assert(BM % F == 0 && BN % F == 0 && BK % F == 0, "fragments cover the tiles exactly");
 
 // matmul_wmma_kernel: block (bx, by) owns the BM x BN tile of C at rows BM by, columns BN bx; warp w owns
-// the 16 x 16 fragment at rows 16 (w / 2), columns 16 (w % 2) of it. Per step the block stages 32 x 16 of A
-// and 16 x 32 of B (bf16) in shared memory; each warp loads its two fragments from there and multiplies.
+// the 16 x 16 fragment at rows 16 (w / 4), columns 16 (w % 4) of it. Per step the block stages 32 x 32 of A
+// and 32 x 64 of B (bf16) in shared memory; each warp walks the step's depth a fragment (16) at a time,
+// loading a fragment of A and one of B from the tiles and multiplying them.
 __global__ void __launch_bounds__(THREADS) matmul_wmma_kernel(const __nv_bfloat16* __restrict__ A,
                                                               const __nv_bfloat16* __restrict__ B, float* __restrict__ C,
                                                               int M, int N, int K) {
@@ -47,9 +48,11 @@ __global__ void __launch_bounds__(THREADS) matmul_wmma_kernel(const __nv_bfloat1
     }
     __syncthreads();  // wait until the tiles are loaded
 
-    wmma::load_matrix_sync(fa, &As[wm * BK], BK);  // rows wm .. wm+15 of the A tile, BK values apart
-    wmma::load_matrix_sync(fb, &Bs[wn], BN);       // columns wn .. wn+15 of the B tile, BN values apart
-    wmma::mma_sync(acc, fa, fb, acc);              // acc += fa @ fb
+    for (int kk = 0; kk < BK; kk += F) {  // BK / F fragments deep
+      wmma::load_matrix_sync(fa, &As[wm * BK + kk], BK);  // rows wm .., columns kk .. of the A tile: rows BK apart
+      wmma::load_matrix_sync(fb, &Bs[kk * BN + wn], BN);  // rows kk .., columns wn .. of the B tile: rows BN apart
+      wmma::mma_sync(acc, fa, fb, acc);                   // acc += fa @ fb
+    }
     __syncthreads();  // done with the tiles before the next step overwrites them
   }
 
