@@ -211,7 +211,8 @@ def _lines(so: Path, pcs: list[int], own: set[str]) -> dict[int, tuple[str, bool
             if name in own and num:
                 # the kernel: the outermost function of the learner's files that the access was inlined
                 # into (not the lambda that a translated launch wraps the kernel in)
-                named = [f for f, n, _ in chain[depth:] if n in own and "lambda" not in f and "operator()" not in f]
+                named = [f for f, n, _ in chain[depth:] if n in own and "lambda" not in f and "operator()" not in f
+                         and not _function_name(f).startswith("cudasim::")]  # the launch's call of the kernel
                 kernel = _function_name(named[-1]) if named else ""
                 out[pc] = (f"{name}:{num}", atomic, kernel)
                 break

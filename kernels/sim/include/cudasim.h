@@ -66,7 +66,13 @@
 #else
 #define CUDASIM_UNINSTRUMENTED no_sanitize_thread
 #endif
+// GCC never inlines them into the learner's instrumented code; clang would (their own accesses then
+// instrumented, __builtin_return_address no longer the learner's line), so there they are noinline.
+#if defined(__clang__) && defined(CUDASIM_INSTRUMENTED)
+#define CUDASIM_INTERNAL __attribute__((CUDASIM_UNINSTRUMENTED, noinline))
+#else
 #define CUDASIM_INTERNAL __attribute__((CUDASIM_UNINSTRUMENTED))
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.
