@@ -486,7 +486,7 @@ def test_check_deterministic_names_the_output_whose_bits_differ_between_two_runs
         calls.append(1)
         total = x.sum(dim=0)
         if len(calls) == 2:
-            total[1] = torch.nextafter(total[1], torch.tensor(INF))
+            total[1] = torch.nextafter(total[1], torch.tensor(INF, device=total.device))
         return x * 2, total
 
     def inputs(size, dtype, device):

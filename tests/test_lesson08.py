@@ -388,6 +388,8 @@ def test_the_self_check_catches_a_planted_bug_with_its_diagnosis(bug):
     report = self_check_of_planted("08", "layernorm_backward", SOLUTION, f"lesson08_layernorm_backward_{bug}.cu", old, new,
                                    races=bug in RACE_CHECKED)
     assert_diagnosis(report, *diagnoses)
-    if bug == "one_pass_variance":  # the offset rows catch it, and nothing else does
-        failing = [c.size for c in report.cases if not c.passed]
-        assert all("mean 100" in size for size in failing), str(report)
+    if bug == "one_pass_variance":  # the offset rows catch it; on the simulator nothing else does
+        offset = [c for c in report.cases if "mean 100" in str(c.size)]
+        assert offset and not any(c.passed for c in offset), str(report)
+        if resolve() == "sim":  # on a GPU a 1-element row fails too: the contracted m * m leaves a rounding residue
+            assert all("mean 100" in str(c.size) for c in report.cases if not c.passed), str(report)
