@@ -60,8 +60,9 @@ def test_late_error(backend, capsys):
 
 def test_illegal_address(backend, capsys):
     out = shown("illegal_address", backend, capsys)
-    where = "illegal memory access at illegal_address.cu:21" if backend == "sim" else "an illegal memory access was encountered"
-    assert where in out
+    # the faulting load of bias is line 20; g++ moves it into the add of line 21, clang++ keeps it there
+    where = r"illegal memory access at illegal_address\.cu:2[01]\b" if backend == "sim" else "an illegal memory access was encountered"
+    assert re.search(where, out), out
     assert "out equals x (no bias to add): True" in out
 
 
@@ -69,7 +70,8 @@ def test_misaligned_vec4(backend, capsys):
     out = shown("misaligned_vec4", backend, capsys)
     assert "x.data_ptr() % 16 = 4" in out
     # the simulator has no alignment check of its own: the CPU's aligned load faults at the line
-    assert ("at misaligned_vec4.cu:15" if backend == "sim" else "misaligned address") in out
+    # (the load is line 14; g++ reports it at line 15, where it schedules the load's first use)
+    assert re.search(r"at misaligned_vec4\.cu:1[45]\b" if backend == "sim" else "misaligned address", out), out
     assert "out equals 2 * x: True" in out
 
 

@@ -126,7 +126,10 @@ def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
     import torch
 
     h = hashlib.sha256()
-    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers), cxx_version("sim")):
+    # the headers' folders too: clang's #pragma once goes by file, so a PCH made from another copy of the
+    # headers (the repository's, for an installed copy) would define everything twice
+    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers), cxx_version("sim"),
+                 str(SIM_INCLUDE), str(INCLUDE)):
         h.update(part.encode())
     for f in simulator_files():
         h.update(f.read_bytes())
