@@ -305,6 +305,19 @@ def test_the_layernorm_backward_solution_passes_its_self_check():
     assert check_exercise("08", "layernorm_backward", solution=True).passed
 
 
+# the solution's combine of a slice's column sums: the 8 threads of a column through shared memory, then thread
+# ty = 0 writes the slice's partials (two planted bugs replace it)
+COMBINE = """  sum_w[ty][tx] = sw;
+  sum_b[ty][tx] = sb;
+  __syncthreads();  // every thread's sums are in before thread ty = 0 adds them
+  if (ty == 0 && c < cols) {
+    for (int k = 1; k < TY; ++k) {
+      sw += sum_w[k][tx];
+      sb += sum_b[k][tx];
+    }
+    partial[blockIdx.y * 2 * cols + c] = sw;
+    partial[blockIdx.y * 2 * cols + cols + c] = sb;
+  }"""
 PLANTED = {
     # thread ty = 0 reads the other threads' sums before they are written
     "no_barrier": ("  __syncthreads();  // every thread's sums are in before thread ty = 0 adds them\n", "",
@@ -323,17 +336,7 @@ PLANTED = {
     # the 8 threads of a column add into the partial sums in global memory themselves, no shared-memory combine and
     # no atomic: a read-modify-write race between warps that the simulator's thread orders never interleave (on an
     # H100 every column sum came out wrong); the race check names it
-    "warps_plus_equal": ("""  sum_w[ty][tx] = sw;
-  sum_b[ty][tx] = sb;
-  __syncthreads();  // every thread's sums are in before thread ty = 0 adds them
-  if (ty == 0 && c < cols) {
-    for (int k = 1; k < TY; ++k) {
-      sw += sum_w[k][tx];
-      sb += sum_b[k][tx];
-    }
-    partial[blockIdx.y * 2 * cols + c] = sw;
-    partial[blockIdx.y * 2 * cols + cols + c] = sb;
-  }""", """  if (c < cols) {
+    "warps_plus_equal": (COMBINE, """  if (c < cols) {
     partial[blockIdx.y * 2 * cols + c] += sw;
     partial[blockIdx.y * 2 * cols + cols + c] += sb;
   }""", ("data race on global memory",)),
@@ -351,17 +354,7 @@ PLANTED.update({
     partial[blockIdx.y * 2 * cols + cols + c] += sb;""", ("elements are NaN in dweight", "added to (+=)")),
     # the 8 threads of a column add into their slice's partial sums with atomicAdd (zeroed first, behind a barrier):
     # right within the tolerance, but the order of the adds, and so the last bits, follow the order of the threads
-    "atomic_partials": ("""  sum_w[ty][tx] = sw;
-  sum_b[ty][tx] = sb;
-  __syncthreads();  // every thread's sums are in before thread ty = 0 adds them
-  if (ty == 0 && c < cols) {
-    for (int k = 1; k < TY; ++k) {
-      sw += sum_w[k][tx];
-      sb += sum_b[k][tx];
-    }
-    partial[blockIdx.y * 2 * cols + c] = sw;
-    partial[blockIdx.y * 2 * cols + cols + c] = sb;
-  }""", """  if (ty == 0 && c < cols) {
+    "atomic_partials": (COMBINE, """  if (ty == 0 && c < cols) {
     partial[blockIdx.y * 2 * cols + c] = 0.0f;
     partial[blockIdx.y * 2 * cols + cols + c] = 0.0f;
   }
