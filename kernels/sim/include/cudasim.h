@@ -279,6 +279,9 @@ struct Sim {
   std::vector<Thread> threads;
   std::vector<int> runq;
   size_t runq_head = 0;
+  // per warp of the running block: the lanes waiting in a warp operation (not __activemask) and the lanes that
+  // have finished, so that a lane arriving at a warp operation knows in a few instructions whether it is the last
+  std::vector<unsigned> warp_waiting, warp_done;
   void* sched_sp = nullptr;
 #ifdef CUDASIM_UCONTEXT
   ucontext_t sched_uc;
@@ -429,6 +432,7 @@ CUDASIM_INTERNAL inline void to_scheduler() {
   g.finding = std::move(what);
   g.finding_thread = t->linear;
   t->state = State::Done;
+  g.warp_done[t->linear / 32] |= 1u << (t->linear & 31);
   to_scheduler();
   __builtin_trap();  // a stopped fiber is never resumed
 }
@@ -441,6 +445,7 @@ CUDASIM_INTERNAL inline void to_scheduler() {
     if (!g.error) g.error = std::current_exception();
   }
   t->state = State::Done;
+  g.warp_done[t->linear / 32] |= 1u << (t->linear & 31);
   g.idle_yields = 0;
   g.progress += 1;
   to_scheduler();
@@ -506,11 +511,12 @@ CUDASIM_INTERNAL inline void make_ready(int id) {
 }
 
 // Queue a group of threads in the configured order.
-CUDASIM_INTERNAL inline void queue_in_order(std::vector<int>& ids) {
-  if (g.order == 1) std::reverse(ids.begin(), ids.end());
-  if (g.order == 2) std::shuffle(ids.begin(), ids.end(), g.rng);
-  for (int id : ids) make_ready(id);
+CUDASIM_INTERNAL inline void queue_in_order(int* ids, size_t n) {
+  if (g.order == 1) std::reverse(ids, ids + n);
+  if (g.order == 2) std::shuffle(ids, ids + n, g.rng);
+  for (size_t i = 0; i < n; ++i) make_ready(ids[i]);
 }
+CUDASIM_INTERNAL inline void queue_in_order(std::vector<int>& ids) { queue_in_order(ids.data(), ids.size()); }
 
 // ---------------------------------------------------------------------------------------------
 // __syncthreads and its counting variants.
@@ -787,10 +793,12 @@ CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
       }
     }
   }
-  std::vector<int> wake;
+  g.warp_waiting[warp] &= ~present;
+  int wake[32];
+  size_t n = 0;
   for (int lane = 0; lane < 32; ++lane)
-    if ((present >> lane & 1u) && &g.threads[ids[lane]] != g.cur) wake.push_back(ids[lane]);
-  queue_in_order(wake);
+    if ((present >> lane & 1u) && &g.threads[ids[lane]] != g.cur) wake[n++] = ids[lane];
+  queue_in_order(wake, n);
   g.progress += 1;
 }
 
@@ -826,16 +834,15 @@ CUDASIM_INTERNAL inline void warp_op(WarpOp op, unsigned mask, const void* val, 
     to_scheduler();
     return;
   }
-  // Have all lanes of the mask that are still alive arrived?
+  // Have all lanes of the mask that are still alive arrived (with this mask)?
   int warp = t->linear / 32;
-  bool all = true;
-  for (int l = 0; l < 32 && all; ++l) {
-    int id = warp * 32 + l;
-    if (!(mask >> l & 1u) || id >= g.nthreads) continue;
-    const Thread& o = g.threads[id];
-    if (o.state == State::Done) continue;
-    if (!(o.state == State::Warp && o.wmask == mask)) all = false;
-  }
+  g.warp_waiting[warp] |= 1u << lane;
+  const int in_warp = std::min(32, g.nthreads - warp * 32);
+  const unsigned exist = in_warp == 32 ? ~0u : (1u << in_warp) - 1u;
+  const unsigned need = mask & exist & ~g.warp_done[warp];
+  bool all = (need & ~g.warp_waiting[warp]) == 0;
+  for (unsigned rest = need; all && rest; rest &= rest - 1)
+    all = g.threads[warp * 32 + __builtin_ctz(rest)].wmask == mask;
   if (all) {
     complete_warp(warp, mask);
     t->state = State::Ready;
@@ -1288,6 +1295,9 @@ CUDASIM_INTERNAL inline void run_block(unsigned bx, unsigned by, unsigned bz) {
   std::memset(arena + kFileBase, kPoison, g.file_static_used);
   g.runq.clear();
   g.runq_head = 0;
+  const size_t warps = (static_cast<size_t>(g.nthreads) + 31) / 32;
+  g.warp_waiting.assign(warps, 0u);
+  g.warp_done.assign(warps, 0u);
   std::vector<int> all(g.nthreads);
   for (int i = 0; i < g.nthreads; ++i) {
     Thread& t = g.threads[i];
