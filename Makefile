@@ -1,6 +1,6 @@
 # CUDA kernels for PyTorch, lesson by lesson.
 #   make lessons      set up, build every lesson's kernels, run every notebook headlessly
-#   make test-all     set up, then every test: pytest, compile check, notebooks under nbval
+#   make test-all     set up, then every test: pytest, compile check, solution notebooks under nbval
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
 #   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator

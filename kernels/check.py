@@ -21,6 +21,7 @@ import contextlib
 import enum
 import math
 import re
+import sys
 import sysconfig
 import traceback
 from dataclasses import dataclass, field
@@ -876,10 +877,21 @@ def _poison_empty():
     old = torch.are_deterministic_algorithms_enabled()
     old_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     old_fill = torch.utils.deterministic.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    _deterministic(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(old, warn_only=old_warn)
+        _deterministic(old, warn_only=old_warn)
         torch.utils.deterministic.fill_uninitialized_memory = old_fill
+
+
+def _deterministic(mode: bool, warn_only: bool) -> None:
+    """torch.use_deterministic_algorithms, without importing torch.compile's machinery where it is not loaded:
+    the public call also sets inductor's `deterministic` option, and its first call imports torch._inductor
+    and dynamo for that, 3-4 s of every process that checks a kernel and never compiles one. A process that
+    has loaded inductor gets the public call."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)

@@ -267,15 +267,15 @@ def test_files_are_taken_with_the_most_tests_first():
 def test_make_test_all_opens_one_lane_with_the_builds_the_other_with_the_compile_check_then_both_share_the_rest():
     two = test_all.lanes(2)
     assert [[s.name for s in lane] for lane in two] == [
-        ["build-cache", "pytest-1", "nbval-1", "nbval-lessons-1"],
-        ["compile-check", "pytest-2", "nbval-2", "nbval-lessons-2"]]
+        ["build-cache", "pytest-1", "nbval-1"],
+        ["compile-check", "pytest-2", "nbval-2"]]
     assert two[0][0].command[-3:] == ["--jobs", "1", "--warm"] and two[1][0].command[-2:] == ["--jobs", "1"]
     for first, second in zip(two[0][1:], two[1][1:]):
         assert first.command == second.command  # the same run of the same files, shared through one folder
         assert first.command[-2:] == ["--lanes-dir", str(test_all.CLAIMS / first.name.rsplit("-", 1)[0])]
     one = test_all.lanes(1)
     assert [[s.name for s in lane] for lane in one] == [
-        ["build-cache", "compile-check", "pytest", "nbval", "nbval-lessons"]]
+        ["build-cache", "compile-check", "pytest", "nbval"]]
 
 
 def test_the_summary_adds_up_the_lanes_of_a_shared_step(monkeypatch, tmp_path):
@@ -327,7 +327,7 @@ def test_the_whole_run_starts_each_shared_step_on_an_empty_folder_of_claims_and_
     monkeypatch.setattr(test_all, "lanes", lambda cores: [[step("a1"), step("a2")], [step("b1")]])
     monkeypatch.setattr(test_all.os, "cpu_count", lambda: 2)
     assert test_all.main([]) == 0
-    assert sorted(seen.read_text().splitlines()) == [f"{n} nbval,nbval-lessons,pytest" for n in ("a1", "a2", "b1")]
+    assert sorted(seen.read_text().splitlines()) == [f"{n} nbval,pytest" for n in ("a1", "a2", "b1")]
     assert not any((claims / "pytest").iterdir())
     assert "== summary:" in capsys.readouterr().out
 

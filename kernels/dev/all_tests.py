@@ -5,14 +5,18 @@
 
 `make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
 exercises and planted bugs on the default backend, and the notebooks' consistency; the toolkit's
-and the simulator's own suites, the compile check and the notebooks under nbval are left to
-`make test-all` (its step pytest holds the lesson tests too).
+and the simulator's own suites, the compile check and the solution notebooks under nbval are left to
+`make test-all` (its step pytest holds the lesson tests too). The lesson notebooks, executed with their
+exercise stubs (step nbval-lessons, `make nbval-lessons`), are not a step of `make test-all`: they are the
+solution notebooks' cells but for the exercise cells (tests/test_notebooks.py holds that), each stub's
+build and failing self-check is a test of the lesson's (`test_..._stub_...`), and `make lessons` executes
+them all; CI runs the step after `make test-all` (.ci/run).
 
 Every step keeps one core busy (pytest and notebooks run one test at a time; the simulator builds and
 the nvcc compile check run one compiler at a time here), so `make test-all` runs them in two lanes, one
 per core. One lane starts with the simulator builds of every .cu, the other with the nvcc compile check
-(which needs none of them); then each lane runs pytest, the solution notebooks and the lesson notebooks,
-and the two lanes share these three steps file by file (kernels/dev/pytest_lanes.py): each test file or
+(which needs none of them); then each lane runs pytest and the solution notebooks, and the two lanes
+share these two steps file by file (kernels/dev/pytest_lanes.py): each test file or
 notebook is run once, by whichever lane is free first. So neither lane waits for the other until the
 last notebook, whatever each file costs. A test that needs a simulator build that is not made yet
 makes it itself (builds of one file take turns, see kernels/build/cache.py, so nothing is built twice). On
@@ -83,8 +87,8 @@ def steps(jobs: int) -> dict[str, Step]:
 
 
 # The steps whose files the lanes share (kernels/dev/pytest_lanes.py), in the order each lane runs them: the
-# lesson notebooks last, since their files are small, so the lane that finishes first waits little.
-SHARED = ("pytest", "nbval", "nbval-lessons")
+# notebooks last, since their files are small, so the lane that finishes first waits little.
+SHARED = ("pytest", "nbval")
 CLAIMS = LOGS / "claims"
 
 
