@@ -36,6 +36,11 @@ from .paths import PACKAGE, ROOT
 # Sizes that are not multiples of any block size, plus one and empty.
 SIZES = (0, 1, 31, 33, 1000, 2**20 + 3)
 ROWS = ((1, 1), (3, 31), (7, 33), (33, 1000), (64, 1024), (5, 4097))
+# Shapes for the row-wise ops (softmax, layernorm): ROWS plus many short rows and a length that is a multiple of 4.
+# The short rows: 517 = 2 * 256 + 5, ragged for a block of 256 row-threads, 8 row-warps or 64 rows of column sums,
+# and more rows than the simulator's 132 SMs x 2 blocks of a grid-stride kernel. Kept small: on the simulator a
+# row costs a block of threads whatever its length (4099 such rows took 2/3 of a layernorm check's time).
+ROW_OP_SHAPES = (*ROWS, (517, 7), (2, 4))
 # Shapes for row reductions: ROWS plus several rows of one column (a reduction of one value,
 # where 31 lanes of a warp, or 255 threads of a block, hold only the start value).
 REDUCTION_ROWS = ROWS + ((5, 1),)

@@ -11,14 +11,10 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, check, like, merge, rows
+from ..check import ROW_OP_SHAPES, Diagnosis, Report, SIM_ORDERS, check, like, merge, rows
 from . import Exercise, Hint, Variant
 
-# ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4. The short
-# rows: 517 = 2 * 256 + 5, ragged for a block of 256 row-threads, 8 row-warps or 64 rows of column sums, and more
-# rows than the simulator's 132 SMs x 2 blocks of a grid-stride kernel. Kept small: on the simulator a row costs a
-# block of threads whatever its length (4099 such rows took 2/3 of the check's time).
-SHAPES = (*ROWS, (517, 7), (2, 4))
+SHAPES = ROW_OP_SHAPES  # kernels/check.py says why each shape
 LARGE = 1e4  # the second input set: values of about +-1e4, where exp(x) without the max overflows
 
 

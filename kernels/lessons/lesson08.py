@@ -12,15 +12,11 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, TOLERANCE, check, check_deterministic, merge
+from ..check import ROW_OP_SHAPES, Diagnosis, Report, SIM_ORDERS, TOLERANCE, check, check_deterministic, merge
 from . import Exercise, Hint, Variant
 
 EPS = 1e-5
-# ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4. The short
-# rows: 517 = 2 * 256 + 5, ragged for a block of 256 row-threads, 8 row-warps or 64 rows of column sums, and more
-# rows than the simulator's 132 SMs x 2 blocks of a grid-stride kernel. Kept small: on the simulator a row costs a
-# block of threads whatever its length (4099 such rows took 2/3 of the check's time).
-SHAPES = (*ROWS, (517, 7), (2, 4))
+SHAPES = ROW_OP_SHAPES  # kernels/check.py says why each shape
 SHIFT, SPREAD = -2.3, 0.5  # shifted rows: -2.3 + 0.5 * randn, where E[x^2] - E[x]^2 starts to cancel
 LARGE = 1e3                # the large-magnitude set: 300 + 1000 * randn
 # The offset set: 100 + randn, a mean far from 0 next to the spread, where E[x^2] - E[x]^2 (the one-pass variance,
