@@ -155,23 +155,42 @@ def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path,
     pch = sim_build.pch_path(sim_build.FLAGS, getattr(sim_build, headers))
     assert sim_build.pch_file(pch).is_file(), (pch.parent / "sim_pch.failed").read_text()
     assert pch.read_text().count("#include") == len(getattr(sim_build, headers))
+    runtime = sim_build.runtime_object(sim_build.FLAGS)
+    assert sim_build.prebuilt_runtime(pch) and runtime.is_file(), runtime.with_suffix(".failed").read_text()
     src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
     again = load(src, "sim", quiet=True)
     works(again)
     _assert_the_compiler_accepts_the_precompiled_header(again)
+    _assert_the_runtime_is_linked_not_compiled(again)
+
+
+def _assert_the_runtime_is_linked_not_compiled(ext) -> None:
+    """The build's own object holds none of the simulator's runtime (run_grid, which every launch calls, is only
+    referenced there) and the library has it: it came from the runtime object, compiled once."""
+    so = Path(getattr(ext, "so", None) or ext.__file__)
+
+    def run_grid(path: Path) -> str:
+        """nm's type letter of cudasim::run_grid in `path` ('' when absent)."""
+        out = subprocess.run(["nm", "-C", str(path)], capture_output=True, text=True, check=True).stdout
+        return next((line.split()[-2] for line in out.splitlines() if "cudasim::run_grid(" in line), "")
+
+    objects = list(so.parent.glob("*.o"))
+    assert objects and all(run_grid(o) == "U" for o in objects), [(o.name, run_grid(o)) for o in objects]
+    assert run_grid(so) in ("t", "T"), run_grid(so)
 
 # --- the build cache under concurrency and crashes ----------------------------------------------
 
 def _isolated_build_dir(tmp_path: Path) -> Path:
-    """A build folder of its own that shares the precompiled headers of the usual one, so a sim
+    """A build folder of its own that shares the precompiled headers and runtime objects of the usual one, so a sim
     build in it takes seconds, as in a learner's checkout."""
     from kernels.build import build_root
 
     root = tmp_path / "build"
     root.mkdir()
-    shared = build_root() / "sim-pch"
-    shared.mkdir(parents=True, exist_ok=True)
-    (root / "sim-pch").symlink_to(shared, target_is_directory=True)
+    for part in ("sim-pch", "sim-runtime"):
+        shared = build_root() / part
+        shared.mkdir(parents=True, exist_ok=True)
+        (root / part).symlink_to(shared, target_is_directory=True)
     return root
 
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -238,7 +239,8 @@ def test_the_race_checks_build_is_made_beside_the_plain_one_and_only_when_missin
     if compiler_problem():
         pytest.skip(compiler_problem())
     src = tmp_path / "beside.cu"
-    src.write_text((HERE / "toolkit" / "vector_add.cu").read_text() + f"// {tmp_path.name}\n")
+    # a comment no earlier run wrote: the cache of a checkout that ran the tests before has no build of it
+    src.write_text((HERE / "toolkit" / "vector_add.cu").read_text() + f"// {uuid.uuid4().hex}\n")
     assert not is_cached(src, "sim", instrumented_flags())
     child = build_beside(src)
     assert child is not None and child.wait(timeout=600) == 0

@@ -73,6 +73,22 @@
 #else
 #define CUDASIM_INTERNAL __attribute__((CUDASIM_UNINSTRUMENTED))
 #endif
+// The simulator's larger functions (the scheduler, warp operations, error reports, the check's and the
+// profiler's bookkeeping) carry CUDASIM_RT. Compiled in every file they are about a second of each sim
+// build, so kernels/sim/build.py compiles them once per set of flags into an object of their own
+// (-DCUDASIM_RUNTIME_OBJECT: their one definition) and links it into every build of those flags, which
+// sees them as GNU `extern inline` (-DCUDASIM_PREBUILT_RUNTIME): declared, the body never compiled there,
+// each call a call into the object. Without either macro they are ordinary inline functions, so a file
+// also builds alone (the object is an optimisation of the build, never needed for correctness).
+#if defined(CUDASIM_RUNTIME_OBJECT)
+#define CUDASIM_RT CUDASIM_INTERNAL
+#elif defined(CUDASIM_PREBUILT_RUNTIME) && defined(__clang__)
+#define CUDASIM_RT CUDASIM_INTERNAL __attribute__((gnu_inline, noinline)) extern inline
+#elif defined(CUDASIM_PREBUILT_RUNTIME)
+#define CUDASIM_RT CUDASIM_INTERNAL __attribute__((gnu_inline)) extern inline  // gcc: noinline conflicts with it
+#else
+#define CUDASIM_RT CUDASIM_INTERNAL inline
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.
@@ -265,6 +281,8 @@ struct SharedSlot {
 };
 
 struct Sim {
+  unsigned long long launches = 0;  // launches so far: each gets its own random thread order
+  long long clock = 0;              // what clock64() counted so far
   // the running launch
   Thread* cur = nullptr;
   uint3 thread_idx{0, 0, 0};  // the running thread's threadIdx, refreshed at every switch
@@ -333,7 +351,7 @@ constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
 
-[[noreturn]] CUDASIM_INTERNAL inline void fail(const std::string& what);
+[[noreturn]] CUDASIM_RT void fail(const std::string& what);
 
 // In an instrumented build, the simulator's functions are not instrumented, but the standard
 // library's templates they call (std::vector's, std::max, ...) are. A SimScope at the entry of every
@@ -357,13 +375,13 @@ struct SimScope {
 #endif
 };
 
-CUDASIM_INTERNAL inline std::string base_name(const char* path) {
+CUDASIM_RT std::string base_name(const char* path) {
   if (!path) return "?";
   const char* slash = std::strrchr(path, '/');
   return slash ? slash + 1 : path;
 }
 
-CUDASIM_INTERNAL inline std::string where() {
+CUDASIM_RT std::string where() {
   char buf[256];
   const Thread* t = g.cur;
   std::snprintf(buf, sizeof buf, " [kernel %s, block (%u,%u,%u)", g.kernel, g.block_idx.x, g.block_idx.y,
@@ -377,25 +395,25 @@ CUDASIM_INTERNAL inline std::string where() {
   return s + buf;
 }
 
-[[noreturn]] CUDASIM_INTERNAL inline void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
+[[noreturn]] CUDASIM_RT void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
 
 
 // The instrumented build's events (cudasim_instrument.h): what the hooks need to know besides the
 // learner's loads and stores. Nothing in a plain build.
 #ifdef CUDASIM_INSTRUMENTED
 namespace instr {
-CUDASIM_INTERNAL inline void access(const void* p, size_t bytes, bool write, const char* file, int line);
-CUDASIM_INTERNAL inline void atomic_access(const void* p, size_t bytes, void* pc);
-CUDASIM_INTERNAL inline void launch_begin();
-CUDASIM_INTERNAL inline void launch_end();
-CUDASIM_INTERNAL inline void block_begin();
-CUDASIM_INTERNAL inline void block_end();
-CUDASIM_INTERNAL inline void barrier_released();
-CUDASIM_INTERNAL inline void passed_barrier(int thread);
-CUDASIM_INTERNAL inline void warp_synced(int warp);
-CUDASIM_INTERNAL inline void shared_declared(size_t offset, size_t bytes, const char* name);
-CUDASIM_INTERNAL inline void device_alloc(const void* p, size_t bytes);
-CUDASIM_INTERNAL inline void device_free(const void* p);
+CUDASIM_RT void access(const void* p, size_t bytes, bool write, const char* file, int line);
+CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc);
+CUDASIM_RT void launch_begin();
+CUDASIM_RT void launch_end();
+CUDASIM_RT void block_begin();
+CUDASIM_RT void block_end();
+CUDASIM_RT void barrier_released();
+CUDASIM_RT void passed_barrier(int thread);
+CUDASIM_RT void warp_synced(int warp);
+CUDASIM_RT void shared_declared(size_t offset, size_t bytes, const char* name);
+CUDASIM_RT void device_alloc(const void* p, size_t bytes);
+CUDASIM_RT void device_free(const void* p);
 }  // namespace instr
 #define CUDASIM_EVENT(call) ::cudasim::instr::call
 #else
@@ -405,17 +423,17 @@ CUDASIM_INTERNAL inline void device_free(const void* p);
 // What a simulator function reads or writes on behalf of the running kernel thread (a WMMA load, a
 // cp.async copy): reported to the instrumented build's hooks before the access, with the learner's
 // line; nothing in a plain build.
-CUDASIM_INTERNAL inline void note_read(const void* p, size_t bytes, const char* file, int line) {
+CUDASIM_RT void note_read(const void* p, size_t bytes, const char* file, int line) {
   CUDASIM_EVENT(access(p, bytes, false, file, line));
   (void)p, (void)bytes, (void)file, (void)line;
 }
-CUDASIM_INTERNAL inline void note_write(void* p, size_t bytes, const char* file, int line) {
+CUDASIM_RT void note_write(void* p, size_t bytes, const char* file, int line) {
   CUDASIM_EVENT(access(p, bytes, true, file, line));
   (void)p, (void)bytes, (void)file, (void)line;
 }
 
 // Switch from the running fiber back to the scheduler.
-CUDASIM_INTERNAL inline void to_scheduler() {
+CUDASIM_RT void to_scheduler() {
   Thread* t = g.cur;
 #ifdef CUDASIM_UCONTEXT
   swapcontext(&t->uc, &g.sched_uc);
@@ -427,7 +445,7 @@ CUDASIM_INTERNAL inline void to_scheduler() {
 // A finding of the instrumented build's hooks in the running thread (a race, an access out of
 // bounds): the thread stops where it is, before the access, without unwinding (the hooks cannot
 // throw through the learner's code), and the scheduler raises the finding as an error.
-[[noreturn]] CUDASIM_INTERNAL inline void stop_thread(std::string what) {
+[[noreturn]] CUDASIM_RT void stop_thread(std::string what) {
   Thread* t = g.cur;
   g.finding = std::move(what);
   g.finding_thread = t->linear;
@@ -437,7 +455,7 @@ CUDASIM_INTERNAL inline void to_scheduler() {
   __builtin_trap();  // a stopped fiber is never resumed
 }
 
-[[noreturn]] CUDASIM_INTERNAL inline void fiber_main() {
+[[noreturn]] CUDASIM_RT void fiber_main() {
   Thread* t = g.cur;
   try {
     g.body(g.body_ctx);
@@ -453,12 +471,12 @@ CUDASIM_INTERNAL inline void to_scheduler() {
 }
 
 #ifdef CUDASIM_UCONTEXT
-CUDASIM_INTERNAL inline void fiber_entry_uc() { fiber_main(); }
+CUDASIM_RT void fiber_entry_uc() { fiber_main(); }
 #endif
 
 // A fiber's mapping: kGuardBytes of PROT_NONE guard, then g.stack_bytes of stack (it grows down
 // towards the guard). `stack` points at the guard; `stack_size` is what it was mapped with.
-CUDASIM_INTERNAL inline void start_fiber(Thread& t) {
+CUDASIM_RT void start_fiber(Thread& t) {
   if (t.stack && t.stack_size != g.stack_bytes) {  // CUDASIM_STACK_KB changed since
     munmap(t.stack, kGuardBytes + t.stack_size);
     t.stack = nullptr;
@@ -494,7 +512,7 @@ CUDASIM_INTERNAL inline void start_fiber(Thread& t) {
 #endif
 }
 
-CUDASIM_INTERNAL inline void resume(Thread& t) {
+CUDASIM_RT void resume(Thread& t) {
   g.cur = &t;
   g.thread_idx = t.idx;
 #ifdef CUDASIM_UCONTEXT
@@ -505,22 +523,22 @@ CUDASIM_INTERNAL inline void resume(Thread& t) {
   g.cur = nullptr;
 }
 
-CUDASIM_INTERNAL inline void make_ready(int id) {
+CUDASIM_RT void make_ready(int id) {
   g.threads[id].state = State::Ready;
   g.runq.push_back(id);
 }
 
 // Queue a group of threads in the configured order.
-CUDASIM_INTERNAL inline void queue_in_order(int* ids, size_t n) {
+CUDASIM_RT void queue_in_order(int* ids, size_t n) {
   if (g.order == 1) std::reverse(ids, ids + n);
   if (g.order == 2) std::shuffle(ids, ids + n, g.rng);
   for (size_t i = 0; i < n; ++i) make_ready(ids[i]);
 }
-CUDASIM_INTERNAL inline void queue_in_order(std::vector<int>& ids) { queue_in_order(ids.data(), ids.size()); }
+CUDASIM_RT void queue_in_order(std::vector<int>& ids) { queue_in_order(ids.data(), ids.size()); }
 
 // ---------------------------------------------------------------------------------------------
 // __syncthreads and its counting variants.
-CUDASIM_INTERNAL inline int barrier(BarKind kind, int pred, const char* file, int line, int site) {
+CUDASIM_RT int barrier(BarKind kind, int pred, const char* file, int line, int site) {
   SimScope scope;
   Thread* t = g.cur;
   if (!t) fail("__syncthreads() called outside a kernel");
@@ -536,7 +554,7 @@ CUDASIM_INTERNAL inline int barrier(BarKind kind, int pred, const char* file, in
 }
 
 // Called by the scheduler when no thread can run: release a barrier, or explain the deadlock.
-CUDASIM_INTERNAL inline void resolve_block() {
+CUDASIM_RT void resolve_block() {
   std::vector<int> at_barrier;
   const Thread* first = nullptr;
   int warp_waiting = -1;
@@ -614,14 +632,14 @@ CUDASIM_INTERNAL inline int lane_id() { return g.cur->linear & 31; }
 
 // The translator puts this in front of every `return;` in a kernel's body, so that an error
 // about an exited lane can say where it left.
-CUDASIM_INTERNAL inline void exiting(const char* file, int line) {
+CUDASIM_RT void exiting(const char* file, int line) {
   if (g.cur) {
     g.cur->exit_file = file;
     g.cur->exit_line = line;
   }
 }
 
-CUDASIM_INTERNAL inline const char* shuffle_name(WarpOp op) {
+CUDASIM_RT const char* shuffle_name(WarpOp op) {
   switch (op) {
     case WarpOp::ShflIdx: return "__shfl_sync";
     case WarpOp::ShflUp: return "__shfl_up_sync";
@@ -631,13 +649,13 @@ CUDASIM_INTERNAL inline const char* shuffle_name(WarpOp op) {
 }
 
 // Where a lane that has exited left the kernel, for messages.
-CUDASIM_INTERNAL inline std::string exit_place(const Thread& o) {
+CUDASIM_RT std::string exit_place(const Thread& o) {
   if (!o.exit_file) return "reached the end of the kernel";
   return "returned at " + base_name(o.exit_file) + ":" + std::to_string(o.exit_line);
 }
 
 // A shuffle's mask may name only lanes that exist and are still running.
-CUDASIM_INTERNAL inline void check_shuffle_lanes(int warp, const Thread& t) {
+CUDASIM_RT void check_shuffle_lanes(int warp, const Thread& t) {
   for (int lane = 0; lane < 32; ++lane) {
     if (!(t.wmask >> lane & 1u)) continue;
     int id = warp * 32 + lane;
@@ -675,7 +693,7 @@ struct WarpJob {
 };
 
 // All 32 lanes must exist, be running and make the same call (same line, same instantiation).
-CUDASIM_INTERNAL inline void check_collective(int warp, const Thread& t, WarpJob* const* jobs) {
+CUDASIM_RT void check_collective(int warp, const Thread& t, WarpJob* const* jobs) {
   char buf[600];
   for (int lane = 0; lane < 32; ++lane) {
     int id = warp * 32 + lane;
@@ -708,7 +726,7 @@ CUDASIM_INTERNAL inline void check_collective(int warp, const Thread& t, WarpJob
   }
 }
 
-CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
+CUDASIM_RT void complete_warp(int warp, unsigned mask) {
   int ids[32];
   unsigned present = 0;
   for (int lane = 0; lane < 32; ++lane) {
@@ -802,7 +820,7 @@ CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
   g.progress += 1;
 }
 
-CUDASIM_INTERNAL inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int arg, int width,
+CUDASIM_RT void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int arg, int width,
                     const char* file, int line) {
   SimScope scope;
   Thread* t = g.cur;
@@ -853,7 +871,7 @@ CUDASIM_INTERNAL inline void warp_op(WarpOp op, unsigned mask, const void* val, 
 }
 
 // Make a warp-wide call: wait for the other 31 lanes, then the last to arrive runs the job for all.
-CUDASIM_INTERNAL inline void warp_collective(WarpJob& job, const char* file, int line) {
+CUDASIM_RT void warp_collective(WarpJob& job, const char* file, int line) {
   Thread* t = g.cur;
   if (!t) fail(std::string(job.name) + " called outside a kernel");
   job.self = t;
@@ -864,7 +882,7 @@ CUDASIM_INTERNAL inline void warp_collective(WarpJob& job, const char* file, int
 
 // Called by the scheduler before it gives up: lanes that exited may have been the last ones
 // a warp operation was waiting for.
-CUDASIM_INTERNAL inline bool complete_pending_warps() {
+CUDASIM_RT bool complete_pending_warps() {
   bool progress = false;
   // __activemask: when nothing else can run, the lanes of a warp that wait at the same
   // __activemask call are the active ones; the others took another branch or exited.
@@ -909,7 +927,7 @@ CUDASIM_INTERNAL inline bool complete_pending_warps() {
 }
 
 // A thread that spins (a failed atomicCAS, __nanosleep) lets the others run.
-CUDASIM_INTERNAL inline void yield_thread() {
+CUDASIM_RT void yield_thread() {
   SimScope scope;
   Thread* t = g.cur;
   if (!t) return;
@@ -928,7 +946,7 @@ CUDASIM_INTERNAL inline void yield_thread() {
 constexpr unsigned long long kPollYieldFrom = 4;
 constexpr unsigned long long kSpinLimit = 1000000;
 
-CUDASIM_INTERNAL inline void unchanged_atomic(const void* p, unsigned long long seen) {
+CUDASIM_RT void unchanged_atomic(const void* p, unsigned long long seen) {
   Thread* t = g.cur;
   if (!t) return;
   if (t->spin_addr != p || t->spin_value != seen || t->spin_progress != g.progress) {
@@ -1049,7 +1067,7 @@ CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, S smem, cud
   }
 }
 
-CUDASIM_INTERNAL inline std::string strip_name(const std::string& s) {
+CUDASIM_RT std::string strip_name(const std::string& s) {
   std::string out;
   int depth = 0;
   for (char ch : s) {
@@ -1061,7 +1079,7 @@ CUDASIM_INTERNAL inline std::string strip_name(const std::string& s) {
   return colon == std::string::npos ? out : out.substr(colon + 2);
 }
 
-CUDASIM_INTERNAL inline int opt_in_limit(const char* kernel) {
+CUDASIM_RT int opt_in_limit(const char* kernel) {
   std::string k = strip_name(kernel);
   for (auto& e : g.max_dynamic_smem)
     if (e.first == k) return e.second;
@@ -1071,7 +1089,7 @@ CUDASIM_INTERNAL inline int opt_in_limit(const char* kernel) {
 // The values of CUDASIM_ORDER, in the order of Sim::order (kernels/sim's knobs module lists the same).
 inline constexpr const char* kOrderNames[] = {"forward", "reverse", "random"};
 
-CUDASIM_INTERNAL inline void read_knobs() {
+CUDASIM_RT void read_knobs() {
   const char* o = std::getenv("CUDASIM_ORDER");
   g.order = 0;
   if (o && *o) {
@@ -1102,12 +1120,11 @@ CUDASIM_INTERNAL inline void read_knobs() {
       throw std::runtime_error(std::string("cudasim: CUDASIM_SEED=") + seed + " is not a seed; use a whole number "
                                "from 0 up");
   }
-  static unsigned long long launches = 0;
-  g.rng.seed(seed && *seed ? std::strtoull(seed, nullptr, 10) + launches : 0x5eed + launches);
-  ++launches;
+  g.rng.seed(seed && *seed ? std::strtoull(seed, nullptr, 10) + g.launches : 0x5eed + g.launches);
+  ++g.launches;
 }
 
-CUDASIM_INTERNAL inline cudaError_t record(cudaError_t e) {
+CUDASIM_RT cudaError_t record(cudaError_t e) {
   if (e != cudaSuccess) g.last_error = e;
   return e;
 }
@@ -1130,7 +1147,7 @@ struct FaultGuard {
 inline FaultGuard fault_guard;
 alignas(16) inline char signal_stack[64 * 1024];
 
-CUDASIM_INTERNAL inline int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
+CUDASIM_RT int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
   if (reinterpret_cast<void*>(info->dlpi_addr) != want) return 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
@@ -1143,7 +1160,7 @@ CUDASIM_INTERNAL inline int find_code_range(struct dl_phdr_info* info, size_t, v
   return 0;
 }
 
-CUDASIM_INTERNAL inline void on_segv(int sig, siginfo_t* info, void* uctx) {
+CUDASIM_RT void on_segv(int sig, siginfo_t* info, void* uctx) {
   Thread* t = g.cur;
   char* addr = static_cast<char*>(info->si_addr);
 #ifndef CUDASIM_UCONTEXT
@@ -1171,7 +1188,7 @@ CUDASIM_INTERNAL inline void on_segv(int sig, siginfo_t* info, void* uctx) {
   signal(sig, SIG_DFL);  // returning re-runs the faulting instruction, which now ends the process
 }
 
-CUDASIM_INTERNAL inline void install_fault_guard() {
+CUDASIM_RT void install_fault_guard() {
   if (!fault_guard.code_hi) {
     Dl_info self{};
     if (dladdr(reinterpret_cast<void*>(&on_segv), &self)) dl_iterate_phdr(find_code_range, self.dli_fbase);
@@ -1189,7 +1206,7 @@ CUDASIM_INTERNAL inline void install_fault_guard() {
   fault_guard.installed = true;
 }
 
-CUDASIM_INTERNAL inline void remove_fault_guard() {
+CUDASIM_RT void remove_fault_guard() {
   if (!fault_guard.installed) return;
   sigaction(SIGSEGV, &fault_guard.old_action, nullptr);
   sigaltstack(&fault_guard.old_stack, nullptr);
@@ -1199,7 +1216,7 @@ CUDASIM_INTERNAL inline void remove_fault_guard() {
 // The learner's source line of a code address in this library ("file.cu:12"), or "" when the
 // library has no line tables or addr2line is missing. Lines in the simulator's own headers and in
 // system headers are skipped in favour of the line they were inlined into.
-CUDASIM_INTERNAL inline std::string source_line(const void* pc, bool return_address) {
+CUDASIM_RT std::string source_line(const void* pc, bool return_address) {
   Dl_info info{};
   if (!dladdr(pc, &info) || !info.dli_fname || !info.dli_fbase) return "";
   uintptr_t off = reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase) - return_address;
@@ -1226,13 +1243,13 @@ CUDASIM_INTERNAL inline std::string source_line(const void* pc, bool return_addr
 
 // A code address in a message made on a fiber, whose small stack cannot run addr2line: a token that
 // resolve_lines turns into the learner's line where the scheduler raises the message.
-CUDASIM_INTERNAL inline std::string pc_token(const void* pc) {
+CUDASIM_RT std::string pc_token(const void* pc) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "@pc:%zx@", reinterpret_cast<size_t>(pc));
   return buf;
 }
 
-CUDASIM_INTERNAL inline std::string resolve_lines(std::string msg) {
+CUDASIM_RT std::string resolve_lines(std::string msg) {
   for (size_t at = msg.find("@pc:"); at != std::string::npos; at = msg.find("@pc:", at)) {
     size_t end = msg.find('@', at + 4);
     if (end == std::string::npos) break;
@@ -1247,7 +1264,7 @@ CUDASIM_INTERNAL inline std::string resolve_lines(std::string msg) {
 
 // Where a faulting thread was: the line of the faulting instruction, else of the nearest return
 // address on its stack that lies in this library (a call made from the learner's code).
-CUDASIM_INTERNAL inline std::string fault_line(const void* pc, const void* sp, const void* top) {
+CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* top) {
   std::string at = source_line(pc, false);
   const uintptr_t* words = static_cast<const uintptr_t*>(sp);
   for (int i = 0; at.empty() && words + i + 1 <= static_cast<const uintptr_t*>(top) && i < 256; ++i) {
@@ -1257,7 +1274,7 @@ CUDASIM_INTERNAL inline std::string fault_line(const void* pc, const void* sp, c
   return at;
 }
 
-[[noreturn]] CUDASIM_INTERNAL inline void report_fault() {
+[[noreturn]] CUDASIM_RT void report_fault() {
   g.cur = &g.threads[g.fault_thread];
   g.fault_thread = -1;
   sigset_t segv;  // the handler never returned: make sure SIGSEGV is not left blocked
@@ -1287,7 +1304,7 @@ CUDASIM_INTERNAL inline std::string fault_line(const void* pc, const void* sp, c
   fail(buf);
 }
 
-CUDASIM_INTERNAL inline void run_block(unsigned bx, unsigned by, unsigned bz) {
+CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
   g.block_gen += 1;
   g.static_used = 0;
@@ -1351,9 +1368,10 @@ CUDASIM_INTERNAL inline void body_trampoline(void* ctx) { (*static_cast<Body*>(c
 template <class Call, class Params>
 __attribute__((noinline)) void run_kernel_body(Call& call, Params& params) { std::apply(call, params); }
 
-// Run a whole grid now (launches are synchronous here) and record errors as CUDA does.
-template <class K, class... Args>
-CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
+// Run a whole grid now (launches are synchronous here) and record errors as CUDA does. `body(body_ctx)` runs
+// the kernel as the current thread.
+CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const Config& c, void (*body)(void*),
+                         void* body_ctx) {
   // An earlier launch's unread error stays until cudaGetLastError reads it, as in CUDA.
   const dim3 gr = c.grid, bl = c.block;
   unsigned long long threads = 1ull * bl.x * bl.y * bl.z;
@@ -1373,13 +1391,6 @@ CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, con
   }
   if (g.running) fail("a kernel launched another kernel (dynamic parallelism is not simulated)");
   read_knobs();
-  auto packed = std::make_tuple(std::decay_t<Args>(args)...);
-  auto body = [&]() CUDASIM_INTERNAL {
-    SimScope scope;      // copying the parameters is the simulator's work
-    auto mine = packed;  // every thread gets its own copy of the parameters, as on the GPU
-    scope.end();         // the kernel is the learner's
-    run_kernel_body(call, mine);
-  };
   g.kernel = kernel;
   g.launch_file = file;
   g.launch_line = line;
@@ -1403,8 +1414,8 @@ CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, con
                   g.file_static_overflow ? "' does not fit)" : "");
     fail(buf);
   }
-  g.body = &body_trampoline<decltype(body)>;
-  g.body_ctx = &body;
+  g.body = body;
+  g.body_ctx = body_ctx;
   g.error = nullptr;
   g.idle_yields = 0;
   g.running = true;
@@ -1448,7 +1459,21 @@ CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, con
   }
 }
 
-CUDASIM_INTERNAL inline cudaError_t func_set_attribute(const char* name, int attr, int value) {
+// A launch: the parameters copied once here (each thread copies them again), the grid run by run_grid, which
+// every launch shares (compiled once, in the runtime object when there is one).
+template <class K, class... Args>
+CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
+  auto packed = std::make_tuple(std::decay_t<Args>(args)...);
+  auto body = [&]() CUDASIM_INTERNAL {
+    SimScope scope;      // copying the parameters is the simulator's work
+    auto mine = packed;  // every thread gets its own copy of the parameters, as on the GPU
+    scope.end();         // the kernel is the learner's
+    run_kernel_body(call, mine);
+  };
+  run_grid(kernel, file, line, c, &body_trampoline<decltype(body)>, &body);
+}
+
+CUDASIM_RT cudaError_t func_set_attribute(const char* name, int attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     if (value < 0 || static_cast<size_t>(value) > kOptinSharedLimit) return record(cudaErrorInvalidValue);
     std::string k = strip_name(name);
@@ -1558,7 +1583,7 @@ template <class T, std::enable_if_t<shuffle_class<T>, int> = 0>
 CUDASIM_INTERNAL inline T shfl_(WarpOp op, unsigned mask, T var, int arg, const char* file, int line, int width = 32) {
   return shuffle<T>(op, mask, var, arg, width, file, line);
 }
-CUDASIM_INTERNAL inline unsigned long long vote_(WarpOp op, unsigned mask, int pred, const char* file, int line) {
+CUDASIM_RT unsigned long long vote_(WarpOp op, unsigned mask, int pred, const char* file, int line) {
   warp_op(op, mask, nullptr, 0, pred != 0, 32, file, line);
   return g.cur->wres;
 }
@@ -1573,10 +1598,10 @@ CUDASIM_INTERNAL inline T reduce_any(WarpOp op, unsigned mask, T v, const char* 
   warp_op(op, mask, nullptr, 0, static_cast<int>(v), 32, file, line);
   return static_cast<T>(g.cur->wres);
 }
-CUDASIM_INTERNAL inline int reduce_(WarpOp op, unsigned mask, int v, const char* file, int line) {
+CUDASIM_RT int reduce_(WarpOp op, unsigned mask, int v, const char* file, int line) {
   return reduce_any(op, mask, v, file, line);
 }
-CUDASIM_INTERNAL inline unsigned reduce_(WarpOp op, unsigned mask, unsigned v, const char* file, int line) {
+CUDASIM_RT unsigned reduce_(WarpOp op, unsigned mask, unsigned v, const char* file, int line) {
   return reduce_any(op, mask, v, file, line);
 }
 template <class T, std::enable_if_t<std::is_class_v<T>, int> = 0>
@@ -1590,7 +1615,7 @@ inline T reduce_(WarpOp, unsigned, T v, const char*, int) {
 // call before the block can make no other progress.
 #define __activemask() static_cast<unsigned>(::cudasim::activemask_(__FILE__, __LINE__))
 namespace cudasim {
-CUDASIM_INTERNAL inline unsigned long long activemask_(const char* file, int line) {
+CUDASIM_RT unsigned long long activemask_(const char* file, int line) {
   warp_op(WarpOp::Active, 0xffffffffu, nullptr, 0, 0, 32, file, line);
   return g.cur->wres;
 }
@@ -1601,10 +1626,7 @@ inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
 CUDASIM_INTERNAL inline void __nanosleep(unsigned) { ::cudasim::yield_thread(); }
-CUDASIM_INTERNAL inline long long clock64() {
-  static long long c = 0;
-  return c += 1;
-}
+CUDASIM_RT long long clock64() { return ::cudasim::g.clock += 1; }
 
 // ---------------------------------------------------------------------------------------------
 // Atomics: fibers never switch inside one, so a plain read-modify-write is atomic here.
@@ -1647,7 +1669,7 @@ CUDASIM_ATOMIC(atomicOr, old | v, CUDASIM_INTS, "int, unsigned int or unsigned l
 CUDASIM_ATOMIC(atomicXor, old ^ v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
 #undef CUDASIM_ATOMIC
 #undef CUDASIM_INTS
-CUDASIM_INTERNAL inline unsigned atomicInc(unsigned* p, unsigned v) {
+CUDASIM_RT unsigned atomicInc(unsigned* p, unsigned v) {
   CUDASIM_EVENT(atomic_access(p, sizeof *p, __builtin_return_address(0)));
   ::cudasim::SimScope scope;
   unsigned o = *p;
@@ -1655,7 +1677,7 @@ CUDASIM_INTERNAL inline unsigned atomicInc(unsigned* p, unsigned v) {
   ::cudasim::atomic_done(p, o, *p);
   return o;
 }
-CUDASIM_INTERNAL inline unsigned atomicDec(unsigned* p, unsigned v) {
+CUDASIM_RT unsigned atomicDec(unsigned* p, unsigned v) {
   CUDASIM_EVENT(atomic_access(p, sizeof *p, __builtin_return_address(0)));
   ::cudasim::SimScope scope;
   unsigned o = *p;

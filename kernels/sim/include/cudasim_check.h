@@ -132,7 +132,7 @@ CUDASIM_INTERNAL inline uint64_t thread_key(uint32_t blk, uint16_t tid) { return
 
 // ---------------------------------------------------------------------------------------------
 // Messages.
-CUDASIM_INTERNAL inline std::string access_line(const Access& a) {
+CUDASIM_RT std::string access_line(const Access& a) {
   if (a.flags & kHasFile) {
     const char* file = reinterpret_cast<const char*>(a.where & ((uintptr_t(1) << 48) - 1));
     return base_name(file) + ":" + std::to_string(a.where >> 48);
@@ -140,7 +140,7 @@ CUDASIM_INTERNAL inline std::string access_line(const Access& a) {
   return pc_token(reinterpret_cast<const void*>(a.where));  // resolved off the fiber (resolve_lines)
 }
 
-CUDASIM_INTERNAL inline std::string thread_name(const Access& a) {
+CUDASIM_RT std::string thread_name(const Access& a) {
   const dim3& b = g.block_dim;
   char buf[160];
   std::snprintf(buf, sizeof buf, "thread (%u,%u,%u)", a.tid % b.x, (a.tid / b.x) % b.y, a.tid / (b.x * b.y));
@@ -158,7 +158,7 @@ CUDASIM_INTERNAL inline const char* verb(const Access& a) {
 }
 
 // "element 1027 of `partial` (argument 4, 20480 float32)" or "byte 12 of the __shared__ `tile` (1024 bytes)".
-CUDASIM_INTERNAL inline std::string memory_name(uintptr_t word, bool shared) {
+CUDASIM_RT std::string memory_name(uintptr_t word, bool shared) {
   char buf[400];
   if (shared) {
     size_t off = word - reinterpret_cast<uintptr_t>(arena);
@@ -193,7 +193,7 @@ CUDASIM_INTERNAL inline std::string memory_name(uintptr_t word, bool shared) {
   return buf;
 }
 
-[[noreturn]] CUDASIM_INTERNAL inline void report_race(const Access& first, const Access& second, uintptr_t word,
+[[noreturn]] CUDASIM_RT void report_race(const Access& first, const Access& second, uintptr_t word,
                                                        bool shared) {
   bool same_block = first.blk == second.blk;
   bool same_warp = same_block && (first.tid >> 5) == (second.tid >> 5);
@@ -238,7 +238,7 @@ CUDASIM_INTERNAL inline bool live(const Access& a, bool shared) {
 }
 
 // An atomic came after `first` in its thread, at an address that `second`'s block had made an atomic on.
-CUDASIM_INTERNAL inline bool through_atomics(const Access& first) {
+CUDASIM_RT bool through_atomics(const Access& first) {
   auto it = S.atomics.find(thread_key(first.blk, first.tid));
   if (it == S.atomics.end()) return false;
   for (const auto& [addr, last] : it->second) {
@@ -248,7 +248,7 @@ CUDASIM_INTERNAL inline bool through_atomics(const Access& first) {
   return false;
 }
 
-CUDASIM_INTERNAL inline bool ordered(const Access& first, const Access& second) {
+CUDASIM_RT bool ordered(const Access& first, const Access& second) {
   if (first.blk == second.blk) {
     if (first.tid == second.tid || first.epoch < second.epoch) return true;
     if ((first.tid >> 5) == (second.tid >> 5) && first.wgen < second.wgen) return true;
@@ -258,7 +258,7 @@ CUDASIM_INTERNAL inline bool ordered(const Access& first, const Access& second) 
 
 // `prev` (an earlier access of the word) and `me`: a race unless they do not conflict or are ordered.
 // Returns false for two plain writes that may be a harmless race (to be decided by value).
-CUDASIM_INTERNAL inline bool conflict(const Access& prev, const Access& me, bool shared) {
+CUDASIM_RT bool conflict(const Access& prev, const Access& me, bool shared) {
   if (!live(prev, shared) || !(prev.mask & me.mask)) return false;
   if (!((prev.flags | me.flags) & kWrite)) return false;
   if ((prev.flags & kAtomic) && (me.flags & kAtomic)) return false;
@@ -270,7 +270,7 @@ CUDASIM_INTERNAL inline bool conflict(const Access& prev, const Access& me, bool
 // The hot path (shadow_access and what it calls) uses no standard-library templates: they are
 // instrumented, and an instrumented function is never inlined into this uninstrumented code, so each
 // would be a call that runs the hooks again.
-CUDASIM_INTERNAL inline Cell& shared_cell(uintptr_t word) {
+CUDASIM_RT Cell& shared_cell(uintptr_t word) {
   if (!S.shared) S.shared = static_cast<Cell*>(std::calloc(sizeof arena / 4, sizeof(Cell)));
   return S.shared[(word - reinterpret_cast<uintptr_t>(arena)) >> 2];
 }
@@ -281,7 +281,7 @@ CUDASIM_INTERNAL __attribute__((noinline)) inline Cell* new_page(uintptr_t page)
   return cells;
 }
 
-CUDASIM_INTERNAL inline Cell& global_cell(uintptr_t word) {
+CUDASIM_RT Cell& global_cell(uintptr_t word) {
   const uintptr_t page = word / kPageBytes;
   const unsigned slot = static_cast<unsigned>(page ^ (page >> 4)) & 15u;
   if (!S.cached_cells[slot] || S.cached_page[slot] != page) {
@@ -291,7 +291,7 @@ CUDASIM_INTERNAL inline Cell& global_cell(uintptr_t word) {
   return S.cached_cells[slot][(word % kPageBytes) >> 2];
 }
 
-CUDASIM_INTERNAL inline void drop_shadow() {
+CUDASIM_RT void drop_shadow() {
   for (auto& [page, cells] : S.pages) std::free(cells);
   S.pages.clear();
   for (auto& c : S.cached_cells) c = nullptr;
@@ -309,7 +309,7 @@ CUDASIM_INTERNAL inline uint32_t word_bytes(uintptr_t word, uint8_t mask) {
 }
 
 // One access of [a, a + n) by the running thread, word by word.
-CUDASIM_INTERNAL inline void shadow_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t where, bool shared) {
+CUDASIM_RT void shadow_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t where, bool shared) {
   const int tid = g.cur->linear;
   Access me;
   me.blk = S.serial;
@@ -347,7 +347,7 @@ CUDASIM_INTERNAL inline void shadow_access(uintptr_t a, size_t n, uint8_t flags,
 
 // Two plain writes of one word: a race if the second changed what the first wrote. Called where no
 // thread runs (a barrier released, a block or launch over), so a report raises straight away.
-CUDASIM_INTERNAL inline void settle_pending() {
+CUDASIM_RT void settle_pending() {
   std::vector<Pending> todo;
   todo.swap(S.pending);
   for (const Pending& p : todo) {
@@ -374,14 +374,14 @@ CUDASIM_INTERNAL __attribute__((noinline)) inline bool find_region(uintptr_t a, 
   return true;
 }
 
-CUDASIM_INTERNAL inline bool known_region(uintptr_t a, size_t n) {
+CUDASIM_RT bool known_region(uintptr_t a, size_t n) {
   for (const Span& r : S.recent)
     if (a >= r.lo && a + n <= r.hi) return true;
   return find_region(a, n);
 }
 
 // "4117 floats past the end of `c` (output 0, 4900 float32)": the region the address is nearest to.
-CUDASIM_INTERNAL inline std::string nearest_region(uintptr_t a, size_t n) {
+CUDASIM_RT std::string nearest_region(uintptr_t a, size_t n) {
   std::string best;
   uintptr_t best_gap = ~uintptr_t(0);
   auto consider = [&](uintptr_t lo, uintptr_t hi, size_t elem, const std::string& label) CUDASIM_INTERNAL {
@@ -413,7 +413,7 @@ CUDASIM_INTERNAL inline std::string nearest_region(uintptr_t a, size_t n) {
   return best;
 }
 
-[[noreturn]] CUDASIM_INTERNAL inline void report_out_of_bounds(uintptr_t a, size_t n, uint8_t flags, uintptr_t where,
+[[noreturn]] CUDASIM_RT void report_out_of_bounds(uintptr_t a, size_t n, uint8_t flags, uintptr_t where,
                                                                 const std::string& what) {
   Access me;
   me.flags = flags;
@@ -426,7 +426,7 @@ CUDASIM_INTERNAL inline std::string nearest_region(uintptr_t a, size_t n) {
                            "tensor; check the index against its bound (`if (i < n)`)");
 }
 
-CUDASIM_INTERNAL inline void check_shared_bounds(uintptr_t a, size_t n, uint8_t flags, uintptr_t where) {
+CUDASIM_RT void check_shared_bounds(uintptr_t a, size_t n, uint8_t flags, uintptr_t where) {
   size_t off = a - reinterpret_cast<uintptr_t>(arena);
   if (off + n <= g.dyn_bytes) return;
   if (off >= g.static_base && off + n <= g.static_base + g.static_used) return;
@@ -470,7 +470,7 @@ inline TrackingAllocator tracker;
 // one before, whose allocations it passes down, so the chain is a stack and never a loop (installing one
 // again over a later one would make them call each other for ever). False if another allocator with a
 // higher priority kept its place: then allocations are not seen, and the bounds check leaves them alone.
-CUDASIM_INTERNAL inline bool install_tracker() {
+CUDASIM_RT bool install_tracker() {
   static bool installed = [] {
     tracker.inner = c10::GetCPUAllocator();
     c10::SetCPUAllocator(&tracker, 0);

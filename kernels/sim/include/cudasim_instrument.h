@@ -41,7 +41,7 @@ CUDASIM_INTERNAL inline bool on_fiber(const Thread* t) {
 }
 
 // What an out-of-bounds global address is, for the message.
-CUDASIM_INTERNAL inline std::string outside_what(uintptr_t a, size_t n) {
+CUDASIM_RT std::string outside_what(uintptr_t a, size_t n) {
   for (const Thread& o : g.threads) {
     if (!o.stack || &o == g.cur) continue;
     if (a - reinterpret_cast<uintptr_t>(o.stack) < kGuardBytes + o.stack_size) {
@@ -55,7 +55,7 @@ CUDASIM_INTERNAL inline std::string outside_what(uintptr_t a, size_t n) {
 }
 
 // The check's part of an access by the running thread; a finding stops the thread before the access.
-CUDASIM_INTERNAL inline void check_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t where,
+CUDASIM_RT void check_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t where,
                                           bool explicit_ = false) {
   const Thread* t = g.cur;
   if (!t || !g.running || n == 0 || check::S.busy) return;  // host code; the check's own work
@@ -102,7 +102,7 @@ CUDASIM_INTERNAL inline uintptr_t file_line(const char* file, int line) {
 
 // ---------------------------------------------------------------------------------------------
 // The events of cudasim.h.
-CUDASIM_INTERNAL inline void access(const void* p, size_t bytes, bool write, const char* file, int line) {
+CUDASIM_RT void access(const void* p, size_t bytes, bool write, const char* file, int line) {
   if (prof::P.on) {
     prof::note(p, static_cast<unsigned>(bytes), write ? prof::kWrite : 0u, __builtin_return_address(0));
   } else if (check::S.on) {
@@ -111,7 +111,7 @@ CUDASIM_INTERNAL inline void access(const void* p, size_t bytes, bool write, con
   }
 }
 
-CUDASIM_INTERNAL inline void atomic_access(const void* p, size_t bytes, void* pc) {
+CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   if (prof::P.on) {
     prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, pc);  // counted once, as a read
     return;
@@ -135,7 +135,7 @@ CUDASIM_INTERNAL inline void atomic_access(const void* p, size_t bytes, void* pc
   check::S.busy = false;
 }
 
-CUDASIM_INTERNAL inline void launch_begin() {
+CUDASIM_RT void launch_begin() {
   if (!check::S.on) return;
   check::S.busy = false;  // a thread stopped by a finding of the last launch left it set
   check::S.launch_first = check::S.serial + 1;
@@ -164,11 +164,11 @@ CUDASIM_INTERNAL inline void launch_begin() {
   check::S.host_stack_bytes = hi - lo;
 }
 
-CUDASIM_INTERNAL inline void launch_end() {
+CUDASIM_RT void launch_end() {
   if (check::S.on) settle(check::settle_pending);
 }
 
-CUDASIM_INTERNAL inline void block_begin() {
+CUDASIM_RT void block_begin() {
   if (!check::S.on) return;
   check::S.serial += 1;
   check::S.epoch = 0;
@@ -181,35 +181,35 @@ CUDASIM_INTERNAL inline void block_begin() {
   check::S.shared_names.clear();
 }
 
-CUDASIM_INTERNAL inline void block_end() {
+CUDASIM_RT void block_end() {
   if (check::S.on) settle(check::settle_pending);  // before the next block poisons shared memory
 }
 
-CUDASIM_INTERNAL inline void barrier_released() {
+CUDASIM_RT void barrier_released() {
   if (!check::S.on) return;
   settle(check::settle_pending);
   check::S.epoch += 1;
 }
 
-CUDASIM_INTERNAL inline void passed_barrier(int thread) {
+CUDASIM_RT void passed_barrier(int thread) {
   if (prof::P.on) profile_barrier(thread);
 }
 
-CUDASIM_INTERNAL inline void warp_synced(int warp) {
+CUDASIM_RT void warp_synced(int warp) {
   if (check::S.on) check::S.wgen[warp & 31] += 1;
 }
 
-CUDASIM_INTERNAL inline void shared_declared(size_t offset, size_t bytes, const char* name) {
+CUDASIM_RT void shared_declared(size_t offset, size_t bytes, const char* name) {
   if (check::S.on) check::S.shared_names.push_back({offset, bytes, name});
 }
 
-CUDASIM_INTERNAL inline void device_alloc(const void* p, size_t bytes) {
+CUDASIM_RT void device_alloc(const void* p, size_t bytes) {
   const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
   std::lock_guard<std::mutex> lock(check::S.alloc_lock);
   check::S.allocs[lo] = {lo + bytes, "cudaMalloc'd memory (" + std::to_string(bytes) + " bytes)"};
 }
 
-CUDASIM_INTERNAL inline void device_free(const void* p) {
+CUDASIM_RT void device_free(const void* p) {
   std::lock_guard<std::mutex> lock(check::S.alloc_lock);
   check::S.allocs.erase(reinterpret_cast<uintptr_t>(p));
 }
@@ -217,6 +217,7 @@ CUDASIM_INTERNAL inline void device_free(const void* p) {
 }  // namespace instr
 }  // namespace cudasim
 
+#ifndef CUDASIM_PREBUILT_RUNTIME  // else they are in the runtime object (cudasim.h: CUDASIM_RT)
 // ---------------------------------------------------------------------------------------------
 // The check's control functions (called from Python with ctypes, exported from an instrumented build).
 #define CUDASIM_EXPORT extern "C" __attribute__((visibility("default"), used, CUDASIM_UNINSTRUMENTED))
@@ -293,7 +294,7 @@ CUDASIM_TSAN_ACCESS(16)
 // Ranges: copies of aggregates, and memcpy/memmove/memset called in the learner's code.
 namespace cudasim {
 namespace instr {
-CUDASIM_INTERNAL inline void range(const void* p, size_t n, bool write, void* ret) {
+CUDASIM_RT void range(const void* p, size_t n, bool write, void* ret) {
   if (check::S.on)
     check_access(reinterpret_cast<uintptr_t>(p), n, write ? check::kWrite : 0, reinterpret_cast<uintptr_t>(ret));
 }
@@ -365,5 +366,6 @@ CUDASIM_TSAN_ATOMIC(32, unsigned int)
 CUDASIM_TSAN_ATOMIC(64, unsigned long long)
 #undef CUDASIM_TSAN_RMW
 #undef CUDASIM_TSAN_ATOMIC
+#endif
 #undef CUDASIM_HOOK
 #undef CUDASIM_EXPORT

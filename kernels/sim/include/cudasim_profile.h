@@ -22,7 +22,11 @@
 #include <dlfcn.h>
 #include <link.h>
 
-#define CUDASIM_PROF_FN __attribute__((CUDASIM_UNINSTRUMENTED, noinline))
+#if defined(CUDASIM_PREBUILT_RUNTIME) && !defined(__clang__)
+#define CUDASIM_PROF_FN CUDASIM_RT  // gcc: noinline conflicts with gnu_inline (cudasim.h)
+#else
+#define CUDASIM_PROF_FN __attribute__((noinline)) CUDASIM_RT
+#endif
 #define CUDASIM_PROF_INLINE __attribute__((CUDASIM_UNINSTRUMENTED, always_inline)) inline
 
 namespace cudasim {
@@ -88,7 +92,7 @@ CUDASIM_PROF_INLINE void push(Log& log, const Event& e) {
 
 // One warp's request: the distinct 32-byte sectors its lanes touched (global memory). Lanes
 // usually share a few sectors, so a short list searched from its end beats sorting.
-CUDASIM_PROF_FN inline unsigned sectors_of(const Event* const* lanes, int count) {
+CUDASIM_PROF_FN unsigned sectors_of(const Event* const* lanes, int count) {
   uintptr_t s[64];
   unsigned n = 0;
   for (int i = 0; i < count; ++i) {
@@ -104,7 +108,7 @@ CUDASIM_PROF_FN inline unsigned sectors_of(const Event* const* lanes, int count)
 
 // The bank ways of a request (shared memory): the most distinct 4-byte words wanted from one of
 // the 32 banks (word w is in bank w % 32); lanes reading the same word share it (a broadcast).
-CUDASIM_PROF_FN inline unsigned bank_ways_of(const Event* const* lanes, int count) {
+CUDASIM_PROF_FN unsigned bank_ways_of(const Event* const* lanes, int count) {
   uintptr_t words[32][32];  // per bank, its distinct words (at most 32 are kept: 32 ways is the most)
   unsigned per_bank[32] = {};
   unsigned most = 0;
@@ -122,7 +126,7 @@ CUDASIM_PROF_FN inline unsigned bank_ways_of(const Event* const* lanes, int coun
   return most;
 }
 
-CUDASIM_PROF_FN inline void add_request(const Event* const* lanes, int count) {
+CUDASIM_PROF_FN void add_request(const Event* const* lanes, int count) {
   const Event& e = *lanes[0];
   Site* site = nullptr;
   for (auto it = P.sites.rbegin(); it != P.sites.rend(); ++it)  // few sites; recent ones first
@@ -140,7 +144,7 @@ CUDASIM_PROF_FN inline void add_request(const Event* const* lanes, int count) {
 // Group one warp's logs into requests. Converged lanes (the usual case) have logs with the same
 // call sites in the same order, so the k-th entries of all lanes form a request; otherwise each
 // entry is keyed by (barrier count, call site, kind, how many times this lane was there before).
-CUDASIM_PROF_FN inline void flush_warp(const Log* logs, int count) {
+CUDASIM_PROF_FN void flush_warp(const Log* logs, int count) {
   const Log& l0 = logs[0];
   bool converged = true;
   for (int i = 1; i < count && converged; ++i) {
@@ -192,7 +196,7 @@ CUDASIM_PROF_FN inline void flush_warp(const Log* logs, int count) {
 }
 
 // The block whose logs are held is over (or profiling stops): fold its requests into the sites.
-CUDASIM_PROF_FN inline void flush_block() {
+CUDASIM_PROF_FN void flush_block() {
   if (!P.gen) return;
   for (int w = 0; w * 32 < P.nthreads; ++w) {
     flush_warp(&P.logs[w * 32], std::min(32, P.nthreads - w * 32));
@@ -202,7 +206,7 @@ CUDASIM_PROF_FN inline void flush_block() {
   P.gen = 0;
 }
 
-CUDASIM_PROF_FN inline void start_block() {
+CUDASIM_PROF_FN void start_block() {
   P.busy = true;
   flush_block();
   P.gen = g.block_gen;
@@ -236,7 +240,7 @@ CUDASIM_PROF_INLINE void note(const void* a, unsigned size, unsigned flags, void
 }
 
 // The address range of this library's writable segments (its static variables), from its program headers.
-CUDASIM_PROF_FN inline int image_segments(dl_phdr_info* info, size_t, void* base) {
+CUDASIM_PROF_FN int image_segments(dl_phdr_info* info, size_t, void* base) {
   if (info->dlpi_addr != reinterpret_cast<uintptr_t>(base)) return 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
@@ -248,7 +252,7 @@ CUDASIM_PROF_FN inline int image_segments(dl_phdr_info* info, size_t, void* base
   return 1;
 }
 
-CUDASIM_PROF_FN inline void find_image() {
+CUDASIM_PROF_FN void find_image() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&P), &info) && info.dli_fbase) dl_iterate_phdr(image_segments, info.dli_fbase);
 }
@@ -257,7 +261,7 @@ CUDASIM_PROF_FN inline void find_image() {
 
 
 // A thread has passed a __syncthreads (cudasim_instrument.h's passed_barrier).
-CUDASIM_PROF_FN inline void profile_barrier(int thread) {
+CUDASIM_PROF_FN void profile_barrier(int thread) {
   if (!prof::P.on || prof::P.busy) return;
   if (g.block_gen != prof::P.gen) prof::start_block();
   prof::push(prof::P.logs[thread], prof::Event{0, 0, 0, prof::kMark});
@@ -266,6 +270,7 @@ CUDASIM_PROF_FN inline void profile_barrier(int thread) {
 
 }  // namespace cudasim
 
+#ifndef CUDASIM_PREBUILT_RUNTIME  // else they are in the runtime object (cudasim.h: CUDASIM_RT)
 // ---------------------------------------------------------------------------------------------
 // The control functions kernels/profile.py calls (ctypes), exported from the profiling build.
 extern "C" __attribute__((visibility("default"), used, CUDASIM_UNINSTRUMENTED)) void cudasim_profile_start() {
@@ -301,4 +306,4 @@ cudasim_profile_rows(cudasim::prof::Row* out, size_t cap) {
   }
   return P.sites.size();
 }
-
+#endif
