@@ -171,8 +171,8 @@ def _assert_the_runtime_is_linked_not_compiled(ext) -> None:
 
     def run_grid(path: Path) -> str:
         """nm's type letter of cudasim::run_grid in `path` ('' when absent)."""
-        out = subprocess.run(["nm", "-C", str(path)], capture_output=True, text=True, check=True).stdout
-        return next((line.split()[-2] for line in out.splitlines() if "cudasim::run_grid(" in line), "")
+        out = subprocess.run(["nm", str(path)], capture_output=True, text=True, check=True).stdout
+        return next((line.split()[-2] for line in out.splitlines() if "7cudasim8run_grid" in line), "")
 
     objects = list(so.parent.glob("*.o"))
     assert objects and all(run_grid(o) == "U" for o in objects), [(o.name, run_grid(o)) for o in objects]
