@@ -477,6 +477,19 @@ def test_a_nan_the_kernel_computed_is_told_apart_from_the_poison():
     assert "not the poison" in detail
 
 
+def test_a_computed_nan_gets_a_hint_about_arithmetic_not_about_grid_coverage():
+    from kernels.check import Diagnosis, check, elementwise
+
+    def zero_over_zero(x):  # every element written, some as 0/0
+        out = x.clone()
+        out[::3] = torch.zeros_like(out[::3]) / torch.zeros_like(out[::3])
+        return out
+
+    report = check(zero_over_zero, lambda x: x, elementwise(1), sizes=[7], quiet=True)
+    assert not report.passed and report.cases[0].diagnosis is Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, str(report)
+    assert any("0/0" in h for h in report.hints) and not any("grid" in h for h in report.hints), report.hints
+
+
 def test_check_deterministic_names_the_output_whose_bits_differ_between_two_runs_and_passes_the_same_bits():
     from kernels.check import Diagnosis, check_deterministic
 

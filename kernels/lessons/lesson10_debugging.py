@@ -153,7 +153,7 @@ def _misaligned_broken(backend: str, dev) -> None:
         _step("torch.cuda.synchronize()", lambda: _sync(dev))
     if backend == "sim":
         say("  (The simulator does not check alignment itself: the CPU's aligned 16-byte load faulted at that line,\n"
-            "   and a CPU fault of that kind carries no address, hence (nil).)")
+            "   and a CPU fault of that kind carries no address, hence the two causes the message names.)")
 
 
 def _misaligned_fixed(backend: str, dev) -> None:

@@ -328,6 +328,7 @@ struct Sim {
   volatile int fault_thread = -1;
   volatile bool fault_overflow = false;  // in the thread's stack guard, else an illegal access
   const void* volatile fault_addr = nullptr;
+  volatile int fault_code = 0;  // the signal's si_code: SI_KERNEL for a fault that carries no address
   const void* volatile fault_pc = nullptr;
   const void* volatile fault_sp = nullptr;
   // the sticky and the last error, as cudaGetLastError reports them
@@ -1170,6 +1171,7 @@ CUDASIM_RT void on_segv(int sig, siginfo_t* info, void* uctx) {
   if (t && g.running && (in_guard || (pc >= fault_guard.code_lo && pc < fault_guard.code_hi))) {
     g.fault_overflow = in_guard;
     g.fault_addr = addr;
+    g.fault_code = info->si_code;
     g.fault_pc = reinterpret_cast<const void*>(pc);
     g.fault_sp = reinterpret_cast<const void*>(regs[REG_RSP]);
     g.fault_thread = t->linear;
@@ -1293,13 +1295,23 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
                   "stack overflow%s: the thread used more than its %zu KB stack (deep recursion or large local "
                   "arrays); raise it with the environment variable CUDASIM_STACK_KB, e.g. CUDASIM_STACK_KB=%zu",
                   at.c_str(), g.stack_bytes / 1024, g.stack_bytes / 1024 * 4);
+  } else if (!g.fault_addr && g.fault_code == SI_KERNEL) {
+    // x86 reports a general-protection fault without the address: an aligned vector instruction at an
+    // address that is not a multiple of its width, or an address outside the CPU's address space
+    std::snprintf(buf, sizeof buf,
+                  "illegal memory access%s: the thread's access faulted, and the CPU does not say at which address: "
+                  "either a misaligned vector access (a float4, int4 or double2 at an address that is not a multiple "
+                  "of 16; a GPU would stop with \"misaligned address\") or an address far outside memory (a huge or "
+                  "negative index; a GPU would stop with \"an illegal memory access was encountered\")",
+                  at.c_str());
   } else {
     std::snprintf(buf, sizeof buf,
-                  "illegal memory access%s: the thread read or wrote address %p, which is not mapped (an index "
+                  "illegal memory access%s: the thread read or wrote address 0x%zx%s, which is not mapped (an index "
                   "out of range or a pointer that is not a tensor's; a GPU would stop with \"an illegal memory "
                   "access was encountered\"). The simulator catches only accesses outside mapped memory: a few "
                   "bytes past the end of a tensor can land in memory the process owns",
-                  at.c_str(), g.fault_addr);
+                  at.c_str(), static_cast<size_t>(reinterpret_cast<uintptr_t>(g.fault_addr)),
+                  reinterpret_cast<uintptr_t>(g.fault_addr) < 4096 ? " (a null pointer, or an index from one)" : "");
   }
   fail(buf);
 }
