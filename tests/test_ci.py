@@ -62,7 +62,7 @@ def test_a_file_with_an_include_under_if_is_built_alone(tmp_path):
     assert compile_check.groups([alone, other, defines_first, commented], 1) == [[alone], [defines_first], [other, commented]]
 
 
-def test_files_that_reach_all_of_libtorch_are_grouped_apart_and_groups_split_by_jobs(tmp_path):
+def test_files_that_reach_all_of_libtorch_are_grouped_apart_with_several_jobs_and_together_with_one(tmp_path):
     files = []
     for i in range(4):
         f = tmp_path / f"k{i}.cu"
@@ -71,6 +71,7 @@ def test_files_that_reach_all_of_libtorch_are_grouped_apart_and_groups_split_by_
     heavy = tmp_path / "ext.cu"
     heavy.write_text("#include <torch/extension.h>\n" + KERNEL)
     assert compile_check.groups([*files, heavy], 2) == [[files[0], files[2]], [files[1], files[3]], [heavy]]
+    assert compile_check.groups([*files, heavy], 1) == [[*files, heavy]]
 
 
 def test_a_failing_group_is_split_until_the_failing_file_reports_its_own_error(monkeypatch, tmp_path):
