@@ -162,6 +162,16 @@ def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path,
     works(again)
     _assert_the_compiler_accepts_the_precompiled_header(again)
     _assert_the_runtime_is_linked_not_compiled(again)
+    # a header whose time changes and content does not (git checkout to a branch and back) keeps the precompiled
+    # header usable: clang refused it with a fatal error ("has been modified since the precompiled header")
+    header = sim_build.SIM_INCLUDE / "cudasim.h"
+    before = header.stat()
+    try:
+        os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns + 60 * 10**9))
+        src.write_text(src.read_text() + "// a second edit, after the simulator's header was touched\n")
+        works(load(src, "sim", quiet=True))
+    finally:
+        os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
 def _assert_the_runtime_is_linked_not_compiled(ext) -> None:

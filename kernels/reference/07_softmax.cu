@@ -136,7 +136,7 @@ __global__ void softmax_kernel1(const T* __restrict__ x, T* __restrict__ out, in
 
 // softmax_kernel2: block b owns row b; thread t takes columns t, t + 256, ... (coalesced); the max
 // and the sum are each a shared-memory tree of 8 levels. Reads the row 3 times (the 2nd and 3rd
-// mostly from L1/L2), writes it once. Bounded by the 2 x 9 barriers per row for short rows.
+// mostly from L1/L2), writes it once. Bounded by the 2 x 10 barriers per row for short rows.
 template <typename T>
 __global__ void __launch_bounds__(BLOCK) softmax_kernel2(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
   __shared__ float partial[BLOCK];
@@ -172,9 +172,9 @@ __global__ void __launch_bounds__(BLOCK) softmax_kernel3(const T* __restrict__ x
   for (int64_t c = lane; c < cols; c += 32) o[c] = from_float<T>(softmax_at(to_float(r[c]), m, inv));
 }
 
-// softmax_kernel4: as softmax_kernel2, but each block reduction is 5 shuffles per warp, one
-// barrier, and 5 more shuffles (block_reduce_max/sum from helpers.cuh). Reads the row 3 times,
-// writes it once; 4 barriers per row instead of 18. Bounded by the 2nd and 3rd reads.
+// softmax_kernel4: as softmax_kernel2, but each block reduction is 5 shuffles per warp, two
+// barriers, and 5 more shuffles (block_reduce_max/sum from helpers.cuh). Reads the row 3 times,
+// writes it once; 4 barriers per row instead of 20. Bounded by the 2nd and 3rd reads.
 template <typename T>
 __global__ void __launch_bounds__(BLOCK) softmax_kernel4(const T* __restrict__ x, T* __restrict__ out, int64_t cols) {
   __shared__ float scratch[32];

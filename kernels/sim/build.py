@@ -128,8 +128,11 @@ def pch_headers(sources: SourceSet, light_torch: bool = True) -> list[str]:
 def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
     """Where the precompiled header of these headers for these flags lives (it may not exist yet)."""
     # the headers' folders too: clang's #pragma once goes by file, so a PCH made from another copy of the
-    # headers (the repository's, for an installed copy) would define everything twice
-    return build_root() / "sim-pch" / _digest(flags, " ".join(headers), str(INCLUDE)) / "sim_pch.h"
+    # headers (the repository's, for an installed copy) would define everything twice; and the simulator's
+    # files' times: clang refuses a PCH (a fatal error) when a header's time changed, content or not (a git
+    # checkout to another branch and back), where gcc parses the headers instead
+    times = " ".join(str(f.stat().st_mtime_ns) for f in simulator_files())
+    return build_root() / "sim-pch" / _digest(flags, " ".join(headers), str(INCLUDE), times) / "sim_pch.h"
 
 
 def _digest(flags: list[str], *more: str) -> str:
