@@ -1,6 +1,7 @@
 # CUDA kernels for PyTorch, lesson by lesson.
 #   make lessons      set up, build every lesson's kernels, run every notebook headlessly
-#   make test-all     set up, then every test: pytest, compile check, solution notebooks under nbval
+#   make test-all     set up, then every test of the lessons and the simulator, solution notebooks under nbval
+#   make test-toolkit the toolkit's own tests: the nvcc compile check, the build cache, packaging (CI runs both)
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
 #   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator
@@ -33,7 +34,7 @@ ifneq ($(filter-out cpu,$(TORCH)),)
 $(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
 endif
 
-.PHONY: help setup lessons lab test test-all check hint bench profile sanitize doctor compile-check nbval nbval-lessons clean
+.PHONY: help setup lessons lab test test-all test-toolkit check hint bench profile sanitize doctor compile-check nbval nbval-lessons clean
 
 help:
 	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
@@ -87,6 +88,11 @@ nbval-lessons: setup
 # files and the notebooks) and prints a summary: each step's time and counts, and the slowest tests and builds.
 test-all: setup
 	$(PYTHON) -m kernels.dev.all_tests
+
+# The machinery a learner never changes: the nvcc compile check of every .cu and the tests marked `toolkit`
+# (the build cache under concurrency and crashes, precompiled headers, an installed wheel, the test runner).
+test-toolkit: setup
+	$(PYTHON) -m kernels.dev.all_tests --toolkit
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)

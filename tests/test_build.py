@@ -132,13 +132,14 @@ def _assert_the_compiler_accepts_the_precompiled_header(ext) -> None:
     assert run.returncode == 0, run.stderr[-2000:]
 
 
+@pytest.mark.toolkit
 @pytest.mark.slow
 @pytest.mark.parametrize("probe, headers", [("vector_add.cu", "PCH_HEADERS"), ("pybind_square.cu", "LIGHT_TORCH_PYBIND_PCH_HEADERS")])
 def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path, monkeypatch, probe, headers):
     """A sim build precompiles the headers it needs (helpers.cuh's, plus the light torch/extension.h for a
     file that includes it) unless an earlier build did; a later build includes that file, and the compiler (g++ or clang++) accepts it.
     The precompiled headers are the usual build folder's (made from scratch by the first build of a fresh
-    checkout, as `make test-all`'s first step does): making them again here would only repeat that."""
+    checkout, as the first build of `make test-all` does): making them again here would only repeat that."""
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(_isolated_build_dir(tmp_path)))
     monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
     src = tmp_path / f"pch_probe_{probe}"
@@ -155,7 +156,11 @@ def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path,
     pch = sim_build.pch_path(sim_build.FLAGS, getattr(sim_build, headers))
     assert sim_build.pch_file(pch).is_file(), (pch.parent / "sim_pch.failed").read_text()
     assert pch.read_text().count("#include") == len(getattr(sim_build, headers))
+    # made through this test's linked folder, it names the shared folder's real path: the PCH records its
+    # header's path, and one naming this test's folder broke every later build once the folder was deleted
+    assert tmp_path not in pch.parents, pch
     runtime = sim_build.runtime_object(sim_build.FLAGS)
+    assert tmp_path not in runtime.parents, runtime
     assert sim_build.prebuilt_runtime(pch) and runtime.is_file(), runtime.with_suffix(".failed").read_text()
     src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
     again = load(src, "sim", quiet=True)
@@ -225,6 +230,7 @@ def _finish(proc: subprocess.Popen) -> str:
     return out
 
 
+@pytest.mark.toolkit
 @pytest.mark.slow
 def test_two_processes_loading_one_new_file_build_it_once_and_both_load_it(tmp_path):
     root = _isolated_build_dir(tmp_path)
@@ -240,6 +246,7 @@ def test_two_processes_loading_one_new_file_build_it_once_and_both_load_it(tmp_p
     assert (folder / f"{folder.name}.ok").is_file()
 
 
+@pytest.mark.toolkit
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", ["truncated library", "missing stamp"])
 def test_an_interrupted_build_is_rebuilt_never_loaded(tmp_path, damage):
@@ -376,6 +383,7 @@ def test_undefined_symbol_is_a_build_error_that_names_it_first(capsys):
     assert "building undefined_symbol for" in out and out.rstrip().endswith("failed"), out
 
 
+@pytest.mark.toolkit
 def test_exercise_check_and_compile_check_report_a_file_that_cannot_load(capsys):
     from kernels.dev.compile_check import _compile
     from kernels.exercises import check_exercise

@@ -1,4 +1,5 @@
-"""`make test-all`'s machinery: the nvcc compile check's combined builds and the step runner's summary."""
+"""The test runner's machinery (`make test-all`, `make test-toolkit`): the nvcc compile check's combined builds and
+the step runner's lanes and summary."""
 import os
 import subprocess
 import sys
@@ -8,6 +9,8 @@ import pytest
 
 from kernels.dev import all_tests as test_all
 from kernels.dev import compile_check
+
+pytestmark = pytest.mark.toolkit  # make test-toolkit runs these, not make test-all
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = """// a kernel file
@@ -175,7 +178,7 @@ def test_a_failing_step_fails_the_run_after_every_step_ran(monkeypatch, tmp_path
 
 def test_an_unknown_step_is_refused_with_the_names_it_accepts(capsys):
     assert test_all.main(["pytest", "nbvall"]) == 2
-    assert "unknown step nbvall: expected some of build-cache, pytest, lesson-tests, compile-check, nbval, nbval-lessons\n" in capsys.readouterr().out
+    assert "unknown step nbvall: expected some of build-cache, pytest, toolkit, lesson-tests, compile-check, nbval, nbval-lessons\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", ["nbval", "nbval-lessons"])
@@ -265,18 +268,60 @@ def test_files_are_taken_with_the_most_tests_first():
     assert [[i.path for i in f] for f in files_in_order(items)] == [["b.py"] * 3, ["c.py"] * 2, ["a.py"]]
 
 
-def test_make_test_all_opens_one_lane_with_the_builds_the_other_with_the_compile_check_then_both_share_the_rest():
+def test_make_test_all_runs_two_lanes_that_share_the_tests_then_builds_what_no_test_built():
     two = test_all.lanes(2)
-    assert [[s.name for s in lane] for lane in two] == [
-        ["build-cache", "pytest-1", "nbval-1"],
-        ["compile-check", "pytest-2", "nbval-2"]]
-    assert two[0][0].command[-3:] == ["--jobs", "1", "--warm"] and two[1][0].command[-2:] == ["--jobs", "1"]
-    for first, second in zip(two[0][1:], two[1][1:]):
+    assert [[s.name for s in lane] for lane in two] == [["pytest-1", "nbval-1", "build-cache"], ["pytest-2", "nbval-2"]]
+    assert two[0][-1].command[-3:] == ["--jobs", "1", "--warm"]
+    for first, second in zip(two[0][:2], two[1]):
         assert first.command == second.command  # the same run of the same files, shared through one folder
         assert first.command[-2:] == ["--lanes-dir", str(test_all.CLAIMS / first.name.rsplit("-", 1)[0])]
+    pytest_step = two[0][0].command
+    assert pytest_step[pytest_step.index("tests") + 1:][:2] == ["-m", "not toolkit"]
     one = test_all.lanes(1)
-    assert [[s.name for s in lane] for lane in one] == [
-        ["build-cache", "compile-check", "pytest", "nbval"]]
+    assert [[s.name for s in lane] for lane in one] == [["pytest", "nbval", "build-cache"]]
+
+
+def test_make_test_toolkit_opens_one_lane_with_the_compile_check_and_shares_the_toolkit_tests():
+    two = test_all.lanes(2, "toolkit")
+    assert [[s.name for s in lane] for lane in two] == [["compile-check", "toolkit-1"], ["toolkit-2"]]
+    assert two[0][0].command[-2:] == ["--jobs", "1"]
+    toolkit = two[1][0].command
+    assert toolkit == two[0][1].command and toolkit[toolkit.index("tests") + 1:][:2] == ["-m", "toolkit"]
+    assert [[s.name for s in lane] for lane in test_all.lanes(1, "toolkit")] == [["compile-check", "toolkit"]]
+
+
+def test_the_two_suites_split_the_tests_each_runs_once():
+    """Every test is in exactly one of the suites: `-m toolkit` and `-m "not toolkit"` collect disjoint sets
+    whose union is the whole suite, and the toolkit's holds the build cache's and the runner's tests."""
+    def collected(*marks):
+        run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+                              *marks, "tests"], cwd=ROOT, capture_output=True, text=True)
+        assert run.returncode in (0, 5), run.stdout[-2000:] + run.stderr[-2000:]
+        return {line for line in run.stdout.splitlines() if "::" in line}
+
+    everything, toolkit, rest = collected(), collected("-m", "toolkit"), collected("-m", "not toolkit")
+    assert toolkit and rest and not toolkit & rest and toolkit | rest == everything
+    assert any(t.startswith("tests/test_ci.py::") for t in toolkit)
+    assert any("test_an_interrupted_build_is_rebuilt_never_loaded" in t for t in toolkit)
+    assert not any(t.startswith("tests/test_lesson") for t in toolkit)
+
+
+@pytest.mark.parametrize("failing", ["test-all", "test-toolkit", "nbval-lessons", None])
+def test_ci_runs_every_suite_and_fails_when_any_fails(tmp_path, failing):
+    """.ci/run with a stand-in `make` that records its targets and fails the one named: every step runs, and
+    the run's status is a failure exactly when a step failed."""
+    fake = tmp_path / "bin" / "make"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "$1" >> "$MAKE_LOG"\n[ "$1" != "$FAIL_TARGET" ]\n')
+    fake.chmod(0o755)
+    log = tmp_path / "targets"
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "MAKE_LOG": str(log),
+           "FAIL_TARGET": failing or "none"}
+    run = subprocess.run(["bash", str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True)
+    assert log.read_text().split() == ["setup", "test-all", "test-toolkit", "nbval-lessons"], run.stdout
+    assert (run.returncode != 0) == (failing is not None), run.stdout
+    if failing:
+        assert f"== make {failing} FAILED" in run.stdout
 
 
 def test_the_summary_adds_up_the_lanes_of_a_shared_step(monkeypatch, tmp_path):
@@ -325,7 +370,7 @@ def test_the_whole_run_starts_each_shared_step_on_an_empty_folder_of_claims_and_
 
     monkeypatch.setattr(test_all, "LOGS", tmp_path / "logs")
     monkeypatch.setattr(test_all, "CLAIMS", claims)
-    monkeypatch.setattr(test_all, "lanes", lambda cores: [[step("a1"), step("a2")], [step("b1")]])
+    monkeypatch.setattr(test_all, "lanes", lambda cores, suite="all": [[step("a1"), step("a2")], [step("b1")]])
     monkeypatch.setattr(test_all.os, "cpu_count", lambda: 2)
     assert test_all.main([]) == 0
     assert sorted(seen.read_text().splitlines()) == [f"{n} nbval,pytest" for n in ("a1", "a2", "b1")]

@@ -504,6 +504,7 @@ def wheel(tmp_path_factory) -> Path:
     return next((tmp / "dist").glob("*.whl"))
 
 
+@pytest.mark.toolkit
 @pytest.mark.slow
 def test_the_wheel_carries_every_tracked_file_of_the_toolkit_and_no_cache(wheel):
     import zipfile
@@ -514,6 +515,7 @@ def test_the_wheel_carries_every_tracked_file_of_the_toolkit_and_no_cache(wheel)
     assert not [n for n in names if "__pycache__" in n]
 
 
+@pytest.mark.toolkit
 @pytest.mark.slow
 def test_an_installed_copy_builds_and_runs_a_lesson_on_the_simulator(wheel, tmp_path):
     """A non-editable install (into a fresh venv that sees this one's packages, so torch is not fetched),

@@ -1,30 +1,35 @@
-"""`make test-all`: every check of the repository, with a summary of each step's time and counts.
+"""`make test-all` and `make test-toolkit`: the repository's checks, with a summary of each step's time and counts.
 
-    python -m kernels.dev.all_tests              every step (what `make test-all` runs)
+    python -m kernels.dev.all_tests              every test of the lessons and the simulator (`make test-all`)
+    python -m kernels.dev.all_tests --toolkit    the toolkit's machinery (`make test-toolkit`)
     python -m kernels.dev.all_tests nbval ...    only the named steps, one after another
 
-`make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
-exercises and planted bugs on the default backend, and the notebooks' consistency; the toolkit's
-and the simulator's own suites, the compile check and the solution notebooks under nbval are left to
-`make test-all` (its step pytest holds the lesson tests too). The lesson notebooks, executed with their
-exercise stubs (step nbval-lessons, `make nbval-lessons`), are not a step of `make test-all`: they are the
-solution notebooks' cells but for the exercise cells (tests/test_notebooks.py holds that), each stub's
-build and failing self-check is a test of the lesson's (`test_..._stub_...`), and `make lessons` executes
-them all; CI runs the step after `make test-all` (.ci/run).
+`make test-all` is what a change to a lesson, the checker or the simulator must pass: every lesson's kernels,
+exercises and planted bugs, the checker's and the simulator's suites (races, the profiler, public CUDA), every
+solution notebook under nbval, and a simulator build of every .cu. `make test-toolkit` holds what checks the
+machinery around them, which a learner never changes: the nvcc compile check of every .cu, and the tests
+marked `toolkit` (the build cache under concurrency and crashes, precompiled headers, an installed wheel,
+this runner and the compile check themselves). CI runs both, then the lesson notebooks (.ci/run).
 
-Every step keeps one core busy (pytest and notebooks run one test at a time; the simulator builds and
-the nvcc compile check run one compiler at a time here), so `make test-all` runs them in two lanes, one
-per core. One lane starts with the simulator builds of every .cu, the other with the nvcc compile check
-(which needs none of them); then each lane runs pytest and the solution notebooks, and the two lanes
-share these two steps file by file (kernels/dev/pytest_lanes.py): each test file or
-notebook is run once, by whichever lane is free first. So neither lane waits for the other until the
-last notebook, whatever each file costs. A test that needs a simulator build that is not made yet
-makes it itself (builds of one file take turns, see kernels/build/cache.py, so nothing is built twice). On
-one core the same steps run in one lane. Each lane's torch gets its share of the cores (see lane_env).
-Each step's output is printed as it comes, its lines prefixed with the step's name while two run at
-once, and its whole output is kept in build/test-all/<step>.log. The summary's counts and slowest items
-come from what each step writes for it: pytest's JUnit XML (--junitxml) and the compile check's JSON
-(--results), never from the text the steps print.
+`make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
+exercises and planted bugs on the default backend, and the notebooks' consistency. The lesson notebooks,
+executed with their exercise stubs (step nbval-lessons, `make nbval-lessons`), are not a step of
+`make test-all`: they are the solution notebooks' cells but for the exercise cells (tests/test_notebooks.py
+holds that), each stub's build and failing self-check is a test of the lesson's (`test_..._stub_...`), and
+`make lessons` executes them all; CI runs the step after `make test-all` (.ci/run).
+
+Every step keeps one core busy (pytest and notebooks run one test at a time; the simulator builds and the
+nvcc compile check run one compiler at a time here), so both suites run in two lanes, one per core, which
+share pytest's files and the notebooks file by file (kernels/dev/pytest_lanes.py): each test file or notebook
+is run once, by whichever lane is free first, so neither lane waits for the other until the last file,
+whatever each file costs. A test that needs a simulator build makes it (builds of one file take turns, see
+kernels/build/cache.py, so nothing is built twice and both lanes build at once); `make test-all`'s last step,
+the simulator builds of every .cu, then builds only the files no test needed. In `make test-toolkit` one
+lane starts with the nvcc compile check. On one core the same steps run in one lane. Each lane's torch gets
+its share of the cores (see lane_env). Each step's output is printed as it comes, its lines prefixed with
+the step's name while two run at once, and its whole output is kept in build/test-all/<step>.log. The
+summary's counts and slowest items come from what each step writes for it: pytest's JUnit XML
+(--junitxml) and the compile check's JSON (--results), never from the text the steps print.
 """
 from __future__ import annotations
 
@@ -76,7 +81,8 @@ def steps(jobs: int) -> dict[str, Step]:
     return {s.name: s for s in [
         Step("build-cache", "simulator builds of every .cu",
              [sys.executable, "-m", "kernels.dev.compile_check", "--jobs", str(jobs), "--warm"]),
-        Step("pytest", "pytest", [*PYTEST, "tests", "--durations=10"]),
+        Step("pytest", "pytest", [*PYTEST, "tests", "-m", "not toolkit", "--durations=10"]),
+        Step("toolkit", "the toolkit's tests", [*PYTEST, "tests", "-m", "toolkit", "--durations=10"]),
         Step("lesson-tests", "every lesson's tests",
              [*PYTEST, *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_lesson*.py")),
               "tests/test_notebooks.py", "--durations=10"]),
@@ -86,29 +92,35 @@ def steps(jobs: int) -> dict[str, Step]:
     ]}
 
 
-# The steps whose files the lanes share (kernels/dev/pytest_lanes.py), in the order each lane runs them: the
-# notebooks last, since their files are small, so the lane that finishes first waits little.
-SHARED = ("pytest", "nbval")
+# Each suite as lanes: the steps a lane opens with, the steps whose files the lanes share (kernels/dev/pytest_lanes.py,
+# in the order each lane runs them: the notebooks last, since their files are small, so the lane that finishes
+# first waits little), and the steps that close the first lane.
+SUITES = {
+    "all": ([[], []], ("pytest", "nbval"), ["build-cache"]),
+    "toolkit": ([["compile-check"], []], ("toolkit",), []),
+}
 CLAIMS = LOGS / "claims"
 
 
-def lanes(cores: int) -> list[list[Step]]:
-    """The steps of `make test-all` in lanes that run side by side: two where there are two cores or
-    more, else one. The lanes' copies of a shared step are separate processes on one folder of claims."""
+def lanes(cores: int, suite: str = "all") -> list[list[Step]]:
+    """The steps of a suite in lanes that run side by side: two where there are two cores or more, else
+    one. The lanes' copies of a shared step are separate processes on one folder of claims."""
     count = 2 if cores > 1 else 1
     by_name = steps(jobs=1)
-    openings = [[by_name["build-cache"]], [by_name["compile-check"]]]
+    openings, shared, closing = SUITES[suite]
+    openings = [[by_name[n] for n in names] for names in openings]
     if count == 1:
-        openings = [openings[0] + openings[1]]
+        openings = [[s for names in openings for s in names]]
     out = []
     for k, opening in enumerate(openings, 1):
         lane = list(opening)
-        for name in SHARED:
+        for name in shared:
             base = by_name[name]
             lane.append(Step(base.name if count == 1 else f"{base.name}-{k}",
                              base.title if count == 1 else f"{base.title}, lane {k}",
                              [*base.command, "-p", "kernels.dev.pytest_lanes", "--lanes-dir", str(CLAIMS / name)]))
         out.append(lane)
+    out[0] += [by_name[n] for n in closing]
     return out
 
 
@@ -246,7 +258,8 @@ def summary(all_steps: list[Step], wall: float) -> str:
     """The table printed at the end: each step, its wall and CPU seconds, its counts; each step the lanes
     shared, its lanes added up; then the slowest items."""
     ran = [s for s in all_steps if s.code is not None]
-    shared = {name: [s for s in all_steps if re.fullmatch(rf"{name}-\d+", s.name)] for name in SHARED}
+    shared = {name: [s for s in all_steps if re.fullmatch(rf"{name}-\d+", s.name)]
+              for suite in SUITES.values() for name in suite[1]}
     shared = {f"{steps(1)[name].title}, all lanes": parts for name, parts in shared.items() if len(parts) > 1}
     body = []
     for s in all_steps:
@@ -276,7 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kernels.dev.all_tests", description="Run the repository's checks "
                                 "(make test-all: every step) and print a summary of each step's time and counts.")
     p.add_argument("steps", nargs="*", metavar="STEP", help=f"only these steps, one after another: {', '.join(by_name)}")
-    names = p.parse_args(argv).steps
+    p.add_argument("--toolkit", action="store_true", help="the toolkit's machinery (make test-toolkit) instead of "
+                   "every test of the lessons and the simulator (make test-all)")
+    args = p.parse_args(argv)
+    names = args.steps
+    if names and args.toolkit:
+        print("--toolkit runs a suite: name steps or give --toolkit, not both")
+        return 2
     unknown = [a for a in names if a not in by_name]
     if unknown:
         print(f"unknown step {', '.join(unknown)}: expected some of {', '.join(by_name)}")
@@ -287,10 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         for s in chosen:
             run_step(s, prefix=False)
     else:
-        run = lanes(cores)
+        suite = "toolkit" if args.toolkit else "all"
+        run = lanes(cores, suite)
         chosen = [s for lane in run for s in lane]
         shutil.rmtree(CLAIMS, ignore_errors=True)  # claims of an earlier run would skip their files
-        for name in SHARED:
+        for name in SUITES[suite][1]:
             (CLAIMS / name).mkdir(parents=True)
         if len(run) > 1:
             run_lanes(run, lane_env(cores, len(run)))

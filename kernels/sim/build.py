@@ -132,7 +132,10 @@ def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
     # files' times: clang refuses a PCH (a fatal error) when a header's time changed, content or not (a git
     # checkout to another branch and back), where gcc parses the headers instead
     times = " ".join(str(f.stat().st_mtime_ns) for f in simulator_files())
-    return build_root() / "sim-pch" / _digest(flags, " ".join(headers), str(INCLUDE), times) / "sim_pch.h"
+    # resolved: the PCH records its header's path, which must outlive a linked folder (a test's build folder
+    # that shares these, then is deleted, left a PCH naming a header that no longer existed: a fatal error)
+    where = (build_root() / "sim-pch").resolve()
+    return where / _digest(flags, " ".join(headers), str(INCLUDE), times) / "sim_pch.h"
 
 
 def _digest(flags: list[str], *more: str) -> str:
@@ -154,7 +157,7 @@ def runtime_object(flags: list[str]) -> Path:
     functions (the scheduler, warp operations, the check's and the profiler's bookkeeping) compiled once, and
     linked into every sim build whose precompiled header says so (about a second less of each build's compile,
     two in an instrumented one)."""
-    return build_root() / "sim-runtime" / _digest(flags) / "cudasim_runtime.o"
+    return (build_root() / "sim-runtime").resolve() / _digest(flags) / "cudasim_runtime.o"
 
 
 PREBUILT_LINE = "#define CUDASIM_PREBUILT_RUNTIME  // link the runtime object\n"
