@@ -268,17 +268,17 @@ def test_files_are_taken_with_the_most_tests_first():
     assert [[i.path for i in f] for f in files_in_order(items)] == [["b.py"] * 3, ["c.py"] * 2, ["a.py"]]
 
 
-def test_make_test_all_runs_two_lanes_that_share_the_tests_then_builds_what_no_test_built():
+def test_make_test_all_opens_one_lane_with_the_builds_and_the_lanes_share_the_tests():
     two = test_all.lanes(2)
-    assert [[s.name for s in lane] for lane in two] == [["pytest-1", "nbval-1", "build-cache"], ["pytest-2", "nbval-2"]]
-    assert two[0][-1].command[-3:] == ["--jobs", "1", "--warm"]
-    for first, second in zip(two[0][:2], two[1]):
+    assert [[s.name for s in lane] for lane in two] == [["build-cache", "pytest-1", "nbval-1"], ["pytest-2", "nbval-2"]]
+    assert two[0][0].command[-3:] == ["--jobs", "1", "--warm"]
+    for first, second in zip(two[0][1:], two[1]):
         assert first.command == second.command  # the same run of the same files, shared through one folder
         assert first.command[-2:] == ["--lanes-dir", str(test_all.CLAIMS / first.name.rsplit("-", 1)[0])]
-    pytest_step = two[0][0].command
+    pytest_step = two[1][0].command
     assert pytest_step[pytest_step.index("tests") + 1:][:2] == ["-m", "not toolkit"]
     one = test_all.lanes(1)
-    assert [[s.name for s in lane] for lane in one] == [["pytest", "nbval", "build-cache"]]
+    assert [[s.name for s in lane] for lane in one] == [["build-cache", "pytest", "nbval"]]
 
 
 def test_make_test_toolkit_opens_one_lane_with_the_compile_check_and_shares_the_toolkit_tests():

@@ -217,6 +217,18 @@ def test_ptxas_reports_are_parsed_into_registers_spills_and_shared_memory_per_ke
     assert rows[0].kernel.startswith("matmul_kernel2") and "matmul_kernel3<32>" in resource_table(rows)
 
 
+def test_the_recorded_ptxas_table_has_every_kernel_of_the_reference_file():
+    """The notebook shows the recorded table on the simulator: a kernel added to 09_matmul.cu (as matmul12's
+    matmul_wmma_async_kernel once was) must be recorded too (nvcc -Xptxas -v needs no GPU)."""
+    import re
+
+    source = (ROOT / "kernels" / "reference" / "09_matmul.cu").read_text()
+    kernels = set(re.findall(r"__global__[^;{]*?\b(\w*kernel\w*)\s*\(", source))
+    table = (ROOT / "kernels" / "benchmarks" / "recorded" / "lesson09_ptxas.txt").read_text()
+    recorded = {re.match(r"(?:void )?(\w+)", line).group(1) for line in table.splitlines()[2:] if line.strip()}
+    assert len(kernels) >= 9 and kernels == recorded, (kernels ^ recorded)
+
+
 def test_a_ptxas_report_is_kept_until_its_file_changes(tmp_path, monkeypatch):
     import subprocess
 

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 def test_doctor_reports_what_a_bug_report_needs():
     out = subprocess.run([sys.executable, "-m", "kernels.tools.doctor"], cwd=ROOT, env=ENV, capture_output=True,
                          text=True, timeout=120).stdout
@@ -53,6 +54,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 @pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab is not installed here")
 def test_make_lab_serves_the_repository_and_opens_on_the_lessons():
     port, token = _free_port(), "lessons-test"
@@ -126,6 +128,7 @@ def test_the_benchmarks_compile_torch_specialised_to_each_shape():
     assert _graph_inputs(compile_static, shapes) == [[s] for s in shapes]
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: make bench would run every benchmark")
 def test_make_bench_refuses_politely_without_a_gpu():
     r = subprocess.run(["make", "-s", "bench", f"PY={sys.executable}"], cwd=ROOT, env=ENV, capture_output=True,
@@ -147,6 +150,7 @@ def test_bar_report_says_pass_miss_or_not_measured_for_each_bar():
     assert lines[3].endswith("NOT MEASURED")
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_the_quick_benchmarks_refuse_politely_without_a_gpu():
     for lesson in ("07", "08"):
@@ -155,6 +159,7 @@ def test_the_quick_benchmarks_refuse_politely_without_a_gpu():
         assert r.returncode == 2 and "needs an NVIDIA GPU" in r.stdout
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 def test_make_check_without_a_lesson_asks_which():
     r = subprocess.run(["make", "-s", "check", f"PY={sys.executable}"], cwd=ROOT, env=ENV, capture_output=True,
                        text=True, timeout=120)
@@ -385,6 +390,7 @@ def test_a_passing_check_prints_no_hint(capsys):
     assert "hint" not in capsys.readouterr().out
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 def test_make_hint_prints_that_hint_and_the_command_for_the_next():
     from kernels.exercises import find
 
@@ -413,6 +419,7 @@ def test_hint_numbers_outside_the_ladder_are_refused_with_its_range(n):
         hint("02", "saxpy", n)
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 def test_make_hint_for_a_hint_that_does_not_exist_says_which_do():
     r = subprocess.run(["make", "-s", "hint", "LESSON=02", "N=9", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=120)
@@ -441,6 +448,7 @@ def test_a_lesson_that_is_not_a_number_is_refused_clearly(capsys):
     assert capsys.readouterr().out == 'expected a lesson number such as "04", got \'intro\'\n'
 
 
+@pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 def test_make_check_says_how_to_get_the_next_hint_from_the_shell():
     r = subprocess.run(["make", "-s", "check", "LESSON=01", f"PY={sys.executable}"], cwd=ROOT, env=ENV,
                        capture_output=True, text=True, timeout=300)

@@ -22,10 +22,10 @@ Every step keeps one core busy (pytest and notebooks run one test at a time; the
 nvcc compile check run one compiler at a time here), so both suites run in two lanes, one per core, which
 share pytest's files and the notebooks file by file (kernels/dev/pytest_lanes.py): each test file or notebook
 is run once, by whichever lane is free first, so neither lane waits for the other until the last file,
-whatever each file costs. A test that needs a simulator build makes it (builds of one file take turns, see
-kernels/build/cache.py, so nothing is built twice and both lanes build at once); `make test-all`'s last step,
-the simulator builds of every .cu, then builds only the files no test needed. In `make test-toolkit` one
-lane starts with the nvcc compile check. On one core the same steps run in one lane. Each lane's torch gets
+whatever each file costs. In `make test-all` one lane starts with the simulator builds of every .cu, one at a
+time, while the other starts the tests at once: a test that needs a build that is not made yet makes it
+itself (builds of one file take turns, see kernels/build/cache.py, so nothing is built twice). In
+`make test-toolkit` one lane starts with the nvcc compile check. On one core the same steps run in one lane. Each lane's torch gets
 its share of the cores (see lane_env). Each step's output is printed as it comes, its lines prefixed with
 the step's name while two run at once, and its whole output is kept in build/test-all/<step>.log. The
 summary's counts and slowest items come from what each step writes for it: pytest's JUnit XML
@@ -96,7 +96,7 @@ def steps(jobs: int) -> dict[str, Step]:
 # in the order each lane runs them: the notebooks last, since their files are small, so the lane that finishes
 # first waits little), and the steps that close the first lane.
 SUITES = {
-    "all": ([[], []], ("pytest", "nbval"), ["build-cache"]),
+    "all": ([["build-cache"], []], ("pytest", "nbval"), []),
     "toolkit": ([["compile-check"], []], ("toolkit",), []),
 }
 CLAIMS = LOGS / "claims"
