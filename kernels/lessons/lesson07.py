@@ -100,7 +100,7 @@ EXERCISES = [
     Exercise("07", "softmax_online", "softmax_online.cu", _run_softmax_online, hints=[
         Hint("A pair (m, s) stands for a set of values: m is their max, s the sum of exp(v - m). To merge two "
              "sets, the new max is the larger max; each sum was taken relative to its own max, so scale it to the "
-             "new one before adding. softmax_kernel5 in kernels/reference/07_softmax.cu does the same per block.",
+             "new one before adding.",
              answers=(Diagnosis.WRONG_VALUES,)),
         Hint("NaN in the output: exp(v - m) = exp(v - a.m) * exp(a.m - m), so a.s becomes a.s * exp(a.m - m). "
              "When both a.m and b.m are -inf (two empty pairs: the lanes of a row shorter than 32 that have no "
@@ -112,7 +112,8 @@ EXERCISES = [
         "merge: const float m = fmaxf(a.m, b.m); if (m == -INFINITY) return {m, 0.0f}; "
         "return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};   loop: for (int offset = 16; offset > 0; "
         "offset /= 2) { MaxSum o = {__shfl_xor_sync(FULL_MASK, p.m, offset), __shfl_xor_sync(FULL_MASK, p.s, "
-        "offset)}; p = merge(p, o); }",
+        "offset)}; p = merge(p, o); }   (kernels/reference/07_softmax.cu has the same as online_merge and "
+        "warp_merge.)",
     ]),
 ]
 

@@ -17,10 +17,10 @@ struct MaxSum {
 
 // Merges the pairs of two disjoint sets of values into the pair of their union.
 __device__ MaxSum merge(MaxSum a, MaxSum b) {
-  // FILL ME IN (roughly 3 lines):
-  //   1. the merged max m is the larger of a.m and b.m
-  //   2. if m is -inf, both sets are empty (or all -inf): return {m, 0} (a.m - m would be NaN)
-  //   3. else rescale both sums to m: a.s * exp(a.m - m) + b.s * exp(b.m - m)
+  // FILL ME IN (roughly 3 lines): the pair of the union, that is its max m and the sum of exp(v - m)
+  //   over all its values. a.s is a sum of exp(v - a.m) and b.s a sum of exp(v - b.m): neither is
+  //   relative to m yet. By what factor must each be multiplied before they can be added?
+  //   Then work your formula through for two empty pairs, {-inf, 0} and {-inf, 0}: it must give {-inf, 0}.
   return a;
 }
 
@@ -37,9 +37,11 @@ __global__ void softmax_online_kernel(const float* __restrict__ x, float* __rest
   MaxSum p = {-INFINITY, 0.0f};
   for (int64_t c = lane; c < cols; c += 32) p = merge(p, MaxSum{r[c], 1.0f});  // one value: {v, exp(v - v)}
 
-  // FILL ME IN (roughly 4 lines): merge the 32 lanes' pairs so that EVERY lane ends with the row's pair.
-  //   5 butterfly steps, offset 16, 8, 4, 2, 1: fetch lane (lane ^ offset)'s m and s with
-  //   __shfl_xor_sync(FULL_MASK, ..., offset) (one shuffle per float), then p = merge(p, other).
+  // FILL ME IN (roughly 4 lines): each lane's p now holds m, the max of its own columns, and s, the sum of
+  //   exp(v - m) over them. Combine the 32 lanes' pairs into the row's pair, and leave it in EVERY lane:
+  //   each lane writes its columns from it below. merge() takes the place that max or + take in lesson 06's
+  //   warp reductions (helpers.cuh); a pair is two floats, and a shuffle moves one. Which shuffle leaves
+  //   the result in every lane, not only in lane 0?
 
   const float inv = 1.0f / p.s;
   for (int64_t c = lane; c < cols; c += 32) o[c] = p.m == -INFINITY ? 0.0f : __expf(r[c] - p.m) * inv;
