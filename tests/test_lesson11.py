@@ -345,11 +345,11 @@ RECORDED = ("bench,variant,ms,gbps,tflops,of_copy,vs_eager,vs_compile,note,copy_
             "bias + GELU 8192x8192 fp32,eager,0.5,1074,,0.36,1.0,0.4,,3000,H100,2026-11-23,2.11\n"
             "bias + GELU 8192x8192 fp32,load (.cu),0.2,2684,,0.89,2.5,1.0,,3000,H100,2026-11-23,2.11\n"
             "bias + GELU 8192x8192 fp32,triton op,0.25,2147,,0.72,2.0,0.8,,3000,H100,2026-11-23,2.11\n"
-            "build: first and cached (ms),load (.cu): first build,41000,,,,,,,3000,H100,2026-11-23,2.11\n"
-            "build: first and cached (ms),load (.cu): cached load,120,,,,,,,3000,H100,2026-11-23,2.11\n")
+            "build: first and cached,load (.cu): first build,41000,,,,,,,3000,H100,2026-11-23,2.11\n"
+            "build: first and cached,load (.cu): cached load,120,,,,,,,3000,H100,2026-11-23,2.11\n")
 
 
-def test_recorded_build_times_are_tabled_but_not_drawn_as_empty_bars(tmp_path, monkeypatch, capsys):
+def test_recorded_build_times_are_tabled_in_seconds_but_not_drawn_as_empty_bars(tmp_path, monkeypatch, capsys):
     import matplotlib.pyplot as plt
 
     from kernels.benchmarks import show_recorded
@@ -359,7 +359,9 @@ def test_recorded_build_times_are_tabled_but_not_drawn_as_empty_bars(tmp_path, m
     monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf().axes[0].get_title()))
     show_recorded("11", recorded_dir=tmp_path)
     assert shown == ["bias + GELU 8192x8192 fp32"]
-    assert "load (.cu): first build" in capsys.readouterr().out
+    builds = [line.split(": ", 1)[1].split() for line in capsys.readouterr().out.splitlines()
+              if line.startswith("load (.cu): ")]
+    assert builds == [["first", "build", "41.00", "s"], ["cached", "load", "0.12", "s"]]  # seconds, apart from the name
 
 
 def test_the_comparison_reads_build_times_in_seconds_and_speed_from_the_recording(tmp_path, monkeypatch):
