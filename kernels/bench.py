@@ -157,12 +157,36 @@ def _fmt(v: float | None, spec: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _time_unit(ms: float) -> tuple[str, float, str]:
+    """The unit that times up to `ms` milliseconds read best in: its name, the factor from milliseconds, the
+    format of a value."""
+    if ms >= 1000:
+        return "s", 1e-3, ".2f"
+    if ms >= 1:
+        return "ms", 1.0, ".2f"
+    return "us", 1e3, ".1f"
+
+
+def _times_alone(rows: list[Row]) -> bool:
+    """Rows that hold a time and nothing to compare it with (build times, the steps of a pitfall)."""
+    return bool(rows) and all(r.gbps is None and r.tflops is None and r.vs_eager is None and r.vs_compile is None
+                              for r in rows)
+
+
 def table(rows: list[Row], copy_gbps: float) -> str:
-    """A plain-text table of the rows, with the copy bandwidth they are measured against."""
+    """A plain-text table of the rows, with the copy bandwidth they are measured against. Rows of times alone
+    get a column of times in one unit (us, ms or s, by the longest), and no columns of rates."""
+    width = max([22] + [len(r.variant) + 2 for r in rows])  # a long name never runs into its time
+    if _times_alone(rows):
+        unit, per_ms, spec = _time_unit(max(r.ms for r in rows))
+        lines = [rows[0].bench, f"{'variant':<{width}}{'time':>10}"]
+        lines += [f"{r.variant:<{width}}{format(r.ms * per_ms, spec):>10} {unit}" + (f"  {r.note}" if r.note else "")
+                  for r in rows]
+        return "\n".join(lines)
     lines = [f"{rows[0].bench if rows else ''}   (device copy: {copy_gbps:.0f} GB/s)",
-             f"{'variant':<22}{'time':>11}{'GB/s':>9}{'TFLOP/s':>9}{'% copy':>8}{'vs eager':>10}{'vs compile':>11}"]
+             f"{'variant':<{width}}{'time':>11}{'GB/s':>9}{'TFLOP/s':>9}{'% copy':>8}{'vs eager':>10}{'vs compile':>11}"]
     for r in rows:
-        lines.append(f"{r.variant:<22}{r.ms * 1000:>9.1f}us{_fmt(r.gbps, '.0f'):>9}{_fmt(r.tflops, '.1f'):>9}"
+        lines.append(f"{r.variant:<{width}}{r.ms * 1000:>9.1f}us{_fmt(r.gbps, '.0f'):>9}{_fmt(r.tflops, '.1f'):>9}"
                      f"{_fmt(r.of_copy and 100 * r.of_copy, '.0f'):>8}{_fmt(r.vs_eager, '.2f'):>9}x{_fmt(r.vs_compile, '.2f'):>10}x"
                      + (f"  {r.note}" if r.note else ""))
     return "\n".join(lines)

@@ -267,6 +267,21 @@ def test_the_exercise_as_given_fails_its_self_check_on_all_three_bugs():
     assert_diagnosis(report, "launch_config(", "scalar_args(", "the backward ran with x changed")
 
 
+# what the three fixes are made of: the report must not say them ("spot the bugs" is not "read the report")
+FIXES = ("(grid, block", "save_for_backward", "saved_tensors", "np.int64", "np.int32", "int64(", "int32(", "ctx.")
+
+
+def test_the_report_on_the_exercise_says_what_is_wrong_for_which_input_not_how_to_fix_it():
+    report = check_exercise("11", show_hints=0)
+    failing = {c.size: f"{c.problem}\n{c.detail}" for c in report.cases if not c.passed}
+    assert set(failing) == {"launch config", "scalar types", "x changed in place", "bias changed in place"}, str(report)
+    for label, text in failing.items():
+        told = [f for f in FIXES if f in text]
+        assert not told, f"the {label} case names a fix, {told}:\n{text}"
+    assert "returns grid" in failing["launch config"] and "returns Python int" in failing["scalar types"]
+    assert "gradients at the new x" in failing["x changed in place"]
+
+
 def test_the_solution_passes_its_self_check():
     report = check_exercise("11", solution=True)
     assert report.passed, str(report)
@@ -281,9 +296,11 @@ def test_the_exercise_file_is_the_solution_with_the_three_bugs():
 SAVED, UNPACKED = "ctx.save_for_backward(x, bias)", "x, bias = ctx.saved_tensors"
 BUGS = {  # (old text of the solution, new text) in order, the diagnosis, the number of the hint that fits
     "grid_and_block_swapped": ([("return (blocks,), (THREADS,)", "return (THREADS,), (blocks,)")],
-                               "gives a block of", 1),
-    "one_block_short": ([("blocks = (n + THREADS - 1) // THREADS", "blocks = n // THREADS")], "blocks of", 1),
-    "python_ints": ([("return np.int64(n), np.int32(C)", "return n, C")], "not int64, int32", 2),
+                               "launch_config(1048579) returns grid (256,), block (4097,)", 1),
+    "one_block_short": ([("blocks = (n + THREADS - 1) // THREADS", "blocks = n // THREADS")],
+                        "elements 1048576 to 1048578 are never computed", 1),
+    "python_ints": ([("return np.int64(n), np.int32(C)", "return n, C")],
+                    "scalar_args(3000000000, 7) returns Python int 3000000000, Python int 7", 2),
     "int32_for_long_long": ([("return np.int64(n), np.int32(C)", "return np.int32(n), np.int32(C)")],
                             "scalar_args(3000000000, 7) raised OverflowError", 2),
     "ctx_attribute": ([(SAVED, "ctx.saved = (x, bias)"), (UNPACKED, "x, bias = ctx.saved")],
@@ -345,11 +362,11 @@ RECORDED = ("bench,variant,ms,gbps,tflops,of_copy,vs_eager,vs_compile,note,copy_
             "bias + GELU 8192x8192 fp32,eager,0.5,1074,,0.36,1.0,0.4,,3000,H100,2026-11-23,2.11\n"
             "bias + GELU 8192x8192 fp32,load (.cu),0.2,2684,,0.89,2.5,1.0,,3000,H100,2026-11-23,2.11\n"
             "bias + GELU 8192x8192 fp32,triton op,0.25,2147,,0.72,2.0,0.8,,3000,H100,2026-11-23,2.11\n"
-            "build: first and cached (ms),load (.cu): first build,41000,,,,,,,3000,H100,2026-11-23,2.11\n"
-            "build: first and cached (ms),load (.cu): cached load,120,,,,,,,3000,H100,2026-11-23,2.11\n")
+            "build: first and cached,load (.cu): first build,41000,,,,,,,3000,H100,2026-11-23,2.11\n"
+            "build: first and cached,load (.cu): cached load,120,,,,,,,3000,H100,2026-11-23,2.11\n")
 
 
-def test_recorded_build_times_are_tabled_but_not_drawn_as_empty_bars(tmp_path, monkeypatch, capsys):
+def test_recorded_build_times_are_tabled_in_seconds_but_not_drawn_as_empty_bars(tmp_path, monkeypatch, capsys):
     import matplotlib.pyplot as plt
 
     from kernels.benchmarks import show_recorded
@@ -359,7 +376,9 @@ def test_recorded_build_times_are_tabled_but_not_drawn_as_empty_bars(tmp_path, m
     monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf().axes[0].get_title()))
     show_recorded("11", recorded_dir=tmp_path)
     assert shown == ["bias + GELU 8192x8192 fp32"]
-    assert "load (.cu): first build" in capsys.readouterr().out
+    builds = [line.split(": ", 1)[1].split() for line in capsys.readouterr().out.splitlines()
+              if line.startswith("load (.cu): ")]
+    assert builds == [["first", "build", "41.00", "s"], ["cached", "load", "0.12", "s"]]  # seconds, apart from the name
 
 
 def test_the_comparison_reads_build_times_in_seconds_and_speed_from_the_recording(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """make doctor, make lab, make check and the benchmark's behaviour without a GPU."""
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -148,6 +149,28 @@ def test_bar_report_says_pass_miss_or_not_measured_for_each_bar():
     assert lines[1].split()[-3:] == ["1.600", "1.50", "PASS"]
     assert lines[2].split()[-3:] == ["0.990", "1.00", "MISS"]
     assert lines[3].endswith("NOT MEASURED")
+
+
+def test_a_table_keeps_a_long_variant_name_apart_from_its_time():
+    from kernels.bench import Row, table
+
+    name = "load (.cu): first build of a long name"
+    rated = table([Row("copy", name, 30611.4, 2000.0, None, 0.66, 1.0, None)], 3000).splitlines()
+    assert re.fullmatch(re.escape(name) + r"\s{2,}30611400\.0us\s.*", rated[2]), rated[2]
+
+
+def test_a_table_of_times_alone_shows_them_in_one_readable_unit_without_rate_columns():
+    from kernels.bench import Row, table
+
+    def shown(*ms):
+        return table([Row("build", f"route {i}: first build", t, None, None, None, None, None)
+                      for i, t in enumerate(ms)], 3000).splitlines()
+
+    lines = shown(30611.4, 133.3)
+    assert lines[0] == "build" and lines[1].split() == ["variant", "time"]
+    assert re.fullmatch(r"route 0: first build\s{2,}30\.61 s", lines[2]), lines[2]
+    assert re.fullmatch(r"route 1: first build\s{2,}0\.13 s", lines[3]), lines[3]
+    assert shown(443.09, 22.0)[2].endswith(" 443.09 ms") and shown(0.5)[2].endswith(" 500.0 us")
 
 
 @pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process

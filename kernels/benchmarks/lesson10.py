@@ -179,5 +179,6 @@ def run(out_dir: Path) -> list[Row]:
     plot(labelled, copy, out_dir / "lesson10_all.png", show=False)
     extra = pitfalls + _profile_rows(eager, custom)
     write_csv(extra, csv, copy)
-    print(table(rows + extra, copy))
+    for name in dict.fromkeys(r.bench for r in rows + extra):  # a table per benchmark: times alone read as times
+        print(table([r for r in rows + extra if r.bench == name], copy), end="\n\n")
     return rows + extra

@@ -6,7 +6,7 @@
   CuPy's zero-copy launch of its kernel, the Triton kernel and lesson 05's vectorised bias_gelu3.
 - CuPy per call at 1 MiB and 256 MiB: zero copy through DLPack against the round trip through the CPU.
 - first build and cached load of each route, each timed in a fresh process with an empty cache
-  (rows of the bench "build: first and cached (ms)", no byte count: they stay out of the README table).
+  (rows of the bench "build: first and cached", no byte count: they stay out of the README table).
 GB/s count x read once and the output written once (bias is a row, read from cache).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..paths import ROOT
 from ..check import close
 from ..lessons.lesson11 import bias_gelu_ref
 
-BUILD_BENCH = "build: first and cached (ms)"
+BUILD_BENCH = "build: first and cached"
 N = 8192
 
 

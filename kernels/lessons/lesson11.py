@@ -6,6 +6,8 @@ types are plain Python and are checked everywhere. The autograd wiring is checke
 without CuPy or a GPU the module's two kernel functions are replaced, for the check only, by PyTorch
 versions of the same math, so what is tested is the Function around them. The kernels themselves run
 through the checker only where CuPy and a GPU are; elsewhere that part says it was skipped and why.
+A failing case says what is wrong and for which input (what launch_config returned for n, which gradient
+differs); it never says how to fix it: spotting the line is the exercise, and the hints are there for it.
 """
 from __future__ import annotations
 
@@ -71,38 +73,64 @@ def _case(label: str, problem: str = "", detail: str = "") -> Case:
     return Case(label, torch.float32, not problem, problem, detail, part=label if problem else "")
 
 
+def _elements(n: int) -> str:
+    return f"{n} element{'s' if n != 1 else ''}"
+
+
 def _launch_config_case(module) -> Case:
-    """launch_config(n) must give a grid of whole blocks that covers n, and a block a GPU can run."""
-    for n in (1, 255, 256, 1000, 2**20 + 3):
+    """launch_config(n) must give a grid of whole blocks that covers n, and a block a GPU can run. A failure says
+    what launch_config returned and what goes wrong with it, not which line to change: finding that is the
+    exercise (the hints say more)."""
+    for n in (2**20 + 3, 1000, 256, 255, 1):  # the largest first: where a wrong configuration fails outright
         try:
             grid, block = module.launch_config(n)
             g, b = int(grid[0]), int(block[0])
         except Exception as e:  # noqa: BLE001 (the report shows it)
             return _case("launch config", f"launch_config({n}) raised {type(e).__name__}", str(e))
-        if not 32 <= b <= MAX_BLOCK or b % 32:
-            return _case("launch config", f"launch_config({n}) gives a block of {b} threads",
-                         f"grid {tuple(grid)}, block {tuple(block)}: a block holds a multiple of 32 threads, at most "
-                         f"{MAX_BLOCK}, and CuPy's RawKernel is called as kernel(grid, block, args)")
-        if g * b < n or (g - 1) * b >= n:
-            return _case("launch config", f"launch_config({n}) gives {g} blocks of {b} threads",
-                         f"{n} elements need ceil({n} / {b}) = {(n + b - 1) // b} blocks")
+        returned = f"launch_config({n}) returns grid {tuple(grid)}, block {tuple(block)}"
+        if b > MAX_BLOCK:
+            return _case("launch config", returned,
+                         f"blocks of {b} threads for {_elements(n)}: a block holds at most {MAX_BLOCK} threads, "
+                         "so this launch fails on a GPU")
+        if b < 32 or b % 32:
+            return _case("launch config", returned,
+                         f"blocks of {b} thread{'s' if b != 1 else ''} for {_elements(n)}: a block's threads run as "
+                         f"warps of 32, so the last warp of every block has {-b % 32} of its 32 lanes idle")
+        if g * b < n:
+            return _case("launch config", returned,
+                         f"{g} blocks of {b} threads are {g * b} threads for {_elements(n)}: element"
+                         + (f" {g * b} is" if n - g * b == 1 else f"s {g * b} to {n - 1} are") + " never computed")
+        if (g - 1) * b >= n:
+            extra = g - (n + b - 1) // b
+            return _case("launch config", returned,
+                         f"{g} blocks of {b} threads for {_elements(n)}: {extra} whole block{'s' if extra > 1 else ''} "
+                         "with no element to compute")
     return _case("launch config")
 
 
+def _typed(value) -> str:
+    """A value with its type as a report names it: "Python int 7", "NumPy int32 7"."""
+    module = type(value).__module__
+    kind = "Python" if module == "builtins" else "NumPy" if module.startswith("numpy") else module
+    return f"{kind} {type(value).__name__} {value}"
+
+
 def _scalar_args_case(module) -> Case:
-    """scalar_args(n, C) must hold NumPy scalars of the kernel's types: int64 for long long n, int32 for int C."""
+    """scalar_args(n, C) must hold NumPy scalars of the kernel's types: int64 for long long n, int32 for int C.
+    A failure says what scalar_args returned against the kernel's parameter list, not how to build the values."""
     import numpy as np
 
-    why = ("CuPy hands the kernel each argument's bytes as they are: a Python int goes as 8 bytes, whatever "
-           "the kernel's parameter is. The kernel declares `long long n, int C`: pass np.int64(n) and np.int32(C)")
+    declared = "the kernels' last two parameters are declared `long long n, int C`"
     try:
         args = tuple(module.scalar_args(3000000000, 7))  # n past 2^31: a tensor of 12 GB of float32
     except Exception as e:  # noqa: BLE001
-        return _case("scalar types", f"scalar_args(3000000000, 7) raised {type(e).__name__}", f"{e}\n{why}")
-    want = (np.int64, np.int32)
-    got = [type(a).__name__ for a in args]
-    if len(args) != 2 or any(type(a) is not w for a, w in zip(args, want)) or [int(a) for a in args] != [3000000000, 7]:
-        return _case("scalar types", f"scalar_args(3000000000, 7) gives {', '.join(got)}, not int64, int32", why)
+        return _case("scalar types", f"scalar_args(3000000000, 7) raised {type(e).__name__}",
+                     f"{e}\n{declared}, and n = 3000000000 is a valid element count (a float32 tensor of 12 GB)")
+    returned = f"scalar_args(3000000000, 7) returns {', '.join(map(_typed, args)) or 'nothing'}"
+    if len(args) != 2 or any(type(a) is not w for a, w in zip(args, (np.int64, np.int32))):
+        return _case("scalar types", returned, f"{declared}, and these values are not of those types, in that order")
+    if [int(a) for a in args] != [3000000000, 7]:
+        return _case("scalar types", returned, f"{declared}, and these values are not n = 3000000000 and C = 7")
     return _case("scalar types")
 
 
@@ -135,21 +163,25 @@ def _wrong_grads(got, want) -> list[str]:
 
 def _autograd_cases(module, device) -> list[Case]:
     """Gradients through the Function match autograd's, and changing x, or bias, in place after the forward
-    makes the backward refuse, as save_for_backward guarantees."""
+    makes the backward refuse, as autograd's own ops do."""
     x, b, g = (random_tensor(s, torch.float32, device) for s in ((5, 7), (7,), (5, 7)))
+    inputs = "for x of shape (5, 7) and bias of shape (7,)"
     try:
         wrong = _wrong_grads(grads_of(module.bias_gelu)(x, b, g), bias_gelu_grads_ref(x, b, g))
-        gradients = _case("gradients", f"{' and '.join(wrong)} differ from autograd's" if wrong else "")
+        gradients = _case("gradients", f"{' and '.join(wrong)} differ from autograd's {inputs}" if wrong else "")
     except Exception as e:  # noqa: BLE001
-        gradients = _case("gradients", f"the backward raised {type(e).__name__}", str(e).splitlines()[0])
+        gradients = _case("gradients", f"the backward raised {type(e).__name__} {inputs}", str(e).splitlines()[0])
     return [gradients, _changed_in_place(module, "x", x, b, g), _changed_in_place(module, "bias", x, b, g)]
 
 
 def _changed_in_place(module, name: str, x, b, g) -> Case:
     """Input `name` ("x" or "bias") changed in place between the forward and the backward, as an optimizer step
-    or an in-place op would change it: autograd must refuse, since save_for_backward recorded its version. A
-    backward that runs anyway is told by its gradients: the new values', or the forward's (a copy was kept)."""
+    or an in-place op would change it: the backward must refuse, as autograd refuses for its own ops. A backward
+    that runs anyway is told by its gradients: the new values', or the forward's (a copy was kept). A failure
+    says what happened, not which line of the Function to change."""
     label = f"{name} changed in place"
+    what = (f"{name} was multiplied by 2 in place between the forward and the backward; autograd's own ops "
+            "refuse such a backward with an error (\"... modified by an inplace operation\")")
     xg, bg = x.clone().requires_grad_(), b.clone().requires_grad_()
     y = module.bias_gelu(xg, bg)
     with torch.no_grad():
@@ -162,20 +194,18 @@ def _changed_in_place(module, name: str, x, b, g) -> Case:
     got = (xg.grad, bg.grad)
     if not _wrong_grads(got, bias_gelu_grads_ref(xg.detach(), bg.detach(), g)):
         return _case(label, f"the backward ran with {name} changed after the forward",
-                     f"the backward used {name}'s new values without a word: a tensor kept as a plain attribute of "
-                     "ctx skips autograd's check; ctx.save_for_backward(x, bias) records the versions and makes "
-                     "autograd refuse")
+                     f"{what}; this one ran without an error and returned the gradients at the new {name}, not at "
+                     f"the {name} the forward computed with")
     if not _wrong_grads(got, bias_gelu_grads_ref(x, b, g)):
         # Right gradients, at a price a kernel engineer does not pay: x is an activation as large as the layer's
         # output, and training keeps every layer's saved tensors from the forward to the backward.
         return _case(label, f"the backward kept its own copy of {name}",
-                     f"the gradients are right (the copy holds the forward's values), but the copy costs a second "
-                     f"tensor of {name}'s size, held from the forward to the backward, and a copy kernel, every "
-                     "step;\nctx.save_for_backward keeps the tensor itself, copying nothing, and makes autograd refuse "
-                     "a tensor changed in place")
+                     f"the gradients are right (those at the {name} the forward computed with), but the backward ran "
+                     f"without an error, and a second tensor of {name}'s size was held from the forward to the "
+                     f"backward, with a copy kernel every step;\n{what}")
     return _case(label, f"the backward ran with {name} changed after the forward, and its gradients are wrong",
-                 "neither the forward's values' nor the new values': a tensor kept as a plain attribute of ctx skips "
-                 "autograd's check; ctx.save_for_backward(x, bias) records the versions and makes autograd refuse")
+                 f"{what}; this one ran without an error, and its gradients are neither those at the {name} the "
+                 f"forward computed with nor those at the new {name}")
 
 
 def run_cupy_autograd(module, backend: str | None) -> Report:
