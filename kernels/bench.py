@@ -157,6 +157,12 @@ def _fmt(v: float | None, spec: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+def _ratio(v: float | None) -> str:
+    """A speed-up as "1.62x"; blank where there is none (no torch.compile row to compare with)."""
+    text = _fmt(v, ".2f")
+    return text and text + "x"
+
+
 def _time_unit(ms: float) -> tuple[str, float, str]:
     """The unit that times up to `ms` milliseconds read best in: its name, the factor from milliseconds, the
     format of a value."""
@@ -187,7 +193,7 @@ def table(rows: list[Row], copy_gbps: float) -> str:
              f"{'variant':<{width}}{'time':>11}{'GB/s':>9}{'TFLOP/s':>9}{'% copy':>8}{'vs eager':>10}{'vs compile':>11}"]
     for r in rows:
         lines.append(f"{r.variant:<{width}}{r.ms * 1000:>9.1f}us{_fmt(r.gbps, '.0f'):>9}{_fmt(r.tflops, '.1f'):>9}"
-                     f"{_fmt(r.of_copy and 100 * r.of_copy, '.0f'):>8}{_fmt(r.vs_eager, '.2f'):>9}x{_fmt(r.vs_compile, '.2f'):>10}x"
+                     f"{_fmt(r.of_copy and 100 * r.of_copy, '.0f'):>8}{_ratio(r.vs_eager):>10}{_ratio(r.vs_compile):>11}"
                      + (f"  {r.note}" if r.note else ""))
     return "\n".join(lines)
 

@@ -159,6 +159,16 @@ def test_a_table_keeps_a_long_variant_name_apart_from_its_time():
     assert re.fullmatch(re.escape(name) + r"\s{2,}30611400\.0us\s.*", rated[2]), rated[2]
 
 
+def test_a_table_leaves_a_missing_ratio_blank_not_a_lone_x():
+    from kernels.bench import Row, table
+
+    rows = [Row("cupy per call", "eager", 0.0095, 221.0, None, 0.07, 1.0, None),
+            Row("cupy per call", "cupy zero-copy", 0.1276, 16.0, None, 0.01, 0.07, None)]
+    lines = table(rows, 3000).splitlines()
+    assert lines[2].rstrip().endswith("1.00x") and lines[3].rstrip().endswith("0.07x"), lines
+    assert not any(line.rstrip().endswith(" x") for line in lines), lines
+
+
 def test_a_table_of_times_alone_shows_them_in_one_readable_unit_without_rate_columns():
     from kernels.bench import Row, table
 
