@@ -179,6 +179,27 @@ def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path,
         os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
 
 
+@pytest.mark.toolkit
+@pytest.mark.slow
+def test_the_first_build_with_a_light_torch_header_gets_its_precompiled_header_first(tmp_path, monkeypatch):
+    """Once the common precompiled header exists, the first build that needs one with the light torch/extension.h
+    (here with pybind11) makes that one before it compiles, with the common one's recorded command, and includes
+    it: compiling without it first cost that build ~3x the time (and an instrumented pybind11 file, alone of its
+    kind in a run, made a header no build then used)."""
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))  # from scratch: no header is made yet
+    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
+    load(HERE / "vector_add.cu", "sim", quiet=True)
+    assert sim_build.pch_command(sim_build.FLAGS) is not None
+    pybind = sim_build.pch_path(sim_build.FLAGS, sim_build.LIGHT_TORCH_PYBIND_PCH_HEADERS)
+    assert not sim_build.pch_file(pybind).exists()
+    ext = load(HERE / "pybind_square.cu", "sim", quiet=True)
+    x = torch.randn(10)
+    torch.testing.assert_close(ext.square(x), x * x)
+    so = Path(getattr(ext, "so", None) or ext.__file__)
+    assert f"-include {pybind}" in (so.parent / "build.ninja").read_text()
+    _assert_the_compiler_accepts_the_precompiled_header(ext)
+
+
 def _assert_the_runtime_is_linked_not_compiled(ext) -> None:
     """The build's own object holds none of the simulator's runtime (run_grid, which every launch calls, is only
     referenced there) and the library has it: it came from the runtime object, compiled once."""
