@@ -250,10 +250,22 @@ def roofline(points: dict[str, tuple[float, float]], peak_tflops: float, bandwid
     ai = [2.0 ** -6, ridge, 2.0 ** 10]  # the roof is straight on a log-log plot but for its corner at the ridge
     ax.loglog(ai, [min(peak_tflops, a * bandwidth_gbps / 1e3) for a in ai], color="#333333")
     ax.axvline(ridge, color="#999999", linestyle=":", linewidth=1)
-    ax.text(ridge, peak_tflops / 8, f" ridge: {ridge:.0f} FLOP/B", color="#666666")
-    for label, (x, y) in points.items():
-        ax.plot([x], [y], "o")
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10))
+    ax.text(ridge, peak_tflops / 300, f" ridge: {ridge:.0f} FLOP/B", color="#666666")
+    # points of one intensity (matmul5 to matmul8 all load 32 FLOP per byte) stand close one above another: each
+    # label goes beside its point, in its colour, pushed up just enough to clear the labels placed before it
+    dots = {label: ax.plot([x], [y], "o")[0] for label, (x, y) in points.items()}
+    ax.autoscale_view()
+    ax.set_ylim(top=peak_tflops * 4)  # room above the roof for labels pushed up
+    per_point = 72 / fig.dpi  # display pixels to typographic points
+    placed: list[tuple[float, float, float]] = []  # each label's left, right and middle height, in points
+    for label, (x, y) in sorted(points.items(), key=lambda item: item[1][1]):
+        px, py = (v * per_point for v in ax.transData.transform((x, y)))
+        left, right, middle = px + 8, px + 8 + 5.5 * len(label), py - 4
+        while any(left < r and l < right and abs(middle - m) < 11 for l, r, m in placed):
+            middle += 1
+        placed.append((left, right, middle))
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(8, middle - py),
+                    color=dots[label].get_color(), fontsize=9, va="center")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title("roofline")

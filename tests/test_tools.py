@@ -169,6 +169,28 @@ def test_a_table_leaves_a_missing_ratio_blank_not_a_lone_x():
     assert not any(line.rstrip().endswith(" x") for line in lines), lines
 
 
+def test_the_rooflines_labels_never_overlap_where_points_share_an_intensity():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.text import Annotation
+
+    from kernels.bench import roofline
+
+    points = {"matmul4": (16.0, 16.1), "matmul5": (32.0, 16.4), "matmul6": (32.0, 19.1), "matmul7": (32.0, 37.7),
+              "matmul8": (32.0, 43.8), "matmul1": (0.25, 0.5), "matmul2": (0.25, 5.9)}
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(roofline(points, 59.3, 2990.5, show=False))  # closed by roofline: a canvas to draw on
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    fig = canvas.figure
+    boxes = [a.get_window_extent(renderer) for a in fig.axes[0].texts if isinstance(a, Annotation)]
+    assert len(boxes) == len(points)
+    overlapping = [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
+    assert not overlapping, overlapping
+
+
 def test_a_table_of_times_alone_shows_them_in_one_readable_unit_without_rate_columns():
     from kernels.bench import Row, table
 
