@@ -45,7 +45,7 @@ def load_intensity(variant: str) -> float:
 def fp32_peak_tflops() -> float:
     """The GPU's fp32 (non-tensor) peak: SMs x 128 lanes x 2 FLOPs per FMA x the clock (Hopper and Ampere+)."""
     p = torch.cuda.get_device_properties(0)
-    ghz = getattr(p, "clock_rate", 1_755_000) / 1e6  # kHz; 1.755 GHz (H100 SXM boost) where torch does not say
+    ghz = getattr(p, "clock_rate", 1_980_000) / 1e6  # kHz (an H100 SXM reports 1.98 GHz); that where torch does not say
     return p.multi_processor_count * 128 * 2 * ghz / 1e3
 
 
