@@ -546,7 +546,8 @@ def _restart_line(reason: str, ran: int, total: int) -> str:
 # The checker's own hint for each diagnosis (a lesson's exercises add their ladders: kernels.exercises).
 RAISED_HINT = "the kernel raised an error: its message is under the failing case"
 RACE_HINT = ("results that depend on thread order mean a missing __syncthreads() (or __syncwarp) between a write and "
-             "a read of shared memory")
+             "a read of shared memory, or a value used before anything wrote it (an accumulator never set to zero, "
+             "a register or shared array never filled), whose garbage differs from run to run")
 RACE_FOUND_HINT = ("a data race: two threads touched the same memory, at least one writing, with nothing ordering them (a "
                    "__syncthreads() for threads of a block, a __syncwarp() within a warp, an atomic, or a second kernel "
                    "across blocks); the failing case names both lines")

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kernels import load
+from kernels.check import Diagnosis
 from kernels.exercises import check_exercise
 from kernels.lessons import lesson09
 from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
@@ -283,6 +284,19 @@ def test_a_wmma_loop_without_its_trailing_barrier_is_caught_as_a_race(backend):
                                    "    __syncthreads();  // done with the tiles before the next step overwrites them\n",
                                    "", races=True)
     assert_diagnosis(report, "data race on shared memory")
+
+
+def test_an_accumulator_never_set_to_zero_gets_a_hint_about_values_used_before_written(backend, capsys):
+    """Without wmma::fill_fragment the accumulator starts from whatever its registers held: wrong in one thread
+    order and, by chance, right in another, so the check calls it order-dependent; its hint must name this cause
+    too, not only a missing barrier, and the lesson's first hint (the accumulator starts at zero) follows."""
+    report = self_check_of_planted("09", "matmul_wmma", ROOT / "solutions" / "09_matmul" / "matmul_wmma.cu",
+                                   "lesson09_matmul_wmma_no_fill_fragment.cu", "  wmma::fill_fragment(acc, 0.0f);\n", "")
+    assert not report.passed
+    printed = capsys.readouterr().out
+    if any(c.diagnosis is Diagnosis.RACE for c in report.cases):
+        assert "an accumulator never set to zero" in printed, printed[-1500:]
+    assert "hint 1/3: The accumulator starts at zero" in printed, printed[-1500:]
 
 
 def test_whole_tiles_stored_over_a_ragged_output_are_caught_and_the_process_lives_on(backend, tmp_path):
