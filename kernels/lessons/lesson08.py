@@ -216,21 +216,27 @@ EXERCISES = [
              "block_reduce_sum turns both into the row's sums, then a second loop writes "
              "dx = rstd * (g - (sum_g + xhat * sum_gxhat) / cols).", answers=(Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT), parts=("dx",)),
         Hint("dweight and dbias are sums down the columns: dweight[c] = sum over rows of dy * xhat, dbias[c] = sum of "
-             "dy. layernorm_dparams_kernel gives each block 32 columns and a slice of ROWS_PER_PART rows; thread "
-             "(tx, ty) adds rows ty, ty + 8, ... of its slice for column c = 32 * blockIdx.x + tx.",
+             "dy. layernorm_dparams_kernel gives each block 32 columns and a slice of ROWS_PER_PART rows, r0 = 64 * "
+             "blockIdx.y up to r1 = min(r0 + 64, rows); thread (tx, ty) adds rows r0 + ty, r0 + ty + 8, ... below r1 "
+             "for column c = 32 * blockIdx.x + tx, if c < cols (a warp, one ty, then reads 32 neighbouring columns "
+             "of a row).",
              parts=("dweight", "dbias")),
         Hint("The 8 threads of a column then combine their sums through shared memory: each writes its pair to "
-             "sum_w[ty][tx] and sum_b[ty][tx]; after __syncthreads() (without it thread ty = 0 may read a slot "
-             "before its owner wrote it), thread ty = 0 adds the 8 and writes the slice's partial "
-             "to partial[blockIdx.y * 2 * cols + c] (dweight) and [... + cols + c] (dbias), with =: the buffer is not "
-             "zeroed. The last kernel, already written, adds the parts of every column in a fixed order, so the sums "
-             "are the same bits on every run; atomicAdd would add them in whatever order the threads arrive.",
+             "two __shared__ float arrays of [TY][TX], say sum_w[ty][tx] and sum_b[ty][tx] (threads past the last "
+             "column too, with 0: no thread may return before the barrier); after __syncthreads() (without it "
+             "thread ty = 0 may read a slot before its owner wrote it), thread ty = 0 adds the 8 and writes the "
+             "slice's partial to partial[blockIdx.y * 2 * cols + c] (dweight) and [... + cols + c] (dbias), with =: "
+             "the buffer is not zeroed. The last kernel, already written, adds the parts of every column in a fixed "
+             "order, so the sums are the same bits on every run; atomicAdd would add them in whatever order the "
+             "threads arrive.",
              answers=(Diagnosis.RACE, Diagnosis.WRONG_VALUES, Diagnosis.NOT_DETERMINISTIC)),
-        Hint("dx: for (int64_t c = threadIdx.x; c < cols; c += BLOCK) { const float g = dyr[c] * w[c], xh = (xr[c] - "
-             "m) * rs; sg += g; sgx += g * xh; }  then sg = block_reduce_sum(sg, scratch); sgx = block_reduce_sum(sgx, "
-             "scratch); and a second loop storing rs * (g - (sg + xh * sgx) / cols).  dparams: for (int64_t r = r0 + ty; "
-             "r < r1; r += TY) { const float d = dy[r * cols + c]; sw += d * (x[r * cols + c] - mean[r]) * rstd[r]; "
-             "sb += d; }, the two shared writes, __syncthreads(), and the sum by ty == 0."),
+        Hint("dx: with xr = x + blockIdx.x * cols, dyr likewise, m and rs the row's mean and rstd, a __shared__ "
+             "float scratch[32], and sg = sgx = 0: for (int64_t c = threadIdx.x; c < cols; c += BLOCK) { "
+             "const float g = dyr[c] * w[c], xh = (xr[c] - m) * rs; sg += g; sgx += g * xh; }  then "
+             "sg = block_reduce_sum(sg, scratch); sgx = block_reduce_sum(sgx, scratch); and a second loop storing "
+             "rs * (g - (sg + xh * sgx) / cols).  dparams: for (int64_t r = r0 + ty; r < r1; r += TY) { "
+             "const float d = dy[r * cols + c]; sw += d * (x[r * cols + c] - mean[r]) * rstd[r]; sb += d; }, "
+             "the two shared writes, __syncthreads(), and the sum by ty == 0."),
     ]),
 ]
 

@@ -7,10 +7,11 @@
 //
 // The forward (layernorm_forward) is written: one block per row, two passes. You write the backward
 // (until then dx and the partial sums stay unwritten: the check fails):
-//   layernorm_dx_kernel       one block per row: dx = rstd * (g - (sum(g) + xhat * sum(g * xhat)) / cols),
-//                             g = dy * weight, xhat = (x - mean) * rstd
-//   layernorm_dparams_kernel  column sums dweight = sum(dy * xhat), dbias = sum(dy), a slice of rows per
-//                             block, written as partial sums; column_sum_kernel (written) adds the slices
+//   layernorm_dx_kernel       one block per row: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), both means
+//                             over the row, g = dy * weight, xhat = (x - mean) * rstd (the notebook's section
+//                             "The backward" derives it)
+//   layernorm_dparams_kernel  the column sums dweight = sum over rows of dy * xhat, dbias = sum of dy: each block
+//                             sums one slice of rows into partial sums; column_sum_kernel (written) adds the slices
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -51,29 +52,30 @@ __global__ void layernorm_forward_kernel(const float* __restrict__ x, const floa
 __global__ void layernorm_dx_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                     const float* __restrict__ w, const float* __restrict__ mean,
                                     const float* __restrict__ rstd, float* __restrict__ dx, int64_t cols) {
-  // FILL ME IN (roughly 12 lines):
-  //   1. this row's xr = x + blockIdx.x * cols and dyr (64-bit offsets), m = mean[blockIdx.x], rs = rstd[blockIdx.x]
-  //   2. each thread adds g = dyr[c] * w[c] and g * xhat, xhat = (xr[c] - m) * rs, over its columns c
-  //   3. block_reduce_sum(v, scratch) (helpers.cuh, with a __shared__ float scratch[32]) gives every thread each row sum
-  //   4. a second loop writes dx[blockIdx.x * cols + c] = rs * (g - (sum_g + xhat * sum_gxhat) / cols)
+  // FILL ME IN (roughly 12 lines): dx for every column of row blockIdx.x, from that row's saved mean and rstd
+  //   (the statistics are not recomputed). dx[c] needs g and xhat of its own column and two sums over the whole
+  //   row, and no thread holds a whole row: what must every thread know before any of them can write, and what
+  //   in the forward above already hands every thread of the block a row total?
+  //   A row's offset, blockIdx.x * cols, can pass 2^31: keep it in 64 bits, as the forward does.
 }
 
-// layernorm_dparams_kernel: block (bx, by) owns columns 32 bx .. 32 bx + 31 of rows by * 64 ..
-// by * 64 + 63; thread (tx, ty) adds rows ty, ty + 8, ... of that slice for column 32 bx + tx (a warp
-// reads 32 neighbouring columns of one row: coalesced). The 8 threads of a column combine through
-// shared memory, and thread ty = 0 writes the slice's partial sums: partial[by][c] and partial[by][cols + c].
+// layernorm_dparams_kernel: block (bx, by), TX x TY = 32 x 8 threads, owns columns 32 bx .. 32 bx + 31 of the
+// slice of rows 64 by .. 64 by + 63 (fewer in the last slice and the last columns). It reads each element of dy
+// and x in its tile once and writes one partial sum of dweight and one of dbias per column into partial, of
+// shape [parts, 2 * cols]: row by holds the slice's dweight parts at [by][c] and its dbias parts at
+// [by][cols + c], the layout column_sum_kernel reads.
 __global__ void layernorm_dparams_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                          const float* __restrict__ mean, const float* __restrict__ rstd,
                                          float* __restrict__ partial, int64_t rows, int64_t cols) {
-  // FILL ME IN (roughly 22 lines):
-  //   1. column c = 32 * blockIdx.x + threadIdx.x; this block's rows r0 = 64 * blockIdx.y up to min(r0 + 64, rows)
-  //   2. thread (tx, ty) adds d * xhat and d (d = dy[r * cols + c], xhat from mean[r] and rstd[r]) for rows
-  //      r0 + ty, r0 + ty + 8, ... below the slice's end (only for c < cols)
-  //   3. every thread puts its two sums into shared arrays `__shared__ float sum_w[TY][TX + 1];` and
-  //      `__shared__ float sum_b[TY][TX + 1];` (one declaration each), at [ty][tx]; then thread
-  //      ty = 0 of each column adds the 8 and writes partial[blockIdx.y * 2 * cols + c] (dweight's part) and
-  //      partial[blockIdx.y * 2 * cols + cols + c] (dbias's part). What must come between the two steps?
-  //   The sums must come out the same bits on every run (the check runs it twice): no atomicAdd.
+  // FILL ME IN (roughly 22 lines): for each of the block's columns c < cols, the sums over the slice's rows r of
+  //   dy * xhat and of dy at (r, c), xhat from row r's mean and rstd, written to the slice's row of partial.
+  //   - Which rows of the slice does thread (threadIdx.x, threadIdx.y) add, so that each row is counted once
+  //     and a warp (the 32 threads of one threadIdx.y) reads 32 neighbouring floats at a time?
+  //   - That leaves TY pairs of sums per column, in the registers of TY threads, and one pair to write. Threads
+  //     see each other's values only through shared memory: what must hold before one reads a slot another wrote?
+  //   - Which threads exist past the ragged edges (the last columns, the last slice), and what may they touch?
+  //   partial is not zeroed (in the check it starts as NaN): write each of the block's entries once, with =.
+  //   The sums must come out the same bits on every run (the check runs it twice, in other orders): no atomicAdd.
 }
 
 // column_sum_kernel (written): thread i owns column i of the [parts, 2 * cols] partial sums and adds
