@@ -75,8 +75,9 @@ __global__ void layernorm_dx_kernel(const float* __restrict__ dy, const float* _
 __global__ void layernorm_dparams_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                          const float* __restrict__ mean, const float* __restrict__ rstd,
                                          float* __restrict__ partial, int64_t rows, int64_t cols) {
-  __shared__ float sum_w[TY][TX + 1];  // + 1: no bank conflicts when ty = 0 reads a column
-  __shared__ float sum_b[TY][TX + 1];
+  // no padding needed: a warp is one ty, so its writes and, at each k, ty = 0's reads are 32 neighbouring floats
+  __shared__ float sum_w[TY][TX];
+  __shared__ float sum_b[TY][TX];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t c = blockIdx.x * (int64_t)TX + tx;
   const int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_PART, r1 = std::min<int64_t>(r0 + ROWS_PER_PART, rows);
