@@ -25,11 +25,11 @@ is run once, by whichever lane is free first, so neither lane waits for the othe
 whatever each file costs. In `make test-all` one lane starts with the simulator builds of every .cu, one at a
 time, while the other starts the tests at once: a test that needs a build that is not made yet makes it
 itself (builds of one file take turns, see kernels/build/cache.py, so nothing is built twice). In
-`make test-toolkit` one lane starts with the nvcc compile check. On one core the same steps run in one lane. Each lane's torch gets
-its share of the cores (see lane_env). Each step's output is printed as it comes, its lines prefixed with
-the step's name while two run at once, and its whole output is kept in build/test-all/<step>.log. The
-summary's counts and slowest items come from what each step writes for it: pytest's JUnit XML
-(--junitxml) and the compile check's JSON (--results), never from the text the steps print.
+`make test-toolkit` one lane starts with the nvcc compile check. On one core the same steps run in one
+lane. Each lane's torch gets its share of the cores (see lane_env). Each step's output is printed as it
+comes, its lines prefixed with the step's name while two run at once, and its whole output is kept in
+build/test-all/<step>.log. The summary's counts and slowest items come from what each step writes for it:
+pytest's JUnit XML (--junitxml) and the compile check's JSON (--results), never from the text the steps print.
 """
 from __future__ import annotations
 
@@ -92,12 +92,12 @@ def steps(jobs: int) -> dict[str, Step]:
     ]}
 
 
-# Each suite as lanes: the steps a lane opens with, the steps whose files the lanes share (kernels/dev/pytest_lanes.py,
-# in the order each lane runs them: the notebooks last, since their files are small, so the lane that finishes
-# first waits little), and the steps that close the first lane.
+# Each suite as lanes: the steps each lane opens with, then the steps whose files the lanes share
+# (kernels/dev/pytest_lanes.py), in the order each lane runs them: the notebooks last, since their files are
+# small, so the lane that finishes first waits little.
 SUITES = {
-    "all": ([["build-cache"], []], ("pytest", "nbval"), []),
-    "toolkit": ([["compile-check"], []], ("toolkit",), []),
+    "all": ([["build-cache"], []], ("pytest", "nbval")),
+    "toolkit": ([["compile-check"], []], ("toolkit",)),
 }
 CLAIMS = LOGS / "claims"
 
@@ -107,7 +107,7 @@ def lanes(cores: int, suite: str = "all") -> list[list[Step]]:
     one. The lanes' copies of a shared step are separate processes on one folder of claims."""
     count = 2 if cores > 1 else 1
     by_name = steps(jobs=1)
-    openings, shared, closing = SUITES[suite]
+    openings, shared = SUITES[suite]
     openings = [[by_name[n] for n in names] for names in openings]
     if count == 1:
         openings = [[s for names in openings for s in names]]
@@ -120,7 +120,6 @@ def lanes(cores: int, suite: str = "all") -> list[list[Step]]:
                              base.title if count == 1 else f"{base.title}, lane {k}",
                              [*base.command, "-p", "kernels.dev.pytest_lanes", "--lanes-dir", str(CLAIMS / name)]))
         out.append(lane)
-    out[0] += [by_name[n] for n in closing]
     return out
 
 

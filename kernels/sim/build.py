@@ -225,25 +225,27 @@ def pch_file(header: Path) -> Path:
     return header.with_suffix(".h.pch" if "clang" in cxx_version("sim") else ".h.gch")
 
 
-def make_pch(header: Path, headers: list[str], ninja_file: Path | None, runtime: Path | None = None,
-             command: dict | None = None) -> bool:
-    """Precompile `headers` with the compiler and flags of a finished sim build (its ninja file), or with a
-    `command` that make_pch recorded for another set of headers (pch_command); never fatal. With `runtime`,
-    the runtime object is made first (make_runtime), and the header, when it is, tells builds to link it.
+def ninja_command(ninja_file: Path) -> dict | None:
+    """The compiler and flags of a finished sim build, read from its ninja file (None where it has none)."""
+    if not ninja_file.exists():
+        return None
+    text = ninja_file.read_text()
+    cxx = re.search(r"^cxx = (.+)$", text, re.M)
+    cflags = re.search(r"^cflags = (.+)$", text, re.M)
+    if not cxx or not cflags:
+        return None
+    flags = [f for f in shlex.split(cflags.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    return {"cxx": shlex.split(cxx.group(1)), "flags": flags}
+
+
+def make_pch(header: Path, headers: list[str], command: dict | None, runtime: Path | None = None) -> bool:
+    """Precompile `headers` with `command`, the compiler and flags of a finished sim build (ninja_command) or
+    the ones another precompiled header was made with (pch_command); never fatal. With `runtime`, the runtime
+    object is made first (make_runtime), and the header, when it is, tells builds to link it.
     Returns whether a precompiled header is there now."""
-    if not _pch_enabled():
+    if not _pch_enabled() or command is None:
         return False
-    if command is None:
-        if ninja_file is None or not ninja_file.exists():
-            return False
-        text = ninja_file.read_text()
-        cxx = re.search(r"^cxx = (.+)$", text, re.M)
-        cflags = re.search(r"^cflags = (.+)$", text, re.M)
-        if not cxx or not cflags:
-            return False
-        flags = [f for f in shlex.split(cflags.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
-        command = {"cxx": shlex.split(cxx.group(1)), "flags": flags}
-    compiler, flags = command["cxx"], list(command["flags"])
+    compiler, flags = command["cxx"], command["flags"]
     prebuilt = runtime is not None and make_runtime(runtime, compiler, flags)
     header.parent.mkdir(parents=True, exist_ok=True)
     gch, failed = pch_file(header), header.with_suffix(".failed")
@@ -384,8 +386,8 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(sources, light_torch)
     pch = pch_path(flags, headers)
-    if headers != PCH_HEADERS and _pch_enabled() and not pch_file(pch).exists() and pch_command(flags) is not None:
-        make_pch(pch, headers, None, runtime_object(flags), command=pch_command(flags))
+    if headers != PCH_HEADERS and _pch_enabled() and not pch_file(pch).exists():
+        make_pch(pch, headers, pch_command(flags), runtime_object(flags))
     use_pch = ["-include", str(pch)] if _pch_enabled() and pch_file(pch).exists() else []
     runtime = runtime_object(flags)
     with_runtime = use_pch and prebuilt_runtime(pch)
@@ -407,7 +409,7 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         t0 = time.perf_counter()
         if not quiet:
             print("precompiling the common headers once, so later sim builds take seconds ...", end="", flush=True)
-        made = make_pch(pch, headers, out / "build.ninja", runtime)
+        made = make_pch(pch, headers, ninja_command(out / "build.ninja"), runtime)
         if not quiet:
             print(f" {time.perf_counter() - t0:.1f} s" if made else " skipped", flush=True)
     return precompile
