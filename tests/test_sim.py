@@ -828,6 +828,40 @@ def test_a_write_past_the_end_into_unmapped_memory_is_an_error_naming_thread_lin
     assert room.tolist() == [1.0] * 1001
 
 
+@contextmanager
+def _floats_before_a_page_past_the_end_of_a_file(n: int, tmp_path: Path):
+    """A float32 tensor of n elements ending at a page of a file mapping that lies past the file's end:
+    an access there raises SIGBUS (Linux), the signal macOS raises for a page with no access."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    backing = tmp_path / "one_page"
+    backing.write_bytes(b"\0" * page)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    with open(backing, "r+b") as f:
+        addr = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, f.fileno(), 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    try:
+        yield torch.frombuffer((ctypes.c_float * n).from_address(addr + page - 4 * n), dtype=torch.float32)
+    finally:
+        libc.munmap(addr, 2 * page)
+
+
+@sim_only
+def test_a_write_that_raises_sigbus_is_an_error_naming_the_line_as_for_unmapped_memory(undefined, tmp_path):
+    line = _line_of("OOB-LINE", UNDEFINED)
+    with _floats_before_a_page_past_the_end_of_a_file(100, tmp_path) as out:
+        with pytest.raises(RuntimeError) as err:
+            undefined.write_one_past_end(out)
+        assert out.tolist() == [1.0] * 100
+    assert re.search(rf"cudasim: illegal memory access at undefined.cu:{line}: .*kernel write_one_past_end_kernel, "
+                     r"block \(0,0,0\), thread \(100,0,0\)", str(err.value)), str(err.value)
+
+
 @sim_only
 def test_a_launch_that_failed_midway_leaves_nothing_behind_for_a_smaller_block(undefined):
     with pytest.raises(RuntimeError, match="which does not exist"):

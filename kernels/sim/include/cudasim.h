@@ -42,16 +42,9 @@
 #include <vector>
 
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
-#if !(defined(__x86_64__) && defined(__linux__))
-#define CUDASIM_UCONTEXT 1
-#endif
-#ifdef CUDASIM_UCONTEXT
-#include <ucontext.h>
-#endif
 
 // Instrumented builds (kernels.profile, and the check's race and bounds pass: -DCUDASIM_INSTRUMENTED
 // -fsanitize=thread) make every load and store of the learner's code call a hook
@@ -60,6 +53,8 @@
 // writes memory on a thread's behalf reports it with note_read/note_write). Such functions must not
 // be always_inline: GCC refuses to inline across a sanitizer-attribute mismatch.
 #define CUDASIM_INTERNAL __attribute__((no_sanitize_thread))
+
+#include "cudasim_platform.h"  // the fiber switch and the fault handler's registers, per CPU and OS
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.
@@ -177,27 +172,11 @@ constexpr size_t kCanary = 64;                     // guard bytes after dynamic 
 constexpr unsigned char kPoison = 0xFF;            // a NaN in every float type, -1 in integers
 
 // ---------------------------------------------------------------------------------------------
-// Fibers. On x86-64 Linux a hand-written switch saves the six callee-saved registers (about
-// 17 ns); elsewhere ucontext is used (a system call per switch, about 10x slower).
+// Fibers. On x86-64 and arm64 (Linux and macOS) a hand-written switch saves the callee-saved
+// registers (cudasim_platform.h; about 17 ns on x86-64); on other CPUs ucontext is used (a system
+// call per switch, about 10x slower).
 #ifndef CUDASIM_UCONTEXT
-__attribute__((naked, noinline)) static void switch_stack(void** save_sp, void* load_sp) {
-  asm volatile(
-      "pushq %rbp\n\t"
-      "pushq %rbx\n\t"
-      "pushq %r12\n\t"
-      "pushq %r13\n\t"
-      "pushq %r14\n\t"
-      "pushq %r15\n\t"
-      "movq %rsp, (%rdi)\n\t"
-      "movq %rsi, %rsp\n\t"
-      "popq %r15\n\t"
-      "popq %r14\n\t"
-      "popq %r13\n\t"
-      "popq %r12\n\t"
-      "popq %rbx\n\t"
-      "popq %rbp\n\t"
-      "ret\n\t");
-}
+using platform::switch_stack;
 #endif
 
 enum class State : unsigned char { Ready, Barrier, Warp, Yield, Done };
@@ -465,14 +444,7 @@ CUDASIM_INTERNAL inline void start_fiber(Thread& t) {
   t.uc.uc_link = nullptr;
   makecontext(&t.uc, fiber_entry_uc, 0);
 #else
-  // Build the frame that switch_stack pops: six registers, then fiber_main as the return
-  // address, then a dummy return address so fiber_main starts with the ABI's alignment.
-  uintptr_t top = (reinterpret_cast<uintptr_t>(t.stack) + kGuardBytes + g.stack_bytes) & ~uintptr_t(15);
-  void** sp = reinterpret_cast<void**>(top);
-  *--sp = nullptr;                                          // fiber_main's return address
-  *--sp = reinterpret_cast<void*>(&fiber_main);             // where `ret` goes
-  for (int i = 0; i < 6; ++i) *--sp = nullptr;              // rbp rbx r12 r13 r14 r15
-  t.sp = sp;
+  t.sp = platform::first_frame(t.stack + kGuardBytes + g.stack_bytes, fiber_main);  // starts in fiber_main
 #endif
 }
 
@@ -1095,14 +1067,17 @@ CUDASIM_INTERNAL inline cudaError_t record(cudaError_t e) {
 // Faults in a kernel thread. Fiber stacks are small (CUDASIM_STACK_KB, 256 KB by default), and a
 // deep recursion or a large local array runs into the guard below the stack; an index far out of
 // range or a bad pointer reads or writes memory that is not mapped. While a launch runs, a SIGSEGV
-// handler on its own stack checks whether the running fiber faulted, in its guard or in this
-// library's code (the kernel's own code, not a library it calls); if so it notes where, abandons
-// the fiber and switches to the scheduler, which raises the error. Any other fault goes to the
-// handler that was installed before (the process dies as it would have). The faulting access
-// never happened, so nothing was corrupted by it. The source line comes from the library's line
-// tables (sim builds use -g1) through addr2line.
+// and SIGBUS handler (macOS raises SIGBUS for an access to a page with no access, such as the guard)
+// on its own stack checks whether the running fiber faulted, in its guard or in this library's code
+// (the kernel's own code, not a library it calls); if so it notes where and returns into
+// leave_faulted_fiber, which abandons the fiber and switches to the scheduler, which raises the
+// error. Any other fault goes to the handler that was installed before (the process dies as it
+// would have). The faulting access never happened, so nothing was corrupted by it. The source line
+// comes from the library's line tables (sim builds use -g1) through addr2line. The registers are
+// read per CPU and OS (cudasim_platform.h); elsewhere faults are not caught.
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS};
 struct FaultGuard {
-  struct sigaction old_action {};
+  struct sigaction old_action[2] {};
   stack_t old_stack{};
   bool installed = false;
   uintptr_t code_lo = 0, code_hi = 0;  // this library's executable segment
@@ -1110,38 +1085,36 @@ struct FaultGuard {
 inline FaultGuard fault_guard;
 alignas(16) inline char signal_stack[64 * 1024];
 
-CUDASIM_INTERNAL inline int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
-  if (reinterpret_cast<void*>(info->dlpi_addr) != want) return 0;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const auto& ph = info->dlpi_phdr[i];
-    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
-      fault_guard.code_lo = info->dlpi_addr + ph.p_vaddr;
-      fault_guard.code_hi = fault_guard.code_lo + ph.p_memsz;
-      return 1;
-    }
-  }
-  return 0;
+// Where the handler returns to, on the top of the signal stack (free again once the handler has
+// returned): the faulting fiber never runs again (it is restarted at the next block).
+[[noreturn]] CUDASIM_INTERNAL inline void leave_faulted_fiber() {
+  switch_stack(&g.cur->sp, g.sched_sp);
+  __builtin_trap();
+}
+
+CUDASIM_INTERNAL inline void note_code_segment(uintptr_t lo, uintptr_t hi, bool executable, bool) {
+  if (executable && !fault_guard.code_hi) fault_guard.code_lo = lo, fault_guard.code_hi = hi;
 }
 
 CUDASIM_INTERNAL inline void on_segv(int sig, siginfo_t* info, void* uctx) {
   Thread* t = g.cur;
   char* addr = static_cast<char*>(info->si_addr);
-#ifndef CUDASIM_UCONTEXT
-  const auto& regs = static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs;
-  uintptr_t pc = static_cast<uintptr_t>(regs[REG_RIP]);
+#ifdef CUDASIM_FAULT_REGS
+  uintptr_t pc = platform::fault_pc(uctx);
   bool in_guard = t && t->stack && addr >= t->stack && addr < t->stack + kGuardBytes;
   if (t && g.running && (in_guard || (pc >= fault_guard.code_lo && pc < fault_guard.code_hi))) {
     g.fault_overflow = in_guard;
     g.fault_addr = addr;
     g.fault_pc = reinterpret_cast<const void*>(pc);
-    g.fault_sp = reinterpret_cast<const void*>(regs[REG_RSP]);
+    g.fault_sp = reinterpret_cast<const void*>(platform::fault_sp(uctx));
     g.fault_thread = t->linear;
     t->state = State::Done;
-    switch_stack(&t->sp, g.sched_sp);  // never comes back: the fiber is restarted at the next block
+    platform::fault_resume(uctx, leave_faulted_fiber, signal_stack + sizeof signal_stack);
+    return;
   }
 #endif
   // not ours: hand it to the previous handler, or let the default action end the process
-  const struct sigaction& old = fault_guard.old_action;
+  const struct sigaction& old = fault_guard.old_action[sig == SIGSEGV ? 0 : 1];
   if (old.sa_flags & SA_SIGINFO) {
     if (old.sa_sigaction) { old.sa_sigaction(sig, info, uctx); return; }
   } else if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
@@ -1152,10 +1125,7 @@ CUDASIM_INTERNAL inline void on_segv(int sig, siginfo_t* info, void* uctx) {
 }
 
 CUDASIM_INTERNAL inline void install_fault_guard() {
-  if (!fault_guard.code_hi) {
-    Dl_info self{};
-    if (dladdr(reinterpret_cast<void*>(&on_segv), &self)) dl_iterate_phdr(find_code_range, self.dli_fbase);
-  }
+  if (!fault_guard.code_hi) platform::image_segments(reinterpret_cast<const void*>(&on_segv), note_code_segment);
   stack_t ss{};
   ss.ss_sp = signal_stack;
   ss.ss_size = sizeof signal_stack;
@@ -1165,13 +1135,13 @@ CUDASIM_INTERNAL inline void install_fault_guard() {
   sa.sa_sigaction = on_segv;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-  sigaction(SIGSEGV, &sa, &fault_guard.old_action);
+  for (int i = 0; i < 2; ++i) sigaction(kFaultSignals[i], &sa, &fault_guard.old_action[i]);
   fault_guard.installed = true;
 }
 
 CUDASIM_INTERNAL inline void remove_fault_guard() {
   if (!fault_guard.installed) return;
-  sigaction(SIGSEGV, &fault_guard.old_action, nullptr);
+  for (int i = 0; i < 2; ++i) sigaction(kFaultSignals[i], &fault_guard.old_action[i], nullptr);
   sigaltstack(&fault_guard.old_stack, nullptr);
   fault_guard.installed = false;
 }
@@ -1240,10 +1210,6 @@ CUDASIM_INTERNAL inline std::string fault_line(const void* pc, const void* sp, c
 [[noreturn]] CUDASIM_INTERNAL inline void report_fault() {
   g.cur = &g.threads[g.fault_thread];
   g.fault_thread = -1;
-  sigset_t segv;  // the handler never returned: make sure SIGSEGV is not left blocked
-  sigemptyset(&segv);
-  sigaddset(&segv, SIGSEGV);
-  pthread_sigmask(SIG_UNBLOCK, &segv, nullptr);
   // the words above the stack pointer, kept inside the fiber's stack (after an overflow it points
   // into the guard, which cannot be read)
   uintptr_t lo = reinterpret_cast<uintptr_t>(g.cur->stack) + kGuardBytes, hi = lo + g.cur->stack_size;
@@ -1658,7 +1624,9 @@ inline float __sinf(float x) { return sinf(x); }
 inline float __cosf(float x) { return cosf(x); }
 inline float __tanf(float x) { return tanf(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
+#if !defined(__APPLE__)  // macOS's <math.h> defines the same function (one call, both results)
 inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+#endif
 inline float __fdividef(float x, float y) { return x / y; }
 inline float fdividef(float x, float y) { return x / y; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }

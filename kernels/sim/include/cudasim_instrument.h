@@ -12,7 +12,6 @@
 #pragma once
 
 #include <dlfcn.h>
-#include <link.h>
 
 #include "cudasim_profile.h"
 #include "cudasim_check.h"
