@@ -2,7 +2,7 @@
 // uses pybind11 (PYBIND11_MODULE, py::) or Python's C API: cudasim_torch_all.h (tensors, ATen's
 // functions, AT_DISPATCH, the op registry), pybind11 with PyTorch's type casters for tensors, and
 // torch::wrap_pybind_function (what the bindings that PyTorch's load_inline writes call).
-// kernels/build.py chooses between the two (see LIGHT_TORCH there).
+// kernels/sim/build.py chooses between the two (see LIGHT_TORCH there).
 #pragma once
 
 #include <cudasim_torch_all.h>

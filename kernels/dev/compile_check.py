@@ -14,14 +14,18 @@ FAILED, and its message, is always the file's own. What a combined unit cannot s
 forgets an #include (or a macro from a header) that an earlier file of its group brought in; the
 simulator builds each file alone.
 
-`python -m kernels.compile_check --warm [cuda|sim ...]` instead builds every file for the given
+`python -m kernels.dev.compile_check --warm [cuda|sim ...]` instead builds every file for the given
 backends (default: the default backend) with the flags the tests and notebooks use, one file per
-core, so that a test run that follows finds every build in the cache. `--jobs N` before either
-sets how many builds run at a time (default: one per core).
+core, so that a test run that follows finds every build in the cache. `--jobs N` sets how many
+builds run at a time (default: one per core); `--results FILE` writes the counts and each build's
+time as JSON (what `make test-all`'s summary reads).
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import hashlib
+import json
 import multiprocessing
 import os
 import re
@@ -32,10 +36,39 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .backend import resolve
-from .build import ROOT, TORCH_API_HEADERS, BuildError, build, build_root, compile_only, cuda_home, display_path
+from ..backend import resolve
+from ..build import BuildError, SourceSet, compile_only, display_path, load
+from ..build.sources import code_mask, is_directive
+from ..build.toolchain import cuda_home
+from ..paths import ROOT, build_root
 
 FOLDERS = ("kernels", "lessons", "solutions", "tests")
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a run did: builds that passed and failed, the reason it was skipped, each build's label and seconds."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: str = ""
+    builds: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+    @property
+    def code(self) -> int:
+        return 1 if self.failed else 0
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+
+def read_outcome(path: Path) -> Outcome | None:
+    """The Outcome a run wrote with --results (None when there is none)."""
+    try:
+        return Outcome(**json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
 
 
@@ -67,17 +100,17 @@ def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
         if backend is None:
             compile_only(path)
         else:
-            build(path, backend, quiet=True)
+            load(path, backend, quiet=True)
         return path, backend or "nvcc", time.perf_counter() - t0, ""
     except Exception as e:  # noqa: BLE001 (a BuildError, or a bug that the report must show, not raise)
         msg = str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}"
         return path, backend or "nvcc", time.perf_counter() - t0, msg
 
 
-def _run(todo: list[tuple[Path, str | None]], what: str, jobs: int) -> int:
+def _run(todo: list[tuple[Path, str | None]], what: str, jobs: int) -> Outcome:
     jobs = max(1, min(len(todo), jobs))
     print(f"{what}: {len(todo)} builds, {jobs} at a time")
-    failed = []
+    failed, outcome = [], Outcome()
     # a compiler uses one core per file: run one file per core, each in its own process
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = pool.map(_compile, todo)
@@ -86,6 +119,7 @@ def _run(todo: list[tuple[Path, str | None]], what: str, jobs: int) -> int:
             for done, (path, be, secs, err) in enumerate(results, 1):
                 label = display_path(path) + ("" if be == "nvcc" else f" ({be})")
                 print(f"[{done}/{len(todo)}] {label} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
+                outcome.builds.append((label, secs))
                 if err:
                     print(err)
                     failed.append(path)
@@ -93,8 +127,9 @@ def _run(todo: list[tuple[Path, str | None]], what: str, jobs: int) -> int:
             rest = [p for p, _ in todo[done:]]
             print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
             failed += rest
-    print(f"{len(todo) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    outcome.passed, outcome.failed = len(todo) - len(failed), len(failed)
+    print(f"{outcome.passed} passed, {outcome.failed} failed")
+    return outcome
 
 
 _INCLUDE_LINE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"].*$', re.M)
@@ -111,14 +146,12 @@ def _part(path: Path, n: int) -> str | None:
     every later line number the file's own. Each macro the file defines is saved and undefined
     before it and restored after it (push_macro/pop_macro), so the file defines it as it would
     alone, and neither the headers nor the next file see its definition."""
-    from .sim.translate import code_mask
-
     src = path.read_text()
     mask = code_mask(src)
     depth, includes, defines = 0, [], []
     directives = [*_CONDITIONAL_RE.finditer(src), *_INCLUDE_LINE_RE.finditer(src), *_DEFINE_RE.finditer(src)]
     for m in sorted(directives, key=lambda m: m.start()):
-        if not (mask[m.start()] or src[m.start()].isspace()):
+        if not is_directive(src, mask, m):
             continue  # in a comment or a string
         if m.re is _CONDITIONAL_RE:
             depth += -1 if m.group(1) == "endif" else 1
@@ -144,16 +177,14 @@ def _part(path: Path, n: int) -> str | None:
 def _reaches_torch_api(path: Path) -> bool:
     """Whether the file includes <torch/extension.h> or another header of all of libtorch's C++ API,
     which costs several times the headers of the other files to parse."""
-    from .build import _sources, system_includes
-
-    return bool(system_includes(_sources(path)) & set(TORCH_API_HEADERS))
+    return SourceSet.of(path).reaches_torch_api()
 
 
 def _combined(group: list[Path], first: int) -> Path:
     """The combined translation unit of `group` (parts numbered from `first`), written under the
     build folder; named by its content, so an unchanged group is found in the build cache."""
     parts = [_part(p, first + i) for i, p in enumerate(group)]
-    text = ("// Generated by kernels/compile_check.py: these files compiled together, each in its own namespace.\n"
+    text = ("// Generated by kernels/dev/compile_check.py: these files compiled together, each in its own namespace.\n"
             + "".join(parts))
     out = build_root() / "compile-check" / f"group_{hashlib.sha256(text.encode()).hexdigest()[:10]}.cu"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +228,7 @@ def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[P
         return group, time.perf_counter() - t0, errors
 
 
-def check_with_nvcc(paths: list[Path], jobs: int) -> int:
+def check_with_nvcc(paths: list[Path], jobs: int) -> Outcome:
     """Compile every file with nvcc in groups (see the module's docstring), `jobs` groups at a time."""
     todo, first = [], 0
     for g in groups(paths, jobs):
@@ -206,6 +237,7 @@ def check_with_nvcc(paths: list[Path], jobs: int) -> int:
     jobs = max(1, min(jobs, len(todo)))
     print(f"compile check with nvcc: {len(paths)} files in {len(todo)} builds, {jobs} at a time")
     failed: list[Path] = []
+    outcome = Outcome()
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         done = 0
         try:
@@ -214,6 +246,7 @@ def check_with_nvcc(paths: list[Path], jobs: int) -> int:
                 if len(group) > 3:
                     names = f"{len(group)} files ({display_path(group[0])} ... {display_path(group[-1])})"
                 verdict = "ok" if not errors else f"FAILED: {len(errors)} of {len(group)} files"
+                outcome.builds.append((names, secs))
                 print(f"[{done}/{len(todo)}] {names} {verdict} ({secs:.0f} s)", flush=True)
                 for path, err in errors.items():
                     print(f"{display_path(path)} FAILED\n{err}")
@@ -222,26 +255,42 @@ def check_with_nvcc(paths: list[Path], jobs: int) -> int:
             rest = [p for g, _ in todo[done:] for p in g]
             print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
             failed += rest
-    print(f"{len(paths) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    outcome.passed, outcome.failed = len(paths) - len(failed), len(failed)
+    print(f"{outcome.passed} passed, {outcome.failed} failed")
+    return outcome
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    jobs = os.cpu_count() or 1
-    if argv[:1] == ["--jobs"] and len(argv) > 1 and argv[1].isdigit() and int(argv[1]) > 0:
-        jobs, argv = int(argv[1]), argv[2:]
-    if argv and argv[0] == "--warm":
-        backends = [resolve(b) for b in argv[1:]] or [resolve(None)]
+    """`python -m kernels.dev.compile_check [--jobs N] [--results FILE] [--warm [BACKEND ...]]`."""
+    p = argparse.ArgumentParser(prog="python -m kernels.dev.compile_check",
+                                description="Build every .cu of the repository with nvcc (the compile check), or "
+                                            "with --warm for the given backends, to fill the build cache.")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="builds at a time (default: one per core)")
+    p.add_argument("--warm", nargs="*", metavar="BACKEND", choices=["cuda", "sim"],
+                   help="build every file for these backends (default: the default backend) instead of checking")
+    p.add_argument("--results", type=Path, help="write the counts and each build's time to this JSON file")
+    a = p.parse_args(argv)
+    if a.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {a.jobs}")
+    if a.warm is not None:
+        backends = [resolve(b) for b in a.warm] or [resolve(None)]
         # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
         # fixed namespace (lesson 03's package) cannot be loaded for two backends in one process.
-        codes = [_run([(p, be) for p in files()], f"warming the build cache for {be}", jobs) for be in backends]
-        return max(codes)
-    reason = why_not()
-    if reason:
-        print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
-        return 0
-    return check_with_nvcc(files(), jobs)
+        outcome = Outcome()
+        for be in backends:
+            one = _run([(f, be) for f in files()], f"warming the build cache for {be}", a.jobs)
+            outcome.passed, outcome.failed = outcome.passed + one.passed, outcome.failed + one.failed
+            outcome.builds += one.builds
+    else:
+        reason = why_not()
+        if reason:
+            print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
+            outcome = Outcome(skipped=reason)
+        else:
+            outcome = check_with_nvcc(files(), a.jobs)
+    if a.results:
+        outcome.write(a.results)
+    return outcome.code
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """`make test-all`: every check of the repository, with a summary of each step's time and counts.
 
-    python -m kernels.test_all              every step (what `make test-all` runs)
-    python -m kernels.test_all nbval ...    only the named steps, one after another
+    python -m kernels.dev.all_tests              every step (what `make test-all` runs)
+    python -m kernels.dev.all_tests nbval ...    only the named steps, one after another
 
 `make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
 exercises and planted bugs on the default backend, and the notebooks' consistency; the toolkit's
@@ -12,16 +12,19 @@ Every step keeps one core busy (pytest and notebooks run one test at a time; the
 the nvcc compile check run one compiler at a time here), so `make test-all` runs them in two lanes, one
 per core. One lane starts with the simulator builds of every .cu, the other with the nvcc compile check
 (which needs none of them); then each lane runs pytest, the solution notebooks and the lesson notebooks,
-and the two lanes share these three steps file by file (kernels/pytest_lanes.py): each test file or
+and the two lanes share these three steps file by file (kernels/dev/pytest_lanes.py): each test file or
 notebook is run once, by whichever lane is free first. So neither lane waits for the other until the
 last notebook, whatever each file costs. A test that needs a simulator build that is not made yet
-makes it itself (builds of one file take turns, see kernels/build.py, so nothing is built twice). On
+makes it itself (builds of one file take turns, see kernels/build/cache.py, so nothing is built twice). On
 one core the same steps run in one lane. Each lane's torch gets its share of the cores (see lane_env).
 Each step's output is printed as it comes, its lines prefixed with the step's name while two run at
-once, and its whole output is kept in build/test-all/<step>.log.
+once, and its whole output is kept in build/test-all/<step>.log. The summary's counts and slowest items
+come from what each step writes for it: pytest's JUnit XML (--junitxml) and the compile check's JSON
+(--results), never from the text the steps print.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -29,11 +32,15 @@ import subprocess
 import sys
 import threading
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from .build import ROOT
+from ..paths import BUILD, ROOT
+from ..tables import text_table
+from .compile_check import read_outcome
 
-LOGS = ROOT / "build" / "test-all"
+LOGS = BUILD / "test-all"
 PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"]
 NOTEBOOK_FLAGS = ["--nbval-current-env", "--nbval-cell-timeout=900", "--durations=5"]
 
@@ -48,23 +55,34 @@ class Step:
     code: int | None = None
     lines: list[str] = field(default_factory=list)
 
+    @property
+    def report(self) -> Path:
+        """Where the step writes its counts: pytest's JUnit XML, or the compile check's JSON."""
+        return LOGS / f"{self.name}.{'json' if 'kernels.dev.compile_check' in self.command else 'xml'}"
+
+    def full_command(self) -> list[str]:
+        """The command with the option that writes its report."""
+        if "kernels.dev.compile_check" in self.command:
+            return [*self.command, "--results", str(self.report)]
+        return [*self.command, f"--junitxml={self.report}"] if "pytest" in self.command else list(self.command)
+
 
 def steps(jobs: int) -> dict[str, Step]:
     """Every step by name; `jobs` is how many builds the simulator builds and the compile check run at a time."""
     return {s.name: s for s in [
         Step("build-cache", "simulator builds of every .cu",
-             [sys.executable, "-m", "kernels.compile_check", "--jobs", str(jobs), "--warm"]),
+             [sys.executable, "-m", "kernels.dev.compile_check", "--jobs", str(jobs), "--warm"]),
         Step("pytest", "pytest", [*PYTEST, "tests", "--durations=10"]),
         Step("lesson-tests", "every lesson's tests",
              [*PYTEST, *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_lesson*.py")),
               "tests/test_notebooks.py", "--durations=10"]),
-        Step("compile-check", "nvcc compile check", [sys.executable, "-m", "kernels.compile_check", "--jobs", str(jobs)]),
+        Step("compile-check", "nvcc compile check", [sys.executable, "-m", "kernels.dev.compile_check", "--jobs", str(jobs)]),
         Step("nbval", "solution notebooks (nbval)", [*PYTEST, "--nbval", "solutions", *NOTEBOOK_FLAGS]),
         Step("nbval-lessons", "lesson notebooks (executed)", [*PYTEST, "--nbval-lax", "lessons", *NOTEBOOK_FLAGS]),
     ]}
 
 
-# The steps whose files the lanes share (kernels/pytest_lanes.py), in the order each lane runs them: the
+# The steps whose files the lanes share (kernels/dev/pytest_lanes.py), in the order each lane runs them: the
 # lesson notebooks last, since their files are small, so the lane that finishes first waits little.
 SHARED = ("pytest", "nbval", "nbval-lessons")
 CLAIMS = LOGS / "claims"
@@ -85,7 +103,7 @@ def lanes(cores: int) -> list[list[Step]]:
             base = by_name[name]
             lane.append(Step(base.name if count == 1 else f"{base.name}-{k}",
                              base.title if count == 1 else f"{base.title}, lane {k}",
-                             [*base.command, "-p", "kernels.pytest_lanes", "--lanes-dir", str(CLAIMS / name)]))
+                             [*base.command, "-p", "kernels.dev.pytest_lanes", "--lanes-dir", str(CLAIMS / name)]))
         out.append(lane)
     return out
 
@@ -104,8 +122,9 @@ def run_step(step: Step, prefix: bool, env: dict[str, str] | None = None) -> Non
     time, CPU time and exit code."""
     LOGS.mkdir(parents=True, exist_ok=True)
     say(f"== {step.title}: {' '.join(step.command[1:] if step.command[0] == sys.executable else step.command)}")
+    step.report.unlink(missing_ok=True)  # an earlier run's counts must not pass for this one's
     t0 = time.perf_counter()
-    proc = subprocess.Popen(step.command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(step.full_command(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
     with open(LOGS / f"{step.name}.log", "w") as log:
         for line in proc.stdout:
@@ -140,50 +159,67 @@ def run_lanes(lanes: list[list[Step]], env: dict[str, str]) -> None:
         t.join()
 
 
-_PYTEST_TOTAL = re.compile(r"^=+ (.*\d+ (passed|failed|error|errors|skipped|deselected).*|no tests ran) in [\d.]+s")
-_BUILD_TOTAL = re.compile(r"^(\d+ passed, \d+ failed)$")
-_SKIPPED = re.compile(r"^compile check SKIPPED: (.*)")
+def _junit(step: Step) -> ET.Element | None:
+    try:
+        return ET.parse(step.report).getroot()
+    except (OSError, ET.ParseError):
+        return None
+
+
+def tally(step: Step) -> dict[str, int]:
+    """The step's counts by kind ("passed", "failed", ...), from the report it wrote; {} when it wrote none."""
+    if step.report.suffix == ".json":
+        outcome = read_outcome(step.report)
+        return {} if outcome is None or outcome.skipped else {"passed": outcome.passed, "failed": outcome.failed}
+    root = _junit(step)
+    if root is None:
+        return {}
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = {k: sum(int(x.get(k, 0)) for x in suites) for k in ("tests", "failures", "errors", "skipped")}
+    counts = {"passed": total["tests"] - total["failures"] - total["errors"] - total["skipped"],
+              "failed": total["failures"], "errors": total["errors"], "skipped": total["skipped"]}
+    return {k: v for k, v in counts.items() if v or k == "passed"}
 
 
 def counts(step: Step) -> str:
-    """The step's own count line: pytest's final tally or the builds passed and failed."""
-    for line in reversed(step.lines):
-        for pattern in (_PYTEST_TOTAL, _BUILD_TOTAL, _SKIPPED):
-            m = pattern.match(line)
-            if m:
-                return m.group(1) if pattern is not _SKIPPED else f"skipped: {m.group(1)}"
-    return "no count printed" if step.code is not None else "not run"
-
-
-_DURATION = re.compile(r"^(\d+\.\d+)s (call|setup|teardown) +(\S.*)$")
-_BUILD_TIME = re.compile(r"^\[\d+/\d+\] (.+) (ok|FAILED.*) \((\d+) s\)$")
+    """The step's counts ("577 passed, 2 skipped"), "skipped: why" for a compile check that could not run."""
+    if step.code is None:
+        return "not run"
+    if step.report.suffix == ".json":
+        outcome = read_outcome(step.report)
+        if outcome is not None and outcome.skipped:
+            return f"skipped: {outcome.skipped}"
+    found = tally(step)
+    if not found:
+        return "no count written"
+    if not any(found.values()):
+        return "no tests ran"
+    return ", ".join(f"{n} {word}" for word, n in found.items() if n)
 
 
 def slowest(all_steps: list[Step], count: int = 10) -> list[tuple[float, str]]:
-    """The slowest tests, notebook cells and builds that the steps reported."""
+    """The slowest tests, notebook cells and builds, from the steps' reports."""
     items = []
     for step in all_steps:
-        for line in step.lines:
-            m = _DURATION.match(line)
-            if m:
-                items.append((float(m.group(1)), f"{m.group(3)} ({m.group(2)})"))
-            m = _BUILD_TIME.match(line)
-            if m:
-                names = m.group(1)
-                items.append((float(m.group(3)), f"{step.name}: {names if len(names) < 90 else names[:87] + '...'}"))
+        if step.report.suffix == ".json":
+            outcome = read_outcome(step.report)
+            for names, secs in outcome.builds if outcome else []:
+                items.append((float(secs), f"{step.name}: {names if len(names) < 90 else names[:87] + '...'}"))
+            continue
+        root = _junit(step)
+        for case in root.iter("testcase") if root is not None else []:
+            where = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+            items.append((float(case.get("time", 0)), f"{where}::{case.get('name')}"))
     return sorted(items, reverse=True)[:count]
-
-
-_COUNT = re.compile(r"(\d+) (\w+)")
 
 
 def merged(parts: list[Step]) -> str:
     """The counts of a step that several lanes shared, added up ("814 passed, 13 skipped")."""
     total: dict[str, int] = {}
     for s in parts:
-        for n, word in _COUNT.findall(counts(s)):
-            total[word] = total.get(word, 0) + int(n)
-    return ", ".join(f"{n} {word}" for word, n in total.items()) or "no count printed"
+        for word, n in tally(s).items():
+            total[word] = total.get(word, 0) + n
+    return ", ".join(f"{n} {word}" for word, n in total.items() if n) or "no count written"
 
 
 def summary(all_steps: list[Step], wall: float) -> str:
@@ -192,31 +228,35 @@ def summary(all_steps: list[Step], wall: float) -> str:
     ran = [s for s in all_steps if s.code is not None]
     shared = {name: [s for s in all_steps if re.fullmatch(rf"{name}-\d+", s.name)] for name in SHARED}
     shared = {f"{steps(1)[name].title}, all lanes": parts for name, parts in shared.items() if len(parts) > 1}
-    width = max(len(t) for t in [s.title for s in all_steps] + list(shared))
-    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
-             f"{'step':<{width}}  {'wall':>6}  {'CPU':>6}  result"]
+    body = []
     for s in all_steps:
         verdict = "" if s.code in (0, None) else "FAILED: "
-        lines.append(f"{s.title:<{width}}  {s.wall:>5.0f}s  {s.cpu:>5.0f}s  {verdict}{counts(s)}")
+        body.append((s.title, f"{s.wall:.0f}s", f"{s.cpu:.0f}s", f"{verdict}{counts(s)}"))
     for title, parts in shared.items():
         verdict = "" if all(s.code in (0, None) for s in parts) else "FAILED: "
-        lines.append(f"{title:<{width}}  {'':>6}  {sum(s.cpu for s in parts):>5.0f}s  {verdict}{merged(parts)}")
-    lines.append("== slowest items (seconds)")
+        body.append((title, "", f"{sum(s.cpu for s in parts):.0f}s", f"{verdict}{merged(parts)}"))
+    lines = [f"== summary: {wall:.0f} s wall, {sum(s.cpu for s in ran):.0f} s CPU in all, on {os.cpu_count()} cores",
+             text_table(("step", "wall", "CPU", "result"), body, align="lrrl"),
+             "== slowest items (seconds)"]
     lines += [f"{secs:8.1f}  {what}" for secs, what in slowest(all_steps)]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """`python -m kernels.dev.all_tests [STEP ...]`: every step in lanes, or the named steps one after another."""
     cores = os.cpu_count() or 1
     by_name = steps(jobs=cores)
-    unknown = [a for a in argv if a not in by_name]
+    p = argparse.ArgumentParser(prog="python -m kernels.dev.all_tests", description="Run the repository's checks "
+                                "(make test-all: every step) and print a summary of each step's time and counts.")
+    p.add_argument("steps", nargs="*", metavar="STEP", help=f"only these steps, one after another: {', '.join(by_name)}")
+    names = p.parse_args(argv).steps
+    unknown = [a for a in names if a not in by_name]
     if unknown:
         print(f"unknown step {', '.join(unknown)}: expected some of {', '.join(by_name)}")
         return 2
     t0 = time.perf_counter()
-    if argv:
-        chosen = [by_name[a] for a in argv]
+    if names:
+        chosen = [by_name[a] for a in names]
         for s in chosen:
             run_step(s, prefix=False)
     else:

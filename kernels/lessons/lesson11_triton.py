@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import torch
 
-from . import backend as _backend
+from .. import backend as _backend
 
 try:  # the kernels below name `tl`; without Triton this module still imports and says why (missing())
     import triton.language as tl

@@ -6,12 +6,13 @@ it (-inf - -inf). This lesson defines its softmax as all zeros, and every kernel
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import ROWS, SIM_ORDERS, Report, check, like, merge, rows
-from . import Exercise, Hint
+from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, check, like, merge, rows
+from . import Exercise, Hint, Variant
 
 # ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4
 SHAPES = (*ROWS, (4099, 7), (2, 4))
@@ -101,11 +102,11 @@ EXERCISES = [
         Hint("A pair (m, s) stands for a set of values: m is their max, s the sum of exp(v - m). To merge two "
              "sets, the new max is the larger max; each sum was taken relative to its own max, so scale it to the "
              "new one before adding. softmax_kernel5 in kernels/reference/07_softmax.cu does the same per block.",
-             answers=("differ",)),
+             answers=(Diagnosis.WRONG_VALUES,)),
         Hint("NaN in the output: exp(v - m) = exp(v - a.m) * exp(a.m - m), so a.s becomes a.s * exp(a.m - m). "
              "When both a.m and b.m are -inf (two empty pairs: the lanes of a row shorter than 32 that have no "
              "columns) the new m is -inf and a.m - m is -inf - -inf = NaN: return {m, 0} before computing it.",
-             answers=("are nan",)),
+             answers=(Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, Diagnosis.UNWRITTEN)),
         "The lanes merge like warp_reduce_max in helpers.cuh: for offset = 16, 8, 4, 2, 1, take the other "
         "lane's pair with two __shfl_xor_sync(FULL_MASK, value, offset) calls (one for m, one for s) and merge "
         "it into yours. With xor every lane ends with the row's pair, which every lane needs to write its columns.",
@@ -115,3 +116,32 @@ EXERCISES = [
         "offset)}; p = merge(p, o); }",
     ]),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile KERNEL=...` (Nsight Compute) runs them. A size is (rows, cols).
+
+GPU_SIZE = (8192, 8192)
+
+
+def _softmax_args(size, dtype, device) -> tuple:
+    return torch.rand(size, dtype=dtype, device=device), torch.empty(size, dtype=dtype, device=device)
+
+
+def _causal_args(size, dtype, device) -> tuple:
+    x, out = _softmax_args(size, dtype, device)
+    return x, 0.125, math.gcd(size[0], 1024), out  # blocks of up to 1024 query rows (q_len divides the rows)
+
+
+def _backward_args(size, dtype, device) -> tuple:
+    y = torch.softmax(torch.rand(size, device=device), dim=1).to(dtype)
+    return y, torch.rand(size, dtype=dtype, device=device), torch.empty(size, dtype=dtype, device=device)
+
+
+VARIANTS = [
+    *(Variant(f"softmax{k}", _softmax_args) for k in range(1, 7)),
+    Variant("softmax7", _causal_args),
+    Variant("softmax_backward1", _backward_args),
+    Variant("softmax_backward2", _backward_args),
+]
+FORWARD = [v.name for v in VARIANTS if v.args is _softmax_args]  # the row-wise forward ladder, softmax1-6

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from .. import cupy_route
+from . import lesson11_cupy as cupy_route
 from ..check import ROWS, Case, Report, check, merge, random_tensor
 from . import Exercise, Hint
 
@@ -67,7 +67,8 @@ def with_bias_and_grad(size, dtype, device) -> list[torch.Tensor]:
 # The exercise's self-check.
 
 def _case(label: str, problem: str = "", detail: str = "") -> Case:
-    return Case(label, torch.float32, not problem, problem, detail)
+    """A case of the exercise's own checks; a failing one is about the part `label` (what the hints answer)."""
+    return Case(label, torch.float32, not problem, problem, detail, part=label if problem else "")
 
 
 def _launch_config_case(module) -> Case:
@@ -183,16 +184,16 @@ EXERCISES = [
     Exercise("11", "cupy_autograd", "cupy_autograd.py", run_cupy_autograd, hints=[
         Hint("Launch: CuPy's RawKernel is called as kernel(grid, block, args), and a block holds at most 1024 "
              "threads. Read launch_config's return line against that order: which tuple is the number of blocks?",
-             answers=("launch_config", "block of")),
+             parts=("launch config",)),
         Hint("Arguments: CuPy does not read the kernel's parameter list; it passes each Python value as it is, "
              "and a Python int as a 64-bit integer. The kernel declares `long long n, int C`: wrap them as "
              "np.int64(n) and np.int32(C) (a Python float for a `float` parameter is the same bug, and worse).",
-             answers=("scalar_args",)),
+             parts=("scalar types",)),
         Hint("Autograd: a tensor the backward needs goes through ctx.save_for_backward(x, bias) in the forward "
              "and comes back as `x, bias = ctx.saved_tensors` in the backward. A plain attribute (ctx.x = x) "
              "skips autograd's version check, so an in-place change of x between forward and backward gives "
              "silently wrong gradients (and a saved output kept that way leaks memory through a cycle).",
-             answers=("changed after the forward",)),
+             parts=("x changed in place",)),
         "The three fixed lines: `return (blocks,), (THREADS,)`; `return np.int64(n), np.int32(C)`; in forward "
         "`ctx.save_for_backward(x, bias)`, and in backward `x, bias = ctx.saved_tensors` passed to backward_kernel.",
     ]),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..check import Report, check, elementwise, like
+from ..check import Diagnosis, Report, check, elementwise, like
 from . import Exercise, Hint
 
 A = 2.5  # the scale factor the self-check passes
@@ -26,11 +26,11 @@ def run(ext, backend: str | None = None) -> Report:
 EXERCISES = [
     Exercise("01", "scale", "scale.cu", run, hints=[
         Hint("Start from add_kernel2 in kernels/reference/01_thread_model.cu: the same index, one input instead of "
-             "two.", answers=("never written",)),
+             "two.", answers=(Diagnosis.UNWRITTEN,)),
         Hint("The index of a thread is blockIdx.x * blockDim.x + threadIdx.x; cast one factor to int64_t before "
-             "multiplying, so it cannot overflow.", answers=("differ",)),
+             "multiplying, so it cannot overflow.", answers=(Diagnosis.WRONG_VALUES,)),
         Hint("The grid has ceil_div(n, 256) * 256 threads, more than n: wrap the write in `if (i < n)`.",
-             answers=("wrote past the end",)),
+             answers=(Diagnosis.WROTE_PAST_END,)),
         "const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;  if (i < n) out[i] = a * x[i];",
     ]),
 ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..check import Report, check, elementwise, like, merge
-from . import Exercise, Hint
+from ..check import Diagnosis, Report, check, elementwise, like, merge
+from . import Exercise, Hint, Variant
 
 # Ragged sizes: not multiples of a 16-byte vector (4 floats, 8 bf16), smaller than one, and empty.
 SIZES = (0, 1, 7, 33, 1000, 4099, 2**20 + 3)
@@ -42,11 +42,36 @@ EXERCISES = [
         "Get the forward to pass before you touch the backward.",
         Hint("Vector v covers elements v*V .. v*V+V-1, and only v < nvec are whole: guard every load and store "
              "with `if (v < nvec)`. Load all UNROLL vectors of a and b first, then compute and store in a second "
-             "loop.", answers=("wrote past the end",)),
+             "loop.", answers=(Diagnosis.WROTE_PAST_END,)),
         "The elements past nvec*V (fewer than V) are the tail: `const int64_t t = nvec * V + threadIdx.x; "
         "if (blockIdx.x == 0 && t < n) out[t] = ...` with scalar loads. Sizes 1, 7, 33, 4099 and 2^20 + 3 fail without it.",
         Hint("Per element, in float: s = sigmoid(a); forward out = a * s * b; backward db = g * a * s and "
              "da = g * b * s * (1 + a * (1 - s)). Convert with to_float(...) on the way in and from_float<T>(...) "
-             "on the way out.", answers=("differ",)),
+             "on the way out.", answers=(Diagnosis.WRONG_VALUES,)),
     ]),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile KERNEL=...` (Nsight Compute) runs them. A size is
+# (rows, cols); bias has one value per column.
+
+GPU_SIZE = (8192, 8192)
+
+
+def _mat(size, dtype, device, k: int) -> list[torch.Tensor]:
+    return [torch.rand(size, dtype=dtype, device=device) for _ in range(k)]
+
+
+def _vec(size, dtype, device) -> torch.Tensor:
+    return torch.rand(size[1], dtype=dtype, device=device)
+
+
+VARIANTS = [
+    Variant("relu_add_bias1", lambda s, dt, dev: (*_mat(s, dt, dev, 2), _vec(s, dt, dev), *_mat(s, dt, dev, 1))),
+    Variant("relu_add_bias2", lambda s, dt, dev: (*_mat(s, dt, dev, 2), _vec(s, dt, dev), *_mat(s, dt, dev, 1))),
+    Variant("bias_gelu3", lambda s, dt, dev: (*_mat(s, dt, dev, 1), _vec(s, dt, dev), True, *_mat(s, dt, dev, 1))),
+    Variant("relu_add_bias_backward4", lambda s, dt, dev: (*_mat(s, dt, dev, 3), _vec(s, dt, dev))),
+    Variant("bias_gelu_backward5",
+            lambda s, dt, dev: (*_mat(s, dt, dev, 2), _vec(s, dt, dev), True, *_mat(s, dt, dev, 1), _vec(s, dt, dev))),
 ]

@@ -10,8 +10,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..check import TOLERANCE, Case, Report, check, merge, random_tensor
-from . import Exercise, Hint
+from ..check import Case, Diagnosis, Report, TOLERANCE, check, merge, random_tensor
+from . import Exercise, Hint, Probe, Variant
 
 # (M, N, K): 1s, sizes just past a 64-wide tile and an 8-deep step, K = 0 (C is all zeros), empty C
 SHAPES = ((1, 1, 1), (1, 64, 8), (64, 1, 9), (64, 64, 8), (65, 65, 9), (63, 130, 17), (7, 3, 200), (130, 70, 1000),
@@ -70,7 +70,7 @@ def check_refusals(fn: Callable, device, dtype: torch.dtype = torch.float32, nam
              ("a: [6, 4], b: [5, 5]", (a, torch.randn(5, 5, device=device).to(dtype), c), "[6, 4]")]
     for label, args, expected in cases:
         passed, problem = _refused(fn, args, expected)
-        report.cases.append(Case(label, dtype, passed, problem))
+        report.cases.append(Case(label, dtype, passed, problem, part="" if passed else label))
     if not report.passed:
         report.hints.append("call CHECK_CONTIGUOUS on every tensor before the launch, and check that a's columns "
                             "equal b's rows, saying both shapes in the message")
@@ -105,12 +105,12 @@ EXERCISES = [
         Hint("Two gaps. First the inner loop: after the barrier, every thread walks kk = 0 .. BK-1; for each kk it "
              "reads TM values of the A tile (As[tr + i][kk]) and TN values of the B tile (Bs[kk][tc + j]) into ra and "
              "rb, then adds their outer product into acc. matmul_kernel5 in kernels/reference/09_matmul.cu is the "
-             "same loop.", ("elements differ",)),
+             "same loop.", answers=(Diagnosis.WRONG_VALUES,)),
         Hint("Second the store: the thread's acc[i][j] belongs at row m0 + tr + i, column n0 + tc + j of C, which is "
-             "C[(int64_t)m * N + n]. Elements that are never written stay NaN in the check.", ("never written", "NaN")),
+             "C[(int64_t)m * N + n]. Elements that are never written stay NaN in the check.", answers=(Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
         Hint("The edges: M and N need not be multiples of 64, so the last tiles hang over the bottom and right of C. "
              "Store only where m < M and n < N (strictly less: row M is already outside C).",
-             ("wrote past the end", "wrote before")),
+             answers=(Diagnosis.WROTE_PAST_END, Diagnosis.WROTE_BEFORE_START)),
         Hint("for (int kk = 0; kk < BK; ++kk) { for (int i = 0; i < TM; ++i) ra[i] = As[tr + i][kk]; "
              "for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tc + j]; for (int i = 0; i < TM; ++i) for (int j = 0; "
              "j < TN; ++j) acc[i][j] += ra[i] * rb[j]; }   and after the K loop: for i < TM, j < TN: "
@@ -118,7 +118,7 @@ EXERCISES = [
     ]),    Exercise("09", "matmul_wmma", "matmul_wmma.cu", _run_wmma, hints=[
         Hint("The accumulator starts at zero: wmma::fill_fragment(acc, 0.0f) before the loop. Inside the loop, after "
              "the barrier, every lane of the warp makes the same three calls: two load_matrix_sync and one "
-             "mma_sync (they are warp-wide: the 32 lanes do them together).", ("elements differ", "NaN")),
+             "mma_sync (they are warp-wide: the 32 lanes do them together).", answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
         Hint("load_matrix_sync(frag, pointer, ldm): pointer is the fragment's top-left element in shared memory, "
              "ldm the length of a row of that array. The A tile has BK values per row, so the warp's rows start at "
              "&As[wm * BK]; the B tile has BN per row, and the warp's columns start at &Bs[wn]."),
@@ -126,3 +126,32 @@ EXERCISES = [
              "wmma::load_matrix_sync(fb, &Bs[wn], BN); wmma::mma_sync(acc, fa, fb, acc);"),
     ]),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile` (the simulator's access tables, and Nsight Compute with
+# KERNEL=) and the benchmark run them, each in the dtypes it takes: the fp32 ladder, the tensor-core
+# variants in bf16 and fp16, matmul11 in float32 rounded to TF32. A size is n, for n x n matrices.
+
+GPU_SIZE = 2048
+SIM_SIZE = 128    # one whole 128x128 tile of matmul6
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _matmul_args(n: int, dtype, device) -> tuple:
+    a, b = (torch.rand(n, n, device=device).to(dtype) for _ in range(2))
+    return a, b, torch.empty(n, n, dtype=dtype, device=device)
+
+
+PROBES = {"matmul1": "lanes walk down a column of C", "matmul2": "lanes walk along a row of C",
+          "matmul3": "32x32 tiles staged in shared memory", "matmul6": "float4 tile loads, the A tile stored transposed"}
+VARIANTS = [
+    *(Variant(f"matmul{k}", _matmul_args, (torch.float32,),
+              (Probe(f"matmul{k}: {PROBES[f'matmul{k}']}"),) if f"matmul{k}" in PROBES else ()) for k in range(1, 9)),
+    Variant("matmul9", _matmul_args, HALF_DTYPES),
+    Variant("matmul10", _matmul_args, HALF_DTYPES),
+    Variant("matmul11", _matmul_args, (torch.float32,)),  # TF32 tensor cores on float32 inputs
+    Variant("matmul12", _matmul_args, HALF_DTYPES),
+]
+FP32 = [v.name for v in VARIANTS if v.dtypes == (torch.float32,) and v.name != "matmul11"]
+HALF = [v.name for v in VARIANTS if v.dtypes == HALF_DTYPES]

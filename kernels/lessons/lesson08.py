@@ -12,8 +12,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..check import ROWS, SIM_ORDERS, TOLERANCE, Report, check, merge
-from . import Exercise, Hint
+from ..check import Diagnosis, ROWS, Report, SIM_ORDERS, TOLERANCE, check, merge
+from . import Exercise, Hint, Variant
 
 EPS = 1e-5
 # ROWS (lengths 1, 31, 33, 1000, 1024, 4097) plus many short rows and a length that is a multiple of 4
@@ -169,16 +169,16 @@ EXERCISES = [
         Hint("Start with dx in layernorm_dx_kernel: one block per row, as the forward. Each thread adds up g = dy * w "
              "and g * xhat over its columns (xhat = (x - mean) * rstd, from the saved mean and rstd), "
              "block_reduce_sum turns both into the row's sums, then a second loop writes "
-             "dx = rstd * (g - (sum_g + xhat * sum_gxhat) / cols).", ("in dx", "never written", "nan")),
+             "dx = rstd * (g - (sum_g + xhat * sum_gxhat) / cols).", answers=(Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT), parts=("dx",)),
         Hint("dweight and dbias are sums down the columns: dweight[c] = sum over rows of dy * xhat, dbias[c] = sum of "
              "dy. layernorm_dparams_kernel gives each block 32 columns and a slice of ROWS_PER_PART rows; thread "
              "(tx, ty) adds rows ty, ty + 8, ... of its slice for column c = 32 * blockIdx.x + tx.",
-             ("in dweight", "in dbias")),
+             parts=("dweight", "dbias")),
         Hint("The 8 threads of a column then combine their sums through shared memory: each writes its pair to "
              "sum_w[ty][tx] and sum_b[ty][tx]; after __syncthreads() (without it thread ty = 0 may read a slot "
              "before its owner wrote it), thread ty = 0 adds the 8 and writes the slice's partial "
              "to partial[blockIdx.y * 2 * cols + c] (dweight) and [... + cols + c] (dbias). The last kernel, already "
-             "written, adds the parts of every column.", ("race", "differ")),
+             "written, adds the parts of every column.", answers=(Diagnosis.RACE, Diagnosis.WRONG_VALUES)),
         Hint("dx: for (int64_t c = threadIdx.x; c < cols; c += BLOCK) { const float g = dyr[c] * w[c], xh = (xr[c] - "
              "m) * rs; sg += g; sgx += g * xh; }  then sg = block_reduce_sum(sg, scratch); sgx = block_reduce_sum(sgx, "
              "scratch); and a second loop storing rs * (g - (sg + xh * sgx) / cols).  dparams: for (int64_t r = r0 + ty; "
@@ -186,3 +186,27 @@ EXERCISES = [
              "sb += d; }, the two shared writes, __syncthreads(), and the sum by ty == 0."),
     ]),
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile KERNEL=...` (Nsight Compute) runs them. A size is (rows, cols).
+
+GPU_SIZE = (8192, 8192)
+
+
+def _forward_args(size, dtype, device) -> tuple:
+    x, w, b = shifted_rows()(size, dtype, device)
+    stats = [torch.empty(size[0], device=device) for _ in range(2)]
+    return x, w, b, EPS, torch.empty_like(x), *stats
+
+
+def _backward_args(size, dtype, device) -> tuple:
+    return tuple(backward_inputs()(size, dtype, device))
+
+
+VARIANTS = [
+    *(Variant(f"layernorm{k}", _forward_args) for k in range(1, 7)),
+    Variant("layernorm_backward1", _backward_args),
+    Variant("layernorm_backward2", _backward_args),
+]
+FORWARD = [v.name for v in VARIANTS if v.args is _forward_args]  # the forward ladder, layernorm1-6

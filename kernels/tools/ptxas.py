@@ -1,7 +1,7 @@
 """What ptxas says about each kernel of a .cu file (`nvcc -Xptxas -v`): registers per thread, bytes spilled
 to local memory, static shared memory. A property of the compiled code, not of a run: it needs nvcc, not a GPU.
 
-    from kernels.ptxas import resource_usage, resource_table
+    from kernels.tools.ptxas import resource_usage, resource_table
     print(resource_table(resource_usage("09")))
 """
 from __future__ import annotations
@@ -14,8 +14,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import (INCLUDE, BuildError, _cpp_extension, _missing_toolkit_headers, _sources, build_root, cuda_home,
-                    demangle, find_source, nvcc_version)
+from ..build import BuildError, SourceSet, demangle, find_source
+from ..build.toolchain import cpp_extension, cuda_home, missing_toolkit_headers, nvcc_version
+from ..paths import INCLUDE, build_root
+from ..tables import text_table
 
 
 @dataclass
@@ -58,12 +60,12 @@ def resource_usage(source: str | Path, arch: str = "sm_90") -> list[KernelResour
     nvcc = Path(home) / "bin" / "nvcc" if home else None
     if nvcc is None or not nvcc.exists():
         raise BuildError("resource_usage needs nvcc (the CUDA toolkit); none was found")
-    cpp = _cpp_extension()
-    includes = [str(INCLUDE), *_missing_toolkit_headers(), *cpp.include_paths(device_type="cuda")]
+    cpp = cpp_extension()
+    includes = [str(INCLUDE), *missing_toolkit_headers(), *cpp.include_paths(device_type="cuda")]
     cmd = [str(nvcc), "-cubin", f"-arch={arch}", "-O3", "-std=c++20", "-Xptxas", "-v",
            "-DTORCH_EXTENSION_NAME=ptxas_report", *cpp.COMMON_NVCC_FLAGS, *(f"-I{d}" for d in includes), str(entry)]
     # The report of an unchanged file is kept: the same sources, command and nvcc give the same report.
-    key = hashlib.sha256("\0".join([*cmd, nvcc_version(), *(f.read_text() for f in _sources(entry))]).encode())
+    key = hashlib.sha256("\0".join([*cmd, nvcc_version(), *(t.text for t in SourceSet.of(entry).texts.values())]).encode())
     cached = build_root() / "ptxas" / f"{entry.stem}_{key.hexdigest()[:16]}.log"
     if cached.is_file():
         return parse_ptxas(cached.read_text())
@@ -92,8 +94,5 @@ def _short(kernel: str) -> str:
 
 def resource_table(rows: list[KernelResources]) -> str:
     """A plain-text table: kernel, registers, spills, shared memory."""
-    width = max([len("kernel"), *(len(_short(r.kernel)) for r in rows)]) + 2
-    lines = [f"{'kernel':<{width}}{'regs':>6}{'spill st':>10}{'spill ld':>10}{'smem B':>9}"]
-    for r in rows:
-        lines.append(f"{_short(r.kernel):<{width}}{r.registers:>6}{r.spill_stores:>10}{r.spill_loads:>10}{r.shared_bytes:>9}")
-    return "\n".join(lines)
+    return text_table(("kernel", "regs", "spill st", "spill ld", "smem B"),
+                      [(_short(r.kernel), r.registers, r.spill_stores, r.spill_loads, r.shared_bytes) for r in rows])

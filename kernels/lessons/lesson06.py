@@ -10,8 +10,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from ..check import REDUCTION_ROWS, SIZES, Report, check, elementwise, merge, rows
-from . import Exercise, Hint
+from ..check import Diagnosis, REDUCTION_ROWS, Report, SIZES, check, elementwise, merge, rows
+from . import Exercise, Hint, Probe, Variant
 
 
 def sum_tolerance(n: int) -> dict:
@@ -97,14 +97,14 @@ EXERCISES = [
     Exercise("06", "row_max", "row_reductions.cu", _run_row_max, hints=[
         Hint("Look at row_sum_kernel1 in kernels/reference/06_reductions.cu: the same warp-per-row layout, "
              "with + turned into a max. What is the max of no values at all (the start value)? Row 0 of every "
-             "case is all negative: a max that starts from 0 gets it wrong.", answers=("never written", "differ")),
+             "case is all negative: a max that starts from 0 gets it wrong.", answers=(Diagnosis.UNWRITTEN, Diagnosis.WRONG_VALUES)),
         "Start from m = -INFINITY; lane l visits columns l, l + 32, l + 64, ... while c < cols "
         "(that loop covers the ragged end of a row: 33 columns means lane 0 takes columns 0 and 32).",
         Hint("Then 5 exchanges: for offset 16, 8, 4, 2, 1: m = fmaxf(m, __shfl_xor_sync(FULL_MASK, m, offset)); "
              "after them every lane holds the row's max. Only lane 0 writes out[row]. All 32 lanes take part, "
              "also those that had no columns (a row narrower than 32): a lane that returns before the shuffles "
              "leaves nothing defined for the others to read, so keep it until the shuffles are done.",
-             answers=("has exited",)),
+             answers=(Diagnosis.EXITED_LANE,)),
         "for (int64_t c = lane; c < cols; c += 32) m = fmaxf(m, r[c]);  then the shuffle loop, then "
         "if (lane == 0) out[row] = m;  (warp_reduce_max in helpers.cuh is that shuffle loop)",
     ]),
@@ -112,16 +112,44 @@ EXERCISES = [
         Hint("Three steps with a __syncthreads() between each and the next: (1) thread tid adds columns tid, "
              "tid + 256, ... into partial[tid]; (2) the tree of sum_kernel3 in kernels/reference/06_reductions.cu; "
              "(3) thread 0 writes out[blockIdx.x]. NaN in every row: step 3 is missing; NaN in the narrow rows "
-             "only: see hint 3.", answers=("never written",)),
+             "only: see hint 3.", answers=(Diagnosis.UNWRITTEN,)),
         Hint("Right in one thread order and wrong in another (the report says 'a race between threads'): a "
              "barrier is missing. One goes after the stores into partial, and one at the end of every level of "
-             "the tree, because each level reads what the previous level wrote.", answers=("race between threads",)),
+             "the tree, because each level reads what the previous level wrote.", answers=(Diagnosis.RACE,)),
         Hint("NaN only in the narrow rows (1, 31, 33 columns): some slots of partial were never written. A thread "
              "with no columns must still write partial[tid] = 0 and reach every barrier (no `return` before them: "
              "the simulator fills shared memory with NaN at each block start, so an unwritten slot shows). Wrong "
-             "sums: the column loop runs while c < cols, not c <= cols.", answers=("differ", "are nan")),
+             "sums: the column loop runs while c < cols, not c <= cols.", answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT)),
         "float acc = 0.0f;  for (int64_t c = tid; c < cols; c += BLOCK) acc += r[c];  partial[tid] = acc;  "
         "__syncthreads();  for (int s = BLOCK / 2; s > 0; s /= 2) { if (tid < s) partial[tid] += "
         "partial[tid + s]; __syncthreads(); }  if (tid == 0) out[blockIdx.x] = partial[0];",
     ]),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile` (the simulator's access tables, and Nsight Compute with
+# KERNEL=) runs them. A size is an element count: a vector of that many floats for the sums, a square
+# matrix of about as many for the row reductions.
+
+GPU_SIZE = 2**26        # 256 MiB of floats; the row reductions: 8192 x 8192
+SIM_SIZE = 64 * 1024    # the simulator's access tables
+
+
+def _sum_args(n: int, dtype, device) -> tuple:
+    return torch.rand(n, dtype=dtype, device=device), torch.zeros(1, dtype=dtype, device=device)
+
+
+def _row_args(n: int, dtype, device) -> tuple:
+    side = max(1, int(n ** 0.5))
+    return torch.rand(side, side, dtype=dtype, device=device), torch.empty(side, dtype=dtype, device=device)
+
+
+SUMS = ("sum1", "sum2", "sum3", "sum2_noatomic", "sum3_noatomic", "sum4", "sum5", "sum6", "sum7")
+PROBES = {"sum2": "interleaved addressing", "sum3": "sequential addressing", "sum5": "the last steps with warp shuffles"}
+VARIANTS = [
+    *(Variant(name, _sum_args, probes=(Probe(f"{name}: {PROBES[name]}"),) if name in PROBES else ()) for name in SUMS),
+    Variant("row_sum1", _row_args),
+    Variant("row_sum2", _row_args),
+    Variant("row_max2", _row_args),
 ]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from ..check import Report, check, elementwise, like
-from . import Exercise, Hint
+from ..check import Diagnosis, Report, check, elementwise, like
+from . import Exercise, Hint, Probe, Variant
 
 A = 1.5  # the scalar a the self-check passes
 
@@ -32,9 +32,40 @@ EXERCISES = [
         "n4 = n / 4 whole float4s; the loop runs i = t, t + stride, ... while i < n4, with "
         "t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x and stride = gridDim.x * blockDim.x.",
         Hint("Loop body: const float4 xv = x4[i], yv = y4[i]; out4[i] = make_float4(a * xv.x + yv.x, "
-             "a * xv.y + yv.y, a * xv.z + yv.z, a * xv.w + yv.w);", answers=("differ",)),
+             "a * xv.y + yv.y, a * xv.z + yv.z, a * xv.w + yv.w);", answers=(Diagnosis.WRONG_VALUES,)),
         Hint("After the loop, the tail: const int64_t j = 4 * n4 + t; if (j < n) out[j] = a * x[j] + y[j]; "
              "(only threads 0, 1, 2 can pass the guard, and only when n % 4 leaves that many)",
-             answers=("wrote past the end",)),
+             answers=(Diagnosis.WROTE_PAST_END,)),
     ]),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference file's variants, as `make profile` (the simulator's access tables, and Nsight Compute with
+# KERNEL=) and the benchmark run them. A size is an element count.
+
+GPU_SIZE = 2**26       # floats per tensor: 256 MiB, enough to fill an H100's DRAM path
+SIM_SIZE = 32 * 1024   # the simulator's access tables: a few hundred warps
+
+
+def _copy_args(n: int, dtype, device) -> tuple:
+    return torch.rand(n, dtype=dtype, device=device), torch.empty(n, dtype=dtype, device=device)
+
+
+def _scale_add_args(*extra):
+    def args(n: int, dtype, device) -> tuple:
+        x, y = (torch.rand(n, dtype=dtype, device=device) for _ in range(2))
+        return (A, x, y, torch.empty(n, dtype=dtype, device=device), *extra)
+    return args
+
+
+VARIANTS = [
+    Variant("copy1", _copy_args, probes=(Probe("copy1: one float per thread"),)),
+    Variant("copy5", _copy_args),
+    Variant("scale_add1", _scale_add_args(256)),
+    Variant("scale_add2", _scale_add_args()),
+    Variant("scale_add3", _scale_add_args(1), probes=tuple(
+        Probe(f"scale_add3 with stride {s}", _scale_add_args(s)) for s in (1, 2, 32))),
+    Variant("scale_add4", _scale_add_args(), probes=(Probe("scale_add4: float4 loads and stores"),)),
+    Variant("scale_add5", _scale_add_args()),
 ]

@@ -17,13 +17,12 @@ import dataclasses
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
 
-from .build import ROOT, cuda_home
+from ..build.toolchain import child_env, find_cuda_tool
+from ..paths import BUILD, ROOT, reference_file
 
 WARMUP = 3
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats")
@@ -34,65 +33,25 @@ _UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "kibyte": 2**10, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Workloads: for each lesson, the arguments of each op at a size that fills an H100's DRAM path.
+# Workloads: the variants each lesson declares (kernels/lessons/lessonNN.py), at the lesson's GPU_SIZE.
 
-def _lesson04(dev) -> dict[str, Callable[[], tuple]]:
-    import torch
+def workloads(lesson: str) -> dict[str, object]:
+    """The variants Nsight Compute can profile in a lesson, by name ({} for a lesson that declares none)."""
+    from .. import lessons
 
-    n = 2**26
-    x, y, out = (torch.rand(n, device=dev) for _ in range(3))
-    three = lambda: (1.5, x, y, out)  # noqa: E731
-    return {"copy1": lambda: (x, out), "copy5": lambda: (x, out), "scale_add1": lambda: (*three(), 256),
-            "scale_add2": three, "scale_add3": lambda: (*three(), 1), "scale_add4": three, "scale_add5": three}
-
-
-def _lesson05(dev) -> dict[str, Callable[[], tuple]]:
-    import torch
-
-    r, c = 8192, 8192
-    x, y, grad, out, dx = (torch.rand(r, c, device=dev) for _ in range(5))
-    bias, dbias = torch.rand(c, device=dev), torch.empty(c, device=dev)
-    return {"relu_add_bias1": lambda: (x, y, bias, out), "relu_add_bias2": lambda: (x, y, bias, out),
-            "bias_gelu3": lambda: (x, bias, True, out), "relu_add_bias_backward4": lambda: (grad, x, dx, dbias),
-            "bias_gelu_backward5": lambda: (grad, x, bias, True, dx, dbias)}
+    try:
+        return {v.name: v for v in lessons.variants(lesson)}
+    except (KeyError, ValueError):
+        return {}
 
 
-def _lesson06(dev) -> dict[str, Callable[[], tuple]]:
-    import torch
+def workload_args(lesson: str, kernel: str, device: str, size=None) -> tuple:
+    """The arguments the profiled child passes to the variant: fresh inputs at the lesson's GPU_SIZE (or
+    `size`), in the variant's first dtype."""
+    from .. import lessons
 
-    x, one = torch.rand(2**26, device=dev), torch.zeros(1, device=dev)
-    m, rows = torch.rand(8192, 8192, device=dev), torch.empty(8192, device=dev)
-    ops = {name: (lambda: (x, one)) for name in
-           ("sum1", "sum2", "sum3", "sum2_noatomic", "sum3_noatomic", "sum4", "sum5", "sum6", "sum7")}
-    return {**ops, "row_sum1": lambda: (m, rows), "row_sum2": lambda: (m, rows), "row_max2": lambda: (m, rows)}
-
-
-def _lesson07(dev) -> dict[str, Callable[[], tuple]]:
-    import torch
-
-    x = torch.rand(8192, 8192, device=dev)
-    y, dy, out = torch.softmax(x, 1), torch.rand_like(x), torch.empty_like(x)
-    ops = {f"softmax{v}": (lambda: (x, out)) for v in range(1, 7)}
-    return {**ops, "softmax7": lambda: (x, 0.125, 1024, out), "softmax_backward1": lambda: (y, dy, out),
-            "softmax_backward2": lambda: (y, dy, out)}
-
-
-def _lesson09(dev) -> dict[str, Callable[[], tuple]]:
-    import torch
-
-    a, b, c = (torch.rand(2048, 2048, device=dev) for _ in range(3))
-    return {f"matmul{v}": (lambda: (a, b, c)) for v in range(1, 12)}
-
-
-WORKLOADS = {"04": _lesson04, "05": _lesson05, "06": _lesson06, "07": _lesson07, "09": _lesson09}
-
-
-def reference_file(lesson: str) -> Path:
-    """kernels/reference/NN_topic.cu of a lesson."""
-    found = sorted((ROOT / "kernels" / "reference").glob(f"{lesson}_*.cu"))
-    if not found:
-        raise FileNotFoundError(f"no reference file for lesson {lesson} in kernels/reference/")
-    return found[0]
+    v = workloads(lesson)[kernel]
+    return v.args(lessons.module(lesson).GPU_SIZE if size is None else size, v.dtype, device)
 
 
 _GLOBAL = re.compile(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\s*\([^()]*(?:\([^()]*\)[^()]*)*\)\s*)?"
@@ -111,12 +70,12 @@ def kernel_regex(names: list[str]) -> str:
 
 def check_request(lesson: str, kernel: str) -> str | None:
     """Why `make profile LESSON=lesson KERNEL=kernel` cannot run (None when it can)."""
-    if lesson not in WORKLOADS:
-        return (f"KERNEL= profiles a variant of lessons {', '.join(WORKLOADS)} with Nsight Compute; "
-                f"lesson {lesson} has no workload for it")
-    import torch
+    from .. import lessons
 
-    ops = WORKLOADS[lesson](torch.device("meta"))
+    ops = workloads(lesson)
+    if not ops:
+        return (f"KERNEL= profiles a variant of lessons {', '.join(lessons.with_variants())} with Nsight Compute; "
+                f"lesson {lesson} has no workload for it")
     if kernel not in ops:
         return f"lesson {lesson} has no variant {kernel!r}; KERNEL= is one of: {', '.join(ops)}"
     return None
@@ -124,14 +83,11 @@ def check_request(lesson: str, kernel: str) -> str | None:
 
 def find_ncu() -> str | None:
     """The ncu executable: in $CUDA_HOME/bin, else on PATH."""
-    home = cuda_home()
-    if home and (Path(home) / "bin" / "ncu").exists():
-        return str(Path(home) / "bin" / "ncu")
-    return shutil.which("ncu")
+    return find_cuda_tool("ncu")
 
 
 def report_path(lesson: str, kernel: str) -> Path:
-    return ROOT / "build" / "profile" / f"{lesson}_{kernel}.ncu-rep"
+    return BUILD / "profile" / f"{lesson}_{kernel}.ncu-rep"
 
 
 def ncu_command(ncu: str, lesson: str, kernel: str, regex: str, report: Path) -> list[str]:
@@ -139,7 +95,7 @@ def ncu_command(ncu: str, lesson: str, kernel: str, regex: str, report: Path) ->
     sections = [a for s in SECTIONS for a in ("--section", s)]
     return [ncu, "--kernel-name", regex, "--launch-skip", str(WARMUP), "--launch-count", "1", *sections,
             "--export", str(report.with_suffix("")), "--force-overwrite",
-            sys.executable, "-m", "kernels.nsight", "--workload", lesson, kernel]
+            sys.executable, "-m", "kernels.tools.nsight", "--workload", lesson, kernel]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,10 +178,10 @@ def run_workload(lesson: str, kernel: str) -> None:
     """The child process that ncu watches: the op WARMUP + 1 times on its inputs."""
     import torch
 
-    from .build import load
+    from ..build import load
 
     ext = load(reference_file(lesson), "cuda", quiet=True)
-    args = WORKLOADS[lesson](torch.device("cuda"))[kernel]()
+    args = workload_args(lesson, kernel, "cuda")
     op = getattr(ext, kernel)
     torch.cuda.synchronize()
     for _ in range(WARMUP + 1):
@@ -244,15 +200,14 @@ def profile_kernel(lesson: str, kernel: str) -> int:
         print("ncu (Nsight Compute) was not found in $CUDA_HOME/bin or on PATH: it ships with the CUDA toolkit "
               "(or install the nsight-compute package); put its folder on PATH")
         return 1
-    from .build import load
+    from ..build import load
 
     src = reference_file(lesson)
     load(src, "cuda", quiet=True)  # build here, so that the profiled child only loads the library
     report = report_path(lesson, kernel)
     report.parent.mkdir(parents=True, exist_ok=True)
     cmd = ncu_command(ncu, lesson, kernel, kernel_regex(kernel_names(src.read_text())), report)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=child_env())
     if done.returncode != 0 or not report.exists():
         print(f"ncu failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
@@ -273,9 +228,22 @@ def profile_kernel(lesson: str, kernel: str) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kernels.tools.nsight --workload NN KERNEL`: the process ncu watches (make profile runs it)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kernels.tools.nsight",
+                                description="The process Nsight Compute watches: a lesson's variant run WARMUP + 1 "
+                                            "times. Run `make profile LESSON=NN KERNEL=name` instead.")
+    p.add_argument("--workload", nargs=2, metavar=("LESSON", "KERNEL"), required=True)
+    lesson, kernel = p.parse_args(argv).workload
+    problem = check_request(lesson, kernel)
+    if problem:
+        print(problem)
+        return 2
+    run_workload(lesson, kernel)
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--workload":
-        run_workload(sys.argv[2], sys.argv[3])
-    else:
-        sys.exit("usage: python -m kernels.nsight --workload NN KERNEL (the process ncu watches; "
-                 "run `make profile LESSON=NN KERNEL=name` instead)")
+    sys.exit(main())

@@ -108,7 +108,8 @@ def report() -> list[tuple[str, str]]:
                             f"{p.total_memory / 2**30:.0f} GiB"))
     else:
         rows.append(("GPU", "no GPU visible to torch"))
-    from .build import build_root, cuda_home, nvcc_version
+    from ..build.toolchain import cuda_home, nvcc_version
+    from ..paths import build_root
 
     out = nvcc_version() if cuda_home() else _run([shutil.which("nvcc") or "nvcc", "--version"])
     m = re.search(r"release (\d+\.\d+)", out)
@@ -133,12 +134,12 @@ def report() -> list[tuple[str, str]]:
     cxx = os.environ.get("CXX", "c++")
     first = _run([cxx, "--version"]).splitlines()
     rows.append(("C++ compiler", first[0] if first else f"{cxx} NOT FOUND: install g++ or clang++"))
-    from .profiling import compiler_problem
+    from ..sim.profile import compiler_problem
 
     problem = compiler_problem()
     rows.append(("profiler", f"NOT AVAILABLE: {problem}" if problem else
                  "available (kernels.profile: the C++ compiler accepts -fsanitize=thread, addr2line found)"))
-    from .backend import reason
+    from ..backend import reason
 
     rows.append(("backend", reason()))
     rows.append(("build cache", os.path.relpath(build_root())))
@@ -147,7 +148,13 @@ def report() -> list[tuple[str, str]]:
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kernels.tools.doctor` (make doctor)."""
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m kernels.tools.doctor",
+                            description="What to paste into a bug report: Python, torch, the GPU, nvcc, the driver, "
+                                        "the architecture list, ninja, the C++ compiler, the backend and why.").parse_args(argv)
     for k, v in report():
         print(f"{k:>15}: {v}")
     return 0

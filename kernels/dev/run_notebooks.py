@@ -2,7 +2,7 @@
 
 Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks.
 
-For maintainers: `python -m kernels.run_notebooks --refresh solutions/NN_topic/...ipynb` executes
+For maintainers: `python -m kernels.dev.run_notebooks --refresh solutions/NN_topic/...ipynb` executes
 a solution notebook on the simulator and writes its outputs back into it (the outputs that nbval
 compares in `make test-all`). Run it after changing anything a solution notebook prints.
 """
@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from .backend import reason
-from .build import ROOT
+from .. import backend
+from ..backend import reason
+from ..paths import ROOT
 
 OUT = ROOT / "build" / "executed"
 NEXT_STEPS = """
@@ -65,7 +66,7 @@ def refresh(paths: list[str]) -> int:
     """Re-execute solution notebooks on the simulator and store their outputs in them."""
     import os
 
-    os.environ["KERNELS_BACKEND"] = "sim"  # the committed outputs are the simulator's (CI has no GPU)
+    os.environ[backend.ENV] = "sim"  # the committed outputs are the simulator's (CI has no GPU)
     failed = 0
     for path in map(Path, paths):
         nb = path.resolve()
@@ -82,10 +83,19 @@ def refresh(paths: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--refresh"]:
-        return refresh(argv[1:])
-    folders = argv or ["lessons", "solutions"]
+    """`python -m kernels.dev.run_notebooks [FOLDER ...]` (make lessons), or `--refresh NOTEBOOK ...`."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kernels.dev.run_notebooks",
+                                description="Execute every notebook of the folders headlessly (copies in "
+                                            "build/executed/), or re-execute solution notebooks in place.")
+    p.add_argument("--refresh", nargs="+", metavar="NOTEBOOK",
+                   help="solution notebooks to execute on the simulator, their outputs stored in them")
+    p.add_argument("folders", nargs="*", help="folders of notebooks (default: lessons solutions)")
+    a = p.parse_args(argv)
+    if a.refresh:
+        return refresh(a.refresh)
+    folders = a.folders or ["lessons", "solutions"]
     nbs = notebooks(folders)
     print(f"backend: {reason()}")
     print(f"running {len(nbs)} notebooks; executed copies go to {OUT.relative_to(ROOT)}/")

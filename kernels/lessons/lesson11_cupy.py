@@ -19,7 +19,7 @@ import re
 
 import torch
 
-from .build import REFERENCE
+from ..paths import REFERENCE
 
 SOURCE = REFERENCE / "11_other_routes.cu"
 THREADS = 256  # threads per block, as the file's launchers use

@@ -1,6 +1,6 @@
 """A pytest plugin: several pytest processes share one run's files, each file run by exactly one of them.
 
-    python -m pytest -p kernels.pytest_lanes --lanes-dir build/test-all/claims/pytest tests
+    python -m pytest -p kernels.dev.pytest_lanes --lanes-dir build/test-all/claims/pytest tests
 
 Every process started with the same arguments and the same --lanes-dir collects the same tests; before
 it runs a file's tests (a test module, or a notebook's cells under nbval) it claims the file by creating

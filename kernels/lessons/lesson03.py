@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..check import Case, Report, check, elementwise, merge, where_raised
+from ..check import Case, Diagnosis, Report, check, diagnose_error, elementwise, merge, where_raised
 from . import Exercise, Hint, lesson_dir
 
 # The GPU computes x * y + z with one fused multiply-add (one rounding), eager PyTorch with two:
@@ -47,6 +47,7 @@ def _one_case(name: str, label: str, dtype: torch.dtype, fn, hint: str, stub: st
     except Exception as e:  # the report shows the message; the notebook keeps running
         where = where_raised(e)
         case.passed, case.problem = False, "raised " + type(e).__name__
+        case.diagnosis, case.part = diagnose_error(e), label
         case.detail = _first_line(e) + (f"\nat {where}" if where else "")
         if "not written yet" in str(e):  # the stub's NotImplementedError, possibly inside an opcheck error
             hint = f"{stub} is not finished: " + _first_line(e).split(" failed with ")[-1].split(" (scroll")[0]
@@ -117,14 +118,14 @@ EXERCISES = [
         Hint("Both kernels are elementwise, like mul_kernel in kernels/reference/03_pytorch_op.cu: thread i "
              "owns element i, guarded by `if (i < n)`. The two registration lines follow mul_backward's in the "
              "same file. A fake kernel runs no kernel at all: it only returns empty tensors of the right shape "
-             "and dtype (torch.empty_like).", answers=("never written", "does not exist", "fake kernel")),
+             "and dtype (torch.empty_like).", answers=(Diagnosis.UNWRITTEN,), parts=("register", "opcheck")),
         Hint("setup_context(ctx, inputs, output) gets inputs = (x, y, z): save x and y with "
              "ctx.save_for_backward. backward(ctx, grad) returns one gradient per input, in order: "
              "(grad_x, grad_y, grad_z) with grad_x = grad * y, grad_y = grad * x, grad_z = grad.",
-             answers=("backward of fma", "jacobian")),
+             answers=(Diagnosis.NOT_IMPLEMENTED,), parts=("grad_x", "grad_y", "grad_z", "gradcheck")),
         Hint("The kernels accept only contiguous tensors, and autograd can hand backward a strided grad (the "
              "grad of out.sum() is an expanded tensor of ones): pass grad.contiguous() to ops.fma_backward.",
-             answers=("must be contiguous",)),
+             answers=(Diagnosis.INPUT_REFUSED,)),
         "Kernels: `if (i < n) out[i] = x[i] * y[i] + z[i];` and `if (i < n) { grad_x[i] = grad[i] * y[i]; "
         "grad_y[i] = grad[i] * x[i]; }`. Registration: `m.def(\"fma_backward(Tensor grad, Tensor x, Tensor y) "
         "-> (Tensor, Tensor)\");` and `m.impl(\"fma_backward\", &fma_backward);`. fma_op.py: `return torch.empty_like(x)`, "

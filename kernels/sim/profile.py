@@ -9,23 +9,23 @@ compiled with the thread-sanitizer's instrumentation, whose hooks kernels/sim/in
 cudasim_profile.h supplies, so every load and store of a kernel is seen with its call site).
 The report has one row per kernel, source line and kind of access: how many warp-level requests
 ran it, the distinct 32-byte sectors a global request touched, the bank ways of a shared request
-(1: no conflict) and the lanes that were active. `python -m kernels.profiling 04` (`make profile
-LESSON=04`) prints the tables of a lesson's variants.
+(1: no conflict) and the lanes that were active. `make profile LESSON=04` (kernels/tools/profile.py)
+prints the tables of a lesson's variants.
 """
 from __future__ import annotations
 
 import ctypes
 import dataclasses
 import functools
-import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from .build import Extension, _loaded, _sources, build, cxx_version, load
+from ..build import Extension, SourceSet, load, loaded_extensions
+from ..build.toolchain import cxx, cxx_version
+from ..tables import text_table
 
 KINDS = ("global load", "global store", "shared load", "shared store", "atomic")
 _WRITE, _SHARED, _ATOMIC = 1, 2, 8  # the flags of cudasim_profile.h
@@ -62,11 +62,7 @@ class Report:
                  _fmt(r.active_lanes)) for r in self.rows]
         if not body:
             return "no memory accesses inside kernels"
-        widths = [max(len(x) for x in col) for col in zip(head, *body)]
-        lines = ["  ".join(x.ljust(w) if i < 3 else x.rjust(w) for i, (x, w) in enumerate(zip(line, widths)))
-                 for line in [head, *body]]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(lines)
+        return text_table(head, body, align="lllrrrr", rule=True)
 
     def _repr_pretty_(self, p, cycle) -> None:  # Jupyter shows the table
         p.text(str(self))
@@ -97,22 +93,22 @@ def profile_flags() -> list[str]:
 def compiler_problem() -> str | None:
     """Why this machine cannot make a profiling build (None when it can): the C++ compiler that
     builds use must accept -fsanitize=thread (gcc and clang do) and addr2line must be there."""
-    cxx = os.environ.get("CXX") or "c++"
+    compiler = cxx()
     install = ("install g++ (Debian/Ubuntu: apt-get install g++ binutils; macOS: xcode-select --install) "
                "or clang++, and make sure $CXX (or c++) names it")
-    if not shutil.which(cxx):
-        return f"profiling needs a C++ compiler, and {cxx} was not found: {install}"
+    if not shutil.which(compiler):
+        return f"profiling needs a C++ compiler, and {compiler} was not found: {install}"
     if not shutil.which("addr2line"):
         return ("profiling maps instructions to source lines with addr2line, which was not found: install "
                 "binutils (apt-get install binutils) or LLVM's llvm-addr2line as addr2line")
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "probe.cpp"
         src.write_text("int probe(int* p) { return *p; }\n")
-        run = subprocess.run([cxx, *profile_flags(), "-fPIC", "-O2", "-c", str(src), "-o", str(Path(d) / "p.o")],
+        run = subprocess.run([compiler, *profile_flags(), "-fPIC", "-O2", "-c", str(src), "-o", str(Path(d) / "p.o")],
                              capture_output=True, text=True)
     if run.returncode != 0:
         said = (run.stderr.strip().splitlines() or ["no message"])[0]
-        return (f"profiling builds with -fsanitize=thread, which {cxx} refused ({said}): {install}")
+        return (f"profiling builds with -fsanitize=thread, which {compiler} refused ({said}): {install}")
     return None
 
 
@@ -121,7 +117,7 @@ def _profiling_build(ext):
     problem = compiler_problem()
     if problem:
         raise RuntimeError(problem)
-    return build(ext.path, "sim", extra_cflags=profile_flags())
+    return load(ext.path, "sim", extra_cflags=profile_flags())
 
 
 class _Twin:
@@ -149,7 +145,7 @@ class _Twin:
 
 def _extension_of(namespace: str):
     """The loaded Extension whose ops live in this namespace, or None."""
-    for ext in _loaded.values():
+    for ext in loaded_extensions():
         if isinstance(ext, Extension) and ext.ns == namespace:
             return ext
     return None
@@ -198,7 +194,7 @@ def profile(fn, *args, **kwargs) -> Report:
 def _rows(twin: _Twin) -> list[Row]:
     """The twin's totals as report rows: call sites mapped to lines of the learner's files, merged
     by (kernel, line, kind)."""
-    own = {p.name for p in _sources(twin.source)}
+    own = {p.name for p in SourceSet.of(twin.source).files}
     where = _lines(twin.ext.so, sorted({pc for _, pc, _ in twin.totals}), own)
     merged: dict[tuple[str, str, str], list[int]] = {}
     for (kernel, pc, flags), t in twin.totals.items():
@@ -286,79 +282,3 @@ def _lines(so: Path, pcs: list[int], own: set[str]) -> dict[int, tuple[str, bool
                     break  # the simulator's own work
                 atomic = m.group(1).startswith("atomic")
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# `make profile LESSON=NN`: the tables of a lesson's variants, on the simulator.
-
-def _lesson04() -> list[tuple[str, object]]:
-    import torch
-
-    ext = load("04_memory_bound", "sim", quiet=True)
-    n = 32 * 1024
-    x, y = torch.rand(n), torch.rand(n)
-    out = torch.empty(n)
-    cases = [("copy1: one float per thread", lambda: ext.copy1(x, out)),
-             ("scale_add4: float4 loads and stores", lambda: ext.scale_add4(2.0, x, y, out))]
-    for stride in (1, 2, 32):
-        cases.append((f"scale_add3 with stride {stride}", lambda s=stride: ext.scale_add3(2.0, x, y, out, s)))
-    return cases
-
-
-def _lesson06() -> list[tuple[str, object]]:
-    import torch
-
-    ext = load("06_reductions", "sim", quiet=True)
-    x, out = torch.rand(64 * 1024), torch.zeros(1)
-    return [(f"{name}: {what}", lambda op=getattr(ext, name): op(x, out.zero_()))
-            for name, what in [("sum2", "interleaved addressing"), ("sum3", "sequential addressing"),
-                               ("sum5", "the last steps with warp shuffles")]]
-
-
-def _lesson09() -> list[tuple[str, object]]:
-    import torch
-
-    ext = load("09", "sim", quiet=True)
-    a, b, c = torch.rand(128, 128), torch.rand(128, 128), torch.empty(128, 128)  # one whole tile of matmul6
-    return [(f"{name}: {what}", lambda op=getattr(ext, name): op(a, b, c))
-            for name, what in [("matmul1", "lanes walk down a column of C"), ("matmul2", "lanes walk along a row of C"),
-                               ("matmul3", "32x32 tiles staged in shared memory"),
-                               ("matmul6", "float4 tile loads, the A tile stored transposed")]]
-
-
-LESSONS = {"04": _lesson04, "06": _lesson06, "09": _lesson09}
-
-
-def main(argv: list[str]) -> int:
-    """`python -m kernels.profiling NN [KERNEL]`: the simulator's access tables of a lesson's variants,
-    or, with KERNEL on a machine with a GPU, Nsight Compute on that variant (kernels/nsight.py)."""
-    from .backend import gpu_available
-
-    lesson = (argv[0] if argv else "").zfill(2)
-    kernel = argv[1] if len(argv) > 1 else ""
-    if kernel and gpu_available():
-        from .nsight import profile_kernel
-
-        return profile_kernel(lesson, kernel)
-    if kernel:
-        print(f"KERNEL={kernel} runs Nsight Compute, which needs an NVIDIA GPU, and PyTorch sees none here."
-              + (f" The simulator's access tables of lesson {lesson} instead:" if lesson in LESSONS else ""))
-    if lesson not in LESSONS:
-        print(f"which lesson? make profile LESSON=NN, with NN one of {', '.join(LESSONS)} (on the simulator)")
-        return 2
-    problem = compiler_problem()
-    if problem:
-        print(problem)
-        return 1
-    for title, fn in LESSONS[lesson]():
-        print(f"== {title}")
-        print(profile(fn))
-        print()
-    if gpu_available():
-        print("These are the simulator's figures. Nsight Compute on one variant: make profile LESSON=NN KERNEL=name; "
-              "its counters for the same kernels side by side with these: python tests/toolkit/ncu_compare.py")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

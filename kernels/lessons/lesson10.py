@@ -20,8 +20,9 @@ from pathlib import Path
 import torch
 
 from ..backend import device
-from ..build import ROOT, load
-from ..check import Report, check, merge
+from ..build import load
+from ..paths import ROOT
+from ..check import Diagnosis, Report, check, merge
 from . import Exercise, Hint
 from .lesson03 import _not_run, _one_case
 
@@ -184,14 +185,14 @@ EXERCISES = [
     Exercise("10", "attention_softmax", "attention_softmax.py", run_attention_softmax, hints=[
         Hint("A fake kernel runs no kernel: it returns an empty tensor of the shape and dtype the op returns "
              "(torch.empty_like(scores)). opcheck and torch.compile call it with tensors that hold no data.",
-             ("fake", "not written yet", "opcheck")),
+             answers=(Diagnosis.NOT_IMPLEMENTED,), parts=("opcheck",)),
         Hint("setup_context(ctx, inputs, output): inputs is (scores, scale, q_len). A softmax's derivative needs "
              "its output y, not the scores: ctx.save_for_backward(output); keep the float in ctx.scale (only "
-             "tensors go through save_for_backward).", ("backward", "grad of scores")),
+             "tensors go through save_for_backward).", parts=("grad of scores", "y.sum()")),
         Hint("backward(ctx, grad) returns one gradient per input: the scores' gradient, then None for scale and "
              "None for q_len. The softmax's backward is ops.softmax_backward(y, dy); the op computed "
              "softmax(scores * scale), so multiply by scale (chain rule). The masked entries have y = 0, so their "
-             "gradient comes out 0 by itself.", ("backward", "grad of scores", "block")),
+             "gradient comes out 0 by itself.", parts=("grad of scores", "y.sum()", "block")),
         "`return torch.empty_like(scores)`; `ctx.save_for_backward(output); ctx.scale = inputs[1]`; "
         "`(y,) = ctx.saved_tensors; dx = ops.softmax_backward(y, grad.contiguous()); return (dx if ctx.scale == 1.0 "
         "else dx * ctx.scale), None, None` (with scale 1, as the model calls it, the multiply is a pass to skip).",
