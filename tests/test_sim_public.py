@@ -267,7 +267,7 @@ def test_atomic_add_on_bfloat162_from_many_blocks_adds_every_thread_once(halves)
 def test_the_race_check_sees_16_bit_atomic_adds_as_atomics_and_a_plain_add_as_a_race():
     import ctypes
 
-    from kernels.profiling import compiler_problem, profile_flags
+    from kernels.sim.profile import compiler_problem, profile_flags
 
     if compiler_problem():
         pytest.skip(compiler_problem())
@@ -331,6 +331,54 @@ def test_a_project_macro_around_torch_library_impl_registers_for_the_simulators_
     key = "CUDA" if backend == "cuda" else "CPU"
     op = getattr(torch.ops, ext.ns).reverse32.default
     assert torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch/extension.h's light stand-in on the simulator: what public bindings use of it
+_BINDING = """#include <torch/extension.h>
+#include <torch/types.h>
+
+__global__ void twice_kernel(const float* x, float* out, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = 2 * x[i];
+}
+
+torch::Tensor twice(torch::Tensor x) {
+  TORCH_CHECK(x.device().is_cuda() && x.dtype() == torch::kFloat32, "x must be a float32 CUDA tensor");
+  auto out = torch::empty_like(x);
+  const int64_t n = x.numel();
+  if (n) twice_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+  return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("twice", torch::wrap_pybind_function(twice), "twice");
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_binding_as_load_inline_writes_it_with_torch_types_h_builds_with_the_light_header(tmp_path, backend):
+    """PyTorch's load_inline binds each function through torch::wrap_pybind_function; extensions also
+    include <torch/types.h>, whose names the light header gives itself."""
+    path = tmp_path / f"bound_{backend}.cu"
+    path.write_text(_BINDING)
+    ext = load(path, backend)
+    if backend == "sim":
+        out = Path(ext.__file__).parent
+        main = next((out / "sim_src").glob("sim_0_*.cpp")).read_text()
+        assert "#include <cudasim_torch_extension.h>" in main and not (out / "light_torch.log").exists()
+    x = torch.randn(1000, device=_device(backend))
+    torch.testing.assert_close(ext.twice(x), 2 * x)
+
+
+@pytest.mark.sim_only
+def test_a_syntax_error_in_a_torch_extension_file_is_reported_from_the_first_compile(tmp_path, capsys):
+    path = tmp_path / "typo.cu"
+    path.write_text(_BINDING.replace("auto out = torch::empty_like(x);", "auto out = torch::empty_like(x)"))
+    with pytest.raises(Exception, match=r"typo.cu:12:\d+: error: expected .,. or .;. before .const."):
+        load(path, "sim")
+    assert "full header" not in capsys.readouterr().out  # no second compile with the real torch/extension.h
 
 
 # ---------------------------------------------------------------------------------------------
