@@ -116,10 +116,22 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
+  cudaErrorInvalidSymbol = 13,
+  cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidDeviceFunction = 98,
   cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
+  cudaErrorAssert = 710,
+  cudaErrorIllegalInstruction = 715,
   cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorUnknown = 999,
 };
 typedef cudaError_t cudaError;
 inline const char* cudaGetErrorString(cudaError_t e) {
@@ -128,10 +140,22 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+    case cudaErrorInvalidSymbol: return "invalid device symbol";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorUnknown: return "unknown error";
   }
   return "unknown error";
 }
@@ -141,10 +165,22 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
+    case cudaErrorInvalidSymbol: return "cudaErrorInvalidSymbol";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorAssert: return "cudaErrorAssert";
+    case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorUnknown: return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
 }
@@ -157,12 +193,6 @@ enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDe
                       cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
                          cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
-struct cudaDeviceProp {
-  char name[256];
-  size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
-  int regsPerBlock, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
-  int major, minor, multiProcessorCount, maxThreadsPerMultiProcessor, l2CacheSize;
-};
 
 namespace cudasim {
 
@@ -561,8 +591,8 @@ CUDASIM_INTERNAL inline void resolve_block() {
 // Warp operations: the lanes named in the mask meet; the last to arrive computes every lane's
 // result. Lanes that have exited or do not exist (a partial last warp) are not waited for: votes,
 // __reduce_*_sync and __syncwarp count only the lanes that take part, as PTX defines them. A
-// shuffle whose mask names such a lane is an error: what it reads from there is undefined on a
-// GPU. A shuffle reading a live lane outside its mask gets poison (0xFF bytes, a NaN).
+// shuffle in which a lane reads a lane that has exited, does not exist or is outside the mask is an
+// error: what it reads from there is undefined on a GPU.
 CUDASIM_INTERNAL inline int lane_id() { return g.cur->linear & 31; }
 
 // The translator puts this in front of every `return;` in a kernel's body, so that an error
@@ -589,32 +619,63 @@ CUDASIM_INTERNAL inline std::string exit_place(const Thread& o) {
   return "returned at " + base_name(o.exit_file) + ":" + std::to_string(o.exit_line);
 }
 
-// A shuffle's mask may name only lanes that exist and are still running.
-CUDASIM_INTERNAL inline void check_shuffle_lanes(int warp, const Thread& t) {
+// The lane a shuffle's lane reads: the same lane when the source falls outside its segment of
+// `width` lanes (the value is then the lane's own, as on a GPU).
+CUDASIM_INTERNAL inline int shuffle_source(WarpOp op, int lane, int arg, int width) {
+  const int base = lane & ~(width - 1);
+  switch (op) {
+    case WarpOp::ShflIdx: return base + (arg & (width - 1));
+    case WarpOp::ShflUp: return lane - arg >= base ? lane - arg : lane;
+    case WarpOp::ShflDown: return lane + arg < base + width ? lane + arg : lane;
+    default: return (lane ^ arg) < base + width ? (lane ^ arg) : lane;
+  }
+}
+
+// What a shuffle reads must be defined: a lane that exists, is still running and is in the mask. A
+// mask may name lanes that have exited or do not exist (a partial last warp) as long as no lane reads
+// them: they are not waited for, as PTX defines it.
+CUDASIM_INTERNAL inline void check_shuffle_lanes(int warp, unsigned present) {
   for (int lane = 0; lane < 32; ++lane) {
-    if (!(t.wmask >> lane & 1u)) continue;
-    int id = warp * 32 + lane;
-    char buf[600];
+    if (!(present >> lane & 1u)) continue;
+    const Thread& t = g.threads[warp * 32 + lane];
+    const int src = shuffle_source(t.wop, lane, t.warg, t.wwidth);
+    if (src == lane) continue;
+    const int id = warp * 32 + src;
+    char buf[700];
     if (id >= g.nthreads) {
       std::snprintf(buf, sizeof buf,
-                    "%s at %s:%d with mask 0x%08x names lane %d of warp %d, which does not exist: the block has "
-                    "%d threads, so its last warp has %d lanes. Reading a lane that does not exist is undefined "
-                    "on a GPU; shuffle with a mask of the lanes that exist (__activemask() or "
-                    "__ballot_sync(0xffffffff, threadIdx.x < n) taken where all lanes are present)",
-                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, warp, g.nthreads,
+                    "%s at %s:%d: lane %d reads lane %d of warp %d, which does not exist: the block has %d threads, "
+                    "so its last warp has %d lanes. What a shuffle reads from a lane that does not exist is "
+                    "undefined on a GPU; keep the source inside the warp's lanes (check the offset against the "
+                    "number of lanes) or give the block a multiple of 32 threads",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, lane, src, warp, g.nthreads,
                     g.nthreads - warp * 32);
+      g.cur = &g.threads[warp * 32 + lane];
       fail(buf);
     }
     const Thread& o = g.threads[id];
-    if (o.state != State::Done) continue;
-    std::string exit_at = exit_place(o);
-    std::snprintf(buf, sizeof buf,
-                  "%s at %s:%d with mask 0x%08x names lane %d (thread (%u,%u,%u)), which has exited (%s). What a "
-                  "shuffle reads from an exited lane is undefined on a GPU; leave exited lanes out of the mask "
-                  "(take it with __ballot_sync before the return) or keep every lane until the shuffle",
-                  shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, o.idx.x, o.idx.y, o.idx.z,
-                  exit_at.c_str());
-    fail(buf);
+    if (o.state == State::Done) {
+      std::string exit_at = exit_place(o);
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d with mask 0x%08x: lane %d reads lane %d (thread (%u,%u,%u)), which has exited (%s). "
+                    "What a shuffle reads from an exited lane is undefined on a GPU; leave exited lanes out of the "
+                    "mask (take it with __ballot_sync before the return) or keep every lane until the shuffle",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, src, o.idx.x, o.idx.y,
+                    o.idx.z, exit_at.c_str());
+      g.cur = &g.threads[warp * 32 + lane];
+      fail(buf);
+    }
+    if (!(t.wmask >> src & 1u)) {
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d with mask 0x%08x: lane %d reads lane %d (thread (%u,%u,%u)), which is not in the "
+                    "mask. What a shuffle reads from a lane outside its mask is undefined on a GPU (that lane need "
+                    "not take part), even when the value goes unused; put every lane that is read in the mask, or "
+                    "shuffle only from lanes in it",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, src, o.idx.x, o.idx.y,
+                    o.idx.z);
+      g.cur = &g.threads[warp * 32 + lane];
+      fail(buf);
+    }
   }
 }
 
@@ -673,7 +734,6 @@ CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
   }
   const Thread& any = g.threads[ids[__builtin_ctz(present)]];
   WarpOp op = any.wop;
-  if (is_shuffle(op)) check_shuffle_lanes(warp, any);
   for (int lane = 0; lane < 32; ++lane) {
     if (!(present >> lane & 1u)) continue;
     const Thread& t = g.threads[ids[lane]];
@@ -683,6 +743,7 @@ CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
            "with the same mask");
     }
   }
+  if (is_shuffle(op)) check_shuffle_lanes(warp, present);
   if (op == WarpOp::Collective) {
     WarpJob* jobs[32];
     for (int lane = 0; lane < 32; ++lane) {
@@ -732,13 +793,7 @@ CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
       case WarpOp::ReduceUMin: t.wres = rumin; break;
       case WarpOp::ReduceUMax: t.wres = rumax; break;
       default: {
-        int w = t.wwidth;
-        int base = lane & ~(w - 1);
-        int src = lane;
-        if (op == WarpOp::ShflIdx) src = base + (t.warg & (w - 1));
-        if (op == WarpOp::ShflUp) src = (lane - t.warg >= base) ? lane - t.warg : lane;
-        if (op == WarpOp::ShflDown) src = (lane + t.warg < base + w) ? lane + t.warg : lane;
-        if (op == WarpOp::ShflXor) src = ((lane ^ t.warg) < base + w) ? (lane ^ t.warg) : lane;
+        int src = shuffle_source(op, lane, t.warg, t.wwidth);
         if (src >= 0 && src < 32 && (present >> src & 1u))
           std::memcpy(t.wout, g.threads[ids[src]].wval, sizeof t.wout);
         else
@@ -992,13 +1047,12 @@ CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, size_t smem
   c.smem = smem;
   return c;
 }
+// Any integer or enumerator (the CUDA samples' `enum { SHMEM_SZ = ... }`) is a byte count.
 template <class G, class B, class S>
 CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, S smem, cudaStream_t stream = nullptr) {
-  if constexpr (std::is_integral_v<S>) {
-    return config<G, B>(grid, block, static_cast<size_t>(smem), stream);
-  } else {
-    return config<G, B>(grid, block, size_t(0), stream);
-  }
+  static_assert(std::is_enum_v<S> || std::is_convertible_v<S, size_t>,
+                "the third value of <<<...>>> is the dynamic shared memory size, a number of bytes");
+  return config<G, B>(grid, block, static_cast<size_t>(smem), stream);
 }
 
 CUDASIM_INTERNAL inline std::string strip_name(const std::string& s) {
@@ -1715,37 +1769,6 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
-  std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "cudasim (CPU simulator)");
-  p->totalGlobalMem = 1ull << 34;
-  p->sharedMemPerBlock = ::cudasim::kStaticSharedLimit;
-  p->sharedMemPerBlockOptin = ::cudasim::kOptinSharedLimit;
-  p->sharedMemPerMultiprocessor = 228 * 1024;
-  p->regsPerBlock = 65536;
-  p->warpSize = 32;
-  p->maxThreadsPerBlock = 1024;
-  p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-  p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
-  p->major = 9; p->minor = 0;
-  p->multiProcessorCount = 132;
-  p->maxThreadsPerMultiProcessor = 2048;
-  p->l2CacheSize = 50 * 1024 * 1024;
-  return cudaSuccess;
-}
-enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMemoryPerBlock = 8,
-                      cudaDevAttrWarpSize = 10, cudaDevAttrMultiProcessorCount = 16,
-                      cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  switch (a) {
-    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *v = static_cast<int>(::cudasim::kStaticSharedLimit); break;
-    case cudaDevAttrWarpSize: *v = 32; break;
-    case cudaDevAttrMultiProcessorCount: *v = 132; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = static_cast<int>(::cudasim::kOptinSharedLimit); break;
-  }
-  return cudaSuccess;
-}
 inline cudaError_t cudaMalloc(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
   if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
@@ -1770,12 +1793,8 @@ inline cudaError_t cudaMemcpyToSymbol(T& sym, const void* src, size_t n, size_t 
   std::memcpy(reinterpret_cast<char*>(&sym) + off, src, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 
+#include "cudasim_runtime.h"  // the rest of the runtime API: devices, streams, events, host memory, ...
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include "cudasim_torch.h"
