@@ -424,22 +424,18 @@ def _gpu_only_lines(src: str) -> set[int]:
     return lines
 
 
-def _refuse_asm(src: str, mask: bytearray, path: str) -> None:
-    """Inline assembly (PTX such as mma.sync, ldmatrix, cp.async) cannot run on the CPU: say so."""
-    gpu_only = None
-    for m in _ASM_RE.finditer(src):
-        if not mask[m.start()]:
-            continue
-        line = line_of(src, m.start())
-        if gpu_only is None:
-            gpu_only = _gpu_only_lines(src)
-        if line in gpu_only:
-            continue
-        raise TranslateError(
-            f"{path}:{line}: inline assembly (asm) is not supported by the simulator: PTX such as mma.sync, "
-            "ldmatrix or cp.async has no CPU translation. Use the CUDA C++ API instead (nvcuda::wmma from "
-            "<mma.h> for tensor cores, __shfl_sync, __ldg, ...), or keep the asm under "
-            "#if defined(__CUDA_ARCH__) with a C++ fallback for the simulator")
+def _asm_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
+    """Inline PTX (asm statements) becomes calls of the simulator's PTX (kernels/sim/ptx.py); an
+    instruction it does not run is an error naming the line, unless the preprocessor may hide the
+    statement from the simulator (an #if on __CUDA_ARCH__ or CUDASIM)."""
+    if not any(mask[m.start()] for m in _ASM_RE.finditer(src)):
+        return []
+    from .ptx import asm_edits
+
+    return [_Edit(a, b, text) for a, b, text in asm_edits(src, mask, path, _gpu_only_lines(src))]
+
+
+_PTX_NAMES_RE = re.compile(r"\b__cvta_\w+|\b__is(?:Shared|Global)\b")
 
 
 def translate_source(src: str, path: str, include_map: dict[str, str] | None = None,
@@ -448,8 +444,8 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     `system_map` maps <...> include names to the simulator's headers that stand in for them."""
     src = _cuda_device_as_cpu(src)
     mask = code_mask(src)
-    _refuse_asm(src, mask, path)
-    edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
+    asm = _asm_edits(src, mask, path)
+    edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
     edits += _simple_edits(src, mask, _IMPL_RE, lambda m: m.group(1) + "CPU" + m.group(2))
     if include_map:
@@ -467,7 +463,8 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
         out.append(e.text)
         last = e.end
     out.append(src[last:])
-    return f'#include <cudasim.h>\n#line 1 "{path}"\n' + "".join(out)
+    ptx = asm or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
+    return "#include <cudasim.h>\n" + ("#include <cudasim_ptx.h>\n" if ptx else "") + f'#line 1 "{path}"\n' + "".join(out)
 
 
 def local_includes(path: Path, search: list[Path]) -> dict[str, Path]:
