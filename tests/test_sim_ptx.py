@@ -6,7 +6,10 @@ The kernels are in tests/sim_kernels/ptx_*.cu (valid CUDA for nvcc; the Hopper o
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ import torch
 
 from kernels import load
 from kernels.sim.translate import TranslateError, translate_source
+from planting import plant
 from ptx_cases import VECTORS, all_cases, reference
 
 HERE = Path(__file__).parent / "sim_kernels"
@@ -203,3 +207,186 @@ def test_mma_sync_matmul_survives_every_thread_and_block_order(monkeypatch):
         monkeypatch.setenv("CUDASIM_ORDER", order)
         monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
         torch.testing.assert_close(ext.mma_matmul(a, b), want, rtol=1e-4, atol=1e-3)
+
+
+@contextlib.contextmanager
+def _arch_list(value: str):
+    """Build for `value` (TORCH_CUDA_ARCH_LIST) inside the block, and restore what was there."""
+    before = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = before
+
+
+def _load_hopper(path: Path, backend: str):
+    """Load a file that uses sm_90a's instructions: on cuda it needs an H100 and an sm_90a build."""
+    if backend == "sim":
+        return load(path, "sim")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and setmaxnreg need an sm_90 GPU (H100, H200)")
+    with _arch_list("9.0a"):
+        return load(path, "cuda")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def wgmma_matmul(request):
+    return request.param, _load_hopper(HERE / "ptx_wgmma_matmul.cu", request.param)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def hopper_ops(request):
+    return request.param, _load_hopper(HERE / "ptx_hopper.cu", request.param)
+
+
+@pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_kn", "b_nk"])
+@pytest.mark.parametrize("mnk", [(256, 256, 256), (128, 128, 64), (100, 72, 200), (300, 136, 520), (8, 8, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_tma_mbarrier_wgmma_matmul_matches_torch(wgmma_matmul, mnk, b_kmajor):
+    backend, ext = wgmma_matmul
+    m, n, k = mnk
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    a = torch.randn(m, k, device=dev).bfloat16()
+    b = torch.randn(k, n, device=dev).bfloat16()
+    got = ext.wgmma_matmul(a, b.t().contiguous() if b_kmajor else b, b_kmajor)
+    torch.testing.assert_close(got, (a.double() @ b.double()).float(), rtol=1e-4, atol=1e-4 * k ** 0.5)
+
+
+@pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_kn", "b_nk"])
+def test_wgmma_matmul_of_small_integers_is_exact(wgmma_matmul, b_kmajor):
+    backend, ext = wgmma_matmul
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    a = torch.randint(-3, 4, (130, 512), device=dev).bfloat16()
+    b = torch.randint(-3, 4, (512, 200), device=dev).bfloat16()
+    assert torch.equal(ext.wgmma_matmul(a, b.t().contiguous() if b_kmajor else b, b_kmajor), a.float() @ b.float())
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("rows", [1, 5, 8])
+def test_mbarrier_ring_of_bulk_copies_gives_the_column_sums(hopper_ops, stages, rows):
+    backend, ext = hopper_ops
+    x = torch.randn(rows, 256, device="cuda" if backend == "cuda" else "cpu")
+    torch.testing.assert_close(ext.mbarrier_ring(x, stages), x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+@sim_only
+def test_wgmma_matmul_survives_every_thread_and_block_order(monkeypatch):
+    ext = load(HERE / "ptx_wgmma_matmul.cu", "sim")
+    a, b = torch.randint(-3, 4, (200, 320)).bfloat16(), torch.randint(-3, 4, (320, 136)).bfloat16()
+    for order in ("reverse", "random"):
+        monkeypatch.setenv("CUDASIM_ORDER", order)
+        monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
+        assert torch.equal(ext.wgmma_matmul(a, b, False), a.float() @ b.float())
+
+
+# ---------------------------------------------------------------------------------------------
+# misuse: what a GPU leaves undefined is an error naming the line (or NaN where data never came)
+MISUSE = HERE / "ptx_misuse.cu"
+MISUSE_CASES = {
+    1: ("LDMATRIX-MISALIGNED", r"ldmatrix\.sync\.aligned\.m8n8\.x1\.shared\.b16 at ptx_misuse\.cu:{line}: the row address 0x[0-9a-f]+ is not 16-byte aligned"),
+    2: ("LDMATRIX-GENERIC", r"at ptx_misuse\.cu:{line}: the row address 0x[0-9a-f]+ is a generic address of shared memory"),
+    3: ("MMA-HALF-WARP", r"mma\.sync.* at ptx_misuse\.cu:{line} is a warp-wide call, but lane 16 .* has exited \(returned at ptx_misuse\.cu:\d+\)"),
+    4: ("CP-ASYNC-SRC-SIZE", r"cp\.async\.ca\.shared\.global at ptx_misuse\.cu:{line}: src-size \(12\) must be at most cp-size \(8\)"),
+    6: ("MBAR-NO-INIT", r"at ptx_misuse\.cu:{line}: no mbarrier is initialised at shared address"),
+    7: ("WAIT-LOOP", r"try_wait\.parity.* at ptx_common\.cuh:{line}: deadlock: this wait for the phase of parity 0 to complete "
+                     r"can never end: .* 1 of 1 arrivals still to come"),
+    8: ("WAIT-LOOP", r"at ptx_common\.cuh:{line}: deadlock: .*transaction count of 512 byte\(s\) \(expect_tx at "
+                     r"ptx_misuse\.cu:\d+ announced 1024 bytes this phase, copies delivered 512\)"),
+    9: ("BULK-COPY", r"cp\.async\.bulk.* at ptx_misuse\.cu:{line}: the copies that complete on this mbarrier brought 512 bytes, "
+                     r"more than the 256 bytes that expect_tx announced at ptx_misuse\.cu:\d+"),
+    10: ("ARRIVE-TWICE", r"at ptx_misuse\.cu:{line}: an arrival on an mbarrier whose phase has all its arrivals but has not completed"),
+    11: ("MBAR-OVERWRITTEN", r"at ptx_misuse\.cu:{line}: the mbarrier at shared address 0x[0-9a-f]+ \(initialised at "
+                             r"ptx_misuse\.cu:\d+\) was overwritten by an ordinary store"),
+    12: ("WGMMA-ISSUE", r"wgmma\.mma_async.* at ptx_misuse\.cu:{line}: the matrix descriptor .* outside the block's shared memory"),
+    13: ("WGMMA-ISSUE", r"at ptx_misuse\.cu:{line}: wgmma\.mma_async without a wgmma\.fence"),
+    14: ("WGMMA-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: an accumulator register of a wgmma\.mma_async was written before"),
+    16: ("WGMMA-ISSUE", r"at ptx_misuse\.cu:{line}: wgmma runs on a warpgroup of 4 warps \(128 threads\).*the block has 64 threads"),
+    17: ("TMA-MISUSE", r"cp\.async\.bulk\.tensor.* at ptx_misuse\.cu:{line}: the destination 0x[0-9a-f]+ is not 128-byte aligned"),
+    18: ("TMA-MISUSE", r"at ptx_misuse\.cu:{line}: the tensor map operand does not point to a CUtensorMap made by cuTensorMapEncodeTiled"),
+    19: ("WGMMA-ISSUE", r"at ptx_misuse\.cu:{line}: the block ended with this wgmma\.mma_async still in flight.*block \(0,0,0\)"),
+    20: ("CVTA-GLOBAL", r"__cvta_generic_to_shared at ptx_misuse\.cu:{line}: the pointer 0x[0-9a-f]+ is not shared memory"),
+    21: ("WGMMA-WAIT", r"at ptx_misuse\.cu:{line}: deadlock: this wait completes wgmma group 0 of the warpgroup, but warp 1 has "
+                       r"committed only 0 group\(s\)"),
+}
+
+
+@pytest.fixture(scope="module")
+def misuse():
+    return load(MISUSE, "sim")
+
+
+@sim_only
+@pytest.mark.parametrize("what", list(MISUSE_CASES))
+def test_misuse_is_an_error_naming_the_line(misuse, what):
+    marker, pattern = MISUSE_CASES[what]
+    where = HERE / "ptx_common.cuh" if marker == "WAIT-LOOP" else MISUSE
+    line = rf"{_line_of(marker, where)}(?: \(called from [^)]*\))?"  # helpers name their callers
+    with pytest.raises(RuntimeError, match=pattern.format(line=line)):
+        misuse.misuse(torch.randn(1024), what)
+
+
+@sim_only
+@pytest.mark.parametrize("what", [5, 15], ids=["cp_async_read_before_wait", "wgmma_accumulator_read_before_wait"])
+def test_data_read_before_it_arrived_is_nan(misuse, what):
+    out = misuse.misuse(torch.randn(1024), what)
+    assert out[:32].isnan().all()
+
+
+# ---------------------------------------------------------------------------------------------
+# the Hopper lesson's planted bugs, made from ptx_wgmma_matmul.cu: each is an error or a wrong answer
+WGMMA_MATMUL = HERE / "ptx_wgmma_matmul.cu"
+RELEASE = ('      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // the stage is read: release it\n'
+           '      if (threadIdx.x % 128 == 0) mbar_arrive(&empty[s]);\n')
+RELEASE_EARLY = ('      if (threadIdx.x % 128 == 0) mbar_arrive(&empty[s]);\n'
+                 '      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n')
+PLANTED_WGMMA = {
+    "release_before_the_wgmma_completes": (RELEASE, RELEASE_EARLY,
+        r"cp\.async\.bulk\.tensor.* at ptx_wgmma_matmul\w*\.cu:\d+ \(called from [^)]*\): this copy writes shared "
+        r"memory .* that the "
+        r"wgmma\.mma_async issued at ptx_wgmma_matmul\w*\.cu:\d+ still reads"),
+    "wrong_parity": ("mbar_wait(&full[s], (kt / STAGES) % 2);", "mbar_wait(&full[s], (kt / STAGES + 1) % 2);",
+                     r"deadlock: this wait for the phase of parity 0 .* 256 other thread\(s\) wait at "
+                     r"ptx_common\.cuh:\d+ for the phase of parity 1 of the barrier"),
+    "no_expect_tx": ("mbar_expect_bytes(&full[s], STAGE_BYTES);", "mbar_arrive(&full[s]);",
+                     r"the copies that complete on this mbarrier brought 65536 bytes, more than the 0 bytes that expect_tx "
+                     r"announced"),
+    "no_fence": ('      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n', "",
+                 r"wgmma\.mma_async without a wgmma\.fence"),
+}
+
+
+def _planted_matmul(old: str, new: str, name: str):
+    """ptx_wgmma_matmul.cu with one change, built for sim (its shared header copied beside it)."""
+    path = plant(WGMMA_MATMUL, old, new, name)
+    shutil.copyfile(HERE / "ptx_common.cuh", path.parent / "ptx_common.cuh")
+    return load(path, "sim")
+
+
+@sim_only
+@pytest.mark.parametrize("bug", list(PLANTED_WGMMA))
+def test_a_planted_pipeline_bug_in_the_hopper_matmul_is_an_error(bug):
+    old, new, message = PLANTED_WGMMA[bug]
+    ext = _planted_matmul(old, new, f"ptx_wgmma_matmul_{bug}.cu")
+    a, b = torch.randint(-3, 4, (128, 512)).bfloat16(), torch.randint(-3, 4, (512, 128)).bfloat16()
+    with pytest.raises(RuntimeError, match=message):
+        ext.wgmma_matmul(a, b, False)
+
+
+@sim_only
+def test_a_descriptor_with_the_wrong_swizzle_gives_a_wrong_product():
+    # nothing is undefined here: the tensor core reads the tile in another layout, on a GPU as here
+    ext = _planted_matmul("(1ull << 62);", "(0ull << 62);", "ptx_wgmma_matmul_no_swizzle.cu")
+    a, b = torch.randint(-3, 4, (128, 128)).bfloat16(), torch.randint(-3, 4, (128, 128)).bfloat16()
+    got, want = ext.wgmma_matmul(a, b, True), a.float() @ b.float()
+    assert not got.isnan().any() and (got != want).float().mean() > 0.5
+
+
+@sim_only
+def test_an_error_in_a_helper_names_the_line_that_called_it(misuse):
+    with pytest.raises(RuntimeError, match=rf"at ptx_common\.cuh:{_line_of('WAIT-LOOP', HERE / 'ptx_common.cuh')} "
+                                           rf"\(called from ptx_misuse\.cu:{_line_of('nobody arrives', MISUSE)}\)"):
+        misuse.misuse(torch.randn(1024), 7)

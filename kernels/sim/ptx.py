@@ -559,7 +559,8 @@ class Emit:
 
     def site(self) -> str:
         ins = self.instr
-        return f'::cudasim::ptx::Site{{__FILE__, {self.line_expr(ins.line)}, "{ins.opcode}"}}'
+        return (f'::cudasim::ptx::Site{{__FILE__, {self.line_expr(ins.line)}, "{ins.opcode}", '
+                f'{self.line_expr(self.stmt.line)}}}')
 
     def lookup(self, r: Reg) -> tuple[str, str]:
         for s in reversed(self.scopes):

@@ -23,16 +23,7 @@
 #include <cstdint>
 #include <cuda.h>
 
-#if defined(CUDASIM) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define HAS_SM90A 1  // wgmma and setmaxnreg: sm_90a (the simulator runs them)
-#endif
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
-// The first 1024-byte boundary in a dynamic shared buffer (the period of the 128-byte swizzle).
-__device__ __forceinline__ unsigned char* align1024(unsigned char* raw) {
-  return raw + (((smem_addr(raw) + 1023) & ~1023u) - smem_addr(raw));
-}
+#include "ptx_common.cuh"
 
 // =============================================================================================
 // wgmma_raw
@@ -286,21 +277,8 @@ at::Tensor wgmma_raw(const at::Tensor& image, int64_t adesc, int64_t bdesc, cons
 }
 
 // =============================================================================================
-// Tensor maps. The host encodes them through the runtime's entry point to the driver (no libcuda
-// link needed); `p` holds rank, dtype, swizzle, oob fill, then dims[5], strides[4] (bytes), box[5],
-// elementStrides[5].
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encoder() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-  TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn, "cuTensorMapEncodeTiled is not available");
-  return reinterpret_cast<EncodeTiled>(fn);
-}
-
+// Tensor maps, from the parameters in `p`: rank, dtype, swizzle, oob fill, then dims[5], strides[4]
+// (bytes), box[5], elementStrides[5].
 struct MapParams {
   int rank, dtype, swizzle, oob;
   cuuint64_t dims[5], strides[4];
@@ -330,7 +308,7 @@ MapParams map_params(const at::Tensor& p) {
 }
 
 CUresult encode(CUtensorMap* map, const MapParams& m, void* global) {
-  return encoder()(map, static_cast<CUtensorMapDataType>(m.dtype), static_cast<cuuint32_t>(m.rank), global, m.dims,
+  return tensor_map_encoder()(map, static_cast<CUtensorMapDataType>(m.dtype), static_cast<cuuint32_t>(m.rank), global, m.dims,
                    m.strides, m.box, m.estride, CU_TENSOR_MAP_INTERLEAVE_NONE, static_cast<CUtensorMapSwizzle>(m.swizzle),
                    CU_TENSOR_MAP_L2_PROMOTION_NONE, static_cast<CUtensorMapFloatOOBfill>(m.oob));
 }
@@ -339,26 +317,6 @@ int64_t tma_encode_status(const at::Tensor& global, const at::Tensor& p) {
   CHECK_CUDA(global);
   alignas(128) CUtensorMap map;
   return static_cast<int64_t>(encode(&map, map_params(p), global.data_ptr()));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
-}
-// Wait until the phase of the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
 __global__ void tma_load_raw_kernel(const __grid_constant__ CUtensorMap map, int rank, int4 c0, int c4, uint32_t bytes,

@@ -1187,6 +1187,9 @@ inline std::string fault_line(const void* pc, const void* sp, const void* top) {
   fail(buf);
 }
 
+// Checks other headers run when a block has finished normally (cudasim_ptx.h: a wgmma still in flight).
+inline std::vector<void (*)()> block_end_checks;
+
 inline void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
   g.block_gen += 1;
@@ -1230,6 +1233,7 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
                     "launch) at byte %zu", g.dyn_bytes, g.dyn_bytes + i);
       fail(buf);
     }
+  for (auto check : block_end_checks) check();
 }
 
 template <class Body>

@@ -270,12 +270,43 @@ CUDASIM_INTERNAL inline void mbar_complete_tx(const Site& s, Space sp, Addr a, u
   moved_on();
 }
 
-// Polls that see nothing in the block move on, per thread: a wait that can never end is reported.
+// Polls that see nothing in the block move on, per thread: a wait that can never end is reported,
+// with every other thread that waits on an mbarrier then.
 struct PollState {
   unsigned long long progress = 0;
   int idle = 0;
+  bool waiting = false;  // in a wait that has not seen its phase complete
+  Site site{};
+  uint64_t bar = 0, want = 0;
+  bool parity = false;
 };
 inline PerBlock<PollState> polls;
+
+CUDASIM_INTERNAL inline std::string waited_for(bool parity, uint64_t value) {
+  return parity ? "the phase of parity " + std::to_string(value & 1)
+                : "phase " + std::to_string(value & 0xFFFFFFFFFFFFull);
+}
+
+// The other threads that wait on mbarriers, grouped by where they wait and for what.
+CUDASIM_INTERNAL inline std::string other_waits(const Thread& self) {
+  std::vector<std::pair<std::string, int>> groups;
+  for (const Thread& t : g.threads) {
+    if (&t == &self || t.linear >= g.nthreads || t.state == State::Done) continue;
+    const PollState& p = polls.at(static_cast<size_t>(t.linear));
+    if (!p.waiting) continue;
+    std::string what = at_line(p.site) + " for " + waited_for(p.parity, p.want) + " of the barrier at " + hex(p.bar);
+    for (const MBarrier& b : barriers_now())
+      if (b.valid && b.off == p.bar) what += " (" + describe(b) + ")";
+    bool found = false;
+    for (auto& gr : groups)
+      if (gr.first == what) gr.second += 1, found = true;
+    if (!found) groups.emplace_back(what, 1);
+  }
+  std::string out;
+  for (auto& gr : groups)
+    out += "; " + std::to_string(gr.second) + " other thread(s) wait at " + gr.first;
+  return out;
+}
 
 CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool parity, uint64_t value, bool is_try) {
   MBarrier& b = find_barrier(s, sp, a);
@@ -288,22 +319,27 @@ CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool par
       fail_at(s, "the state operand " + hex(value) + " is not a state returned by mbarrier.arrive on this barrier");
     done = b.phase != (value & 0xFFFFFFFFFFFFull);
   }
-  PollState& ps = polls.at(static_cast<size_t>(me(s).linear));
+  Thread& self = me(s);
+  PollState& ps = polls.at(static_cast<size_t>(self.linear));
   if (done) {
     ps.idle = 0;
+    ps.waiting = false;
     return true;
   }
   (void)is_try;
+  ps.waiting = true;
+  ps.site = s;
+  ps.bar = b.off;
+  ps.want = value;
+  ps.parity = parity;
   yield_thread();  // let the threads that arrive or copy run
   if (g.progress != ps.progress) {
     ps.progress = g.progress;
     ps.idle = 0;
   } else if (++ps.idle > kIdleRounds) {
-    std::string what = parity ? "the phase of parity " + std::to_string(value & 1)
-                              : "phase " + std::to_string(value & 0xFFFFFFFFFFFFull);
-    fail_at(s, "deadlock: this wait for " + what + " to complete can never end: " + describe(b) +
-            ", and no other thread of the block can move it on. A wait on the wrong parity, an arrival or an "
-            "expect_tx too few or too many, or a copy never issued each look like this");
+    fail_at(s, "deadlock: this wait for " + waited_for(parity, value) + " to complete can never end: " + describe(b) +
+            ", and no other thread of the block can move it on" + other_waits(self) + ". A wait on the wrong parity, "
+            "an arrival or an expect_tx too few or too many, or a copy never issued each look like this");
   }
   return false;
 }

@@ -10,21 +10,70 @@
 #pragma once
 #include "../cudasim.h"
 
-#include <chrono>
+#include <execinfo.h>
+
 #include <string>
 
 namespace cudasim {
 namespace ptx {
 
-// Where an instruction is: the learner's file and line, and the instruction's name.
+// Where an instruction is: the learner's file and line, the instruction's name, and the line where
+// its asm statement starts (the simulator's code for the statement is on that line).
 struct Site {
   const char* file;
   int line;
   const char* op;
+  int stmt_line = 0;
 };
 
+// The learner's lines that led to the failing instruction (helpers that wrap asm statements are the
+// rule): the inline chains of the return addresses on the thread's stack, through addr2line.
+CUDASIM_INTERNAL inline std::string called_from(const Site& s) {
+  void* pcs[32];
+  int n = backtrace(pcs, 32);
+  Dl_info self{};
+  if (n <= 0 || !dladdr(reinterpret_cast<void*>(&called_from), &self) || !self.dli_fname) return "";
+  std::string cmd = "addr2line -i -e '" + std::string(self.dli_fname) + "'";
+  int used = 0;
+  for (int i = 1; i < n; ++i) {
+    Dl_info info{};
+    if (!dladdr(pcs[i], &info) || info.dli_fbase != self.dli_fbase) continue;
+    char hexpc[32];
+    std::snprintf(hexpc, sizeof hexpc, " 0x%zx", static_cast<size_t>(reinterpret_cast<uintptr_t>(pcs[i]) -
+                                                                      reinterpret_cast<uintptr_t>(self.dli_fbase) - 1));
+    cmd += hexpc;
+    used += 1;
+  }
+  if (!used) return "";
+  FILE* out = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!out) return "";
+  std::vector<std::string> lines;
+  const std::string file = base_name(s.file), here = file + ":" + std::to_string(s.line),
+                    stmt = file + ":" + std::to_string(s.stmt_line),
+                    launch = base_name(g.launch_file) + ":" + std::to_string(g.launch_line);
+  char buf[1024];
+  while (std::fgets(buf, sizeof buf, out)) {
+    std::string l = buf;
+    while (!l.empty() && (l.back() == '\n' || l.back() == ' ')) l.pop_back();
+    size_t disc = l.find(" (discriminator");
+    if (disc != std::string::npos) l.erase(disc);
+    bool ours = l.rfind("??", 0) != 0 && l.find("/sim/include/") == std::string::npos && l.rfind("/usr/", 0) != 0 &&
+                l.find("/site-packages/") == std::string::npos && l.size() > 2 && l.compare(l.size() - 2, 2, ":0") != 0;
+    if (!ours) continue;
+    l = base_name(l.c_str());
+    bool translated = l.rfind("sim_", 0) == 0;  // the translator's own lines, outside the learner's
+    if (l == launch) break;                       // past the kernel, into the launch
+    if (!translated && l != here && l != stmt && std::find(lines.begin(), lines.end(), l) == lines.end())
+      lines.push_back(l);
+  }
+  pclose(out);
+  std::string text;
+  for (size_t i = 0; i < lines.size() && i < 3; ++i) text += (i ? ", " : " (called from ") + lines[i];
+  return text.empty() ? text : text + ")";
+}
+
 [[noreturn]] CUDASIM_INTERNAL inline void fail_at(const Site& s, const std::string& what) {
-  fail(std::string(s.op) + " at " + base_name(s.file) + ":" + std::to_string(s.line) + ": " + what);
+  fail(std::string(s.op) + " at " + base_name(s.file) + ":" + std::to_string(s.line) + called_from(s) + ": " + what);
 }
 
 // Immediates: an integer literal, a float literal written as bits (0f3F800000, 0d...), a decimal one.

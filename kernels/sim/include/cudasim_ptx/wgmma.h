@@ -17,6 +17,9 @@
 #pragma once
 #include "async.h"
 
+#include <unordered_map>
+#include <unordered_set>
+
 namespace cudasim {
 namespace ptx {
 
@@ -83,9 +86,8 @@ struct WgOp {
   std::vector<Range> reads;
 };
 
-// A result computed and not yet in its variable: the variable, the value, the group that made it.
+// A result computed and not yet in its variable: the value and the group that made it.
 struct WgValue {
-  void* home;
   uint32_t value;
   unsigned long long group;
 };
@@ -94,7 +96,7 @@ struct WgWarp {
   std::vector<WgOp> ops;  // issued and not yet computed, in issue order
   unsigned long long committed = 0;
   uint32_t fenced = 0;  // lanes that executed wgmma.fence since their last wait
-  std::vector<WgValue> values;
+  std::unordered_map<void*, WgValue> values;  // by the variable it goes to
 };
 
 struct WgState {
@@ -105,20 +107,25 @@ inline WgState wg_state;
 
 CUDASIM_INTERNAL inline WgWarp& wg_warp(const Site& s, int warp) {
   if (wg_state.gen != g.block_gen) {
-    for (auto& w : wg_state.warps)
-      if (!w.ops.empty()) {
-        const Site& o = w.ops.front().site;
-        wg_state.warps.clear();
-        wg_state.gen = g.block_gen;
-        fail_at(o, "a block ended with this wgmma.mma_async still in flight: every wgmma must be waited for "
-                "(wgmma.wait_group) before its warp exits; its accumulators never received its results");
-      }
     wg_state.gen = g.block_gen;
     wg_state.warps.assign(static_cast<size_t>((g.nthreads + 31) / 32), WgWarp{});
   }
   (void)s;
   return wg_state.warps.at(static_cast<size_t>(warp));
 }
+
+// When a block ends, nothing of it may be in flight: its threads never waited for the results.
+CUDASIM_INTERNAL inline void wgmma_block_end() {
+  if (wg_state.gen != g.block_gen) return;
+  for (auto& w : wg_state.warps)
+    if (!w.ops.empty()) {
+      const Site o = w.ops.front().site;  // a copy: the state goes now
+      wg_state.warps.clear();
+      fail_at(o, "the block ended with this wgmma.mma_async still in flight: every wgmma must be waited for "
+              "(wgmma.wait_group) before its threads exit; its accumulators never received its results");
+    }
+}
+inline const bool wgmma_block_end_registered = (block_end_checks.push_back(&wgmma_block_end), true);
 
 CUDASIM_INTERNAL inline void check_async_readers(const Site& s, const unsigned char* p, uint64_t n, const char* what) {
   if (wg_state.gen != g.block_gen || !in_window(p)) return;
@@ -277,9 +284,8 @@ CUDASIM_INTERNAL inline float elem16(Ty t, const unsigned char* p) {
 }
 
 CUDASIM_INTERNAL inline WgValue* value_of(WgWarp& w, void* home) {
-  for (auto& v : w.values)
-    if (v.home == home) return &v;
-  return nullptr;
+  auto it = w.values.find(home);
+  return it == w.values.end() ? nullptr : &it->second;
 }
 
 // Run one operation for its warp: D (16 rows of this warp x N) = A x B + (scale-d ? D : 0).
@@ -338,9 +344,7 @@ CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
         v = to_f16_bits(d[static_cast<size_t>(place(l, 2 * r))], false) |
             (static_cast<uint32_t>(to_f16_bits(d[static_cast<size_t>(place(l, 2 * r + 1))], false)) << 16);
       }
-      void* home = op.accs[static_cast<size_t>(l * op.nd + r)].home;
-      if (WgValue* known = value_of(w, home)) *known = WgValue{home, v, op.group};
-      else w.values.push_back(WgValue{home, v, op.group});
+      w.values[op.accs[static_cast<size_t>(l * op.nd + r)].home] = WgValue{v, op.group};
     }
 }
 
@@ -366,20 +370,18 @@ CUDASIM_INTERNAL inline void wgmma_wait_run(WarpJob* const* lanes) {
   const unsigned long long below = j0->below;
   for (int v = first; v < last; ++v) wgmma_complete(v, below);  // the warpgroup's operations
   WgWarp& w = wg_warp(s, warp);
-  auto still_used = [&](void* home) {
-    for (const WgOp& op : w.ops)
-      for (const Acc& x : op.accs)
-        if (x.home == home) return true;
-    return false;
-  };
-  for (size_t e = 0; e < w.values.size();) {
-    WgValue& v = w.values[e];
-    if (v.group >= below || still_used(v.home)) {
-      ++e;
+  std::unordered_set<void*> pending;  // variables an operation still in flight writes again
+  for (const WgOp& op : w.ops)
+    for (const Acc& x : op.accs) pending.insert(x.home);
+  auto still_used = [&](void* home) { return pending.count(home) != 0; };
+  for (auto it = w.values.begin(); it != w.values.end();) {
+    void* home = it->first;
+    if (it->second.group >= below || still_used(home)) {
+      ++it;
       continue;
     }
     // the lane whose stack holds the variable (accumulators are usually its locals)
-    const uintptr_t h = reinterpret_cast<uintptr_t>(v.home);
+    const uintptr_t h = reinterpret_cast<uintptr_t>(home);
     for (int l = 0; l < 32; ++l) {
       auto* lane_job = static_cast<WgWaitJob*>(lanes[l]);
       Thread* t = lane_job->self;
@@ -391,12 +393,12 @@ CUDASIM_INTERNAL inline void wgmma_wait_run(WarpJob* const* lanes) {
                 "the accumulators alive (for example in the kernel's own frame, passed by reference) until the wait");
     }
     uint32_t now;
-    std::memcpy(&now, v.home, 4);
+    std::memcpy(&now, home, 4);
     if (now != 0xFFFFFFFFu)
       fail_at(s, "an accumulator register of a wgmma.mma_async was written before this wgmma.wait_group completed "
               "it: the registers belong to the wgmma until then (PTX leaves touching them undefined)");
-    std::memcpy(v.home, &v.value, 4);
-    w.values.erase(w.values.begin() + static_cast<long>(e));
+    std::memcpy(home, &it->second.value, 4);
+    it = w.values.erase(it);
   }
   w.fenced = 0;
 }
@@ -414,8 +416,8 @@ CUDASIM_INTERNAL inline void wgmma_wait(const Site& s, uint32_t n) {
       if (wg_warp(s, v).committed < below) return false;
     return true;
   }, [&] {
-    int late = first;
-    for (int v = first; v < last; ++v)
+    int late = last - 1;
+    for (int v = last - 1; v >= first; --v)
       if (wg_warp(s, v).committed < below) late = v;
     return "deadlock: this wait completes wgmma group " + std::to_string(below - 1) + " of the warpgroup, but warp " +
            std::to_string(late) + " has committed only " + std::to_string(wg_warp(s, late).committed) +
