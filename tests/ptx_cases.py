@@ -937,22 +937,35 @@ def _cpu(x):
     return x.cpu() if isinstance(x, torch.Tensor) else x
 
 
-def record(out_dir: Path) -> None:
-    """Run every case on the GPU and save one file per source file: {case: {"args", "out"}}."""
+def args_digest(args) -> str:
+    """A digest of a case's arguments: a recorded answer counts only for the inputs it was made from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in args:
+        h.update(a.contiguous().view(torch.uint8).numpy().tobytes() if isinstance(a, torch.Tensor) else repr(a).encode())
+    return h.hexdigest()[:16]
+
+
+def record(out_dir: Path, backend: str = "cuda") -> None:
+    """Run every case and save one file per source file: {case: {"digest" of the args, "out"}}."""
     sys.path.insert(0, str(HERE.parent))
     from kernels import load
 
     out_dir.mkdir(parents=True, exist_ok=True)
     cases = all_cases()
     by_file: dict[str, dict] = {}
+    dev = "cuda" if backend == "cuda" else "cpu"
     for name, case in cases.items():
-        ext = load(KERNELS / case.file, "cuda")
+        ext = load(KERNELS / case.file, backend)
         try:
-            got = getattr(ext, case.op)(*[_to(x, "cuda") for x in case.args])
-            torch.cuda.synchronize()
-            by_file.setdefault(case.file, {})[name] = {"args": case.args, "out": _cpu(got)}
+            got = getattr(ext, case.op)(*[_to(x, dev) for x in case.args])
+            if backend == "cuda":
+                torch.cuda.synchronize()
+            by_file.setdefault(case.file, {})[name] = {"digest": args_digest(case.args), "out": _cpu(got)}
         except Exception as e:  # noqa: BLE001 (a case the GPU refuses is recorded as such)
-            by_file.setdefault(case.file, {})[name] = {"args": case.args, "error": f"{type(e).__name__}: {e}"}
+            by_file.setdefault(case.file, {})[name] = {"digest": args_digest(case.args),
+                                                       "error": f"{type(e).__name__}: {e}"}
             print(f"{name}: {type(e).__name__}: {e}")
     for file, table in by_file.items():
         torch.save(table, out_dir / (Path(file).stem + ".pt"))
@@ -962,15 +975,18 @@ def record(out_dir: Path) -> None:
 def main() -> None:
     import os
 
-    parser = argparse.ArgumentParser(description="Record the GPU's answers to the PTX test cases.")
+    parser = argparse.ArgumentParser(description="Record the GPU's answers to the PTX test cases (build with "
+                                     "TORCH_CUDA_ARCH_LIST=9.0a: the Hopper cases need sm_90a).")
     parser.add_argument("--out", default=os.environ.get("OUT") and str(Path(os.environ["OUT"]) / "ptx_vectors"),
                         help="the folder for the vector files (default: $OUT/ptx_vectors)")
+    parser.add_argument("--backend", choices=["cuda", "sim"], default="cuda",
+                        help="where to run the cases (sim only to try the recorder without a GPU)")
     args = parser.parse_args()
     if not args.out:
         parser.error("give --out or set OUT")
-    if not torch.cuda.is_available():
+    if args.backend == "cuda" and not torch.cuda.is_available():
         parser.error("needs a GPU (torch.cuda.is_available() is False)")
-    record(Path(args.out))
+    record(Path(args.out), args.backend)
 
 
 if __name__ == "__main__":

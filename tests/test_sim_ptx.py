@@ -10,15 +10,17 @@ import contextlib
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from kernels import load
+from kernels.build import BuildError
 from kernels.sim.translate import TranslateError, translate_source
 from planting import plant
-from ptx_cases import VECTORS, all_cases, reference
+from ptx_cases import VECTORS, all_cases, args_digest, reference
 
 HERE = Path(__file__).parent / "sim_kernels"
 OPS = HERE / "ptx_ops.cu"
@@ -161,6 +163,7 @@ def test_instruction_matches_the_ptx_isa_and_the_h100(request, name):
     _same(got, reference(name, case), case, "simulator vs the PTX ISA")
     recorded = _gpu_answer(case.file, name)
     if recorded is not None:
+        assert recorded["digest"] == args_digest(case.args), "the recorded answer is for other inputs: record again"
         assert "error" not in recorded, recorded.get("error")
         _same(got, recorded["out"], case, "simulator vs the H100")
 
@@ -390,3 +393,47 @@ def test_an_error_in_a_helper_names_the_line_that_called_it(misuse):
     with pytest.raises(RuntimeError, match=rf"at ptx_common\.cuh:{_line_of('WAIT-LOOP', HERE / 'ptx_common.cuh')} "
                                            rf"\(called from ptx_misuse\.cu:{_line_of('nobody arrives', MISUSE)}\)"):
         misuse.misuse(torch.randn(1024), 7)
+
+
+@pytest.mark.parametrize("row0, col0", [(0, 0), (40, 16), (90, 100)])
+def test_libcudacxx_barrier_and_tma_helpers_load_a_tile(hopper_ops, row0, col0):
+    backend, ext = hopper_ops
+    x = torch.randn(100, 140, device="cuda" if backend == "cuda" else "cpu")
+    tile, address = ext.barrier_tma_tile(x, row0, col0)
+    want = torch.zeros(32, 64, device=x.device)
+    part = x[row0:row0 + 32, col0:col0 + 64]
+    want[:part.shape[0], :part.shape[1]] = part
+    assert torch.equal(tile, want)
+    assert address.item() % 1024 == 0  # __shared__ alignas(1024): aligned in the shared window
+
+
+def test_ldmatrix_takes_the_count_before_the_shape_as_ptxas_does():
+    out = _translate('  asm volatile("ldmatrix.sync.aligned.x4.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];" '
+                     ': "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3]) : "r"(0u));')
+    assert "ldmatrix<4, false" in out
+
+
+def test_a_cluster_kernel_fails_to_build_saying_clusters_are_not_simulated(tmp_path):
+    src = tmp_path / "cluster.cu"
+    src.write_text('#include "helpers.cuh"\n__global__ void __cluster_dims__(2, 1, 1) k(float* x) { x[0] = 1.0f; }\n')
+    with pytest.raises(BuildError, match=r"cluster\.cu:2:.*thread-block clusters \(__cluster_dims__\) are not simulated"):
+        load(src, "sim")
+
+
+@sim_only
+@pytest.mark.parametrize("file", ["ptx_mma_matmul.cu", "ptx_wgmma_matmul.cu"], ids=["mma_sync", "wgmma"])
+def test_a_256_cubed_bf16_matmul_takes_under_a_second_of_cpu(file):
+    ext = load(HERE / file, "sim")
+    a, b = torch.randn(256, 256).bfloat16(), torch.randn(256, 256).bfloat16()
+    run = (lambda: ext.mma_matmul(a, b)) if file == "ptx_mma_matmul.cu" else (lambda: ext.wgmma_matmul(a, b, False))
+    run()
+    start = time.process_time()  # CPU time: what the simulator spends, however busy the machine is
+    run()
+    assert time.process_time() - start < 1.0
+
+
+@pytest.mark.parametrize("noinc", [True, False], ids=["noinc", "with_arrive"])
+def test_cp_async_copies_completing_on_an_mbarrier_arrive_before_the_wait_ends(hopper_ops, noinc):
+    backend, ext = hopper_ops
+    src = torch.randint(1, 256, (1024,), dtype=torch.uint8, device="cuda" if backend == "cuda" else "cpu")
+    assert torch.equal(ext.cp_async_mbarrier(src, noinc), src)

@@ -7,6 +7,8 @@ ptx.py turns None into the error that names the instruction.
 """
 from __future__ import annotations
 
+import re
+
 from .ptx import Emit, Imm, Instr, Mem, Pair, Reg, Vec
 
 P = "::cudasim::ptx::"
@@ -349,9 +351,9 @@ def e_vote(ins: Instr, em: Emit) -> str:
     d, a, mask = ins.operands
     if (mode == "ballot") != (t == "b32"):
         em.fail("vote.sync.ballot takes .b32, the others .pred")
-    neg = False
-    return (f"{P}put<{'uint32_t' if t == 'b32' else 'bool'}>({em.reg(d)}, {P}vote_sync({em.site()}, "
-            f"{P}Vote::{mode}, {'!' if neg else ''}{P}pred({em.val(a)}), {P}as<uint32_t>({em.val(mask)})));")
+    out = "uint32_t" if t == "b32" else "bool"
+    value = f"{P}vote_sync({em.site()}, {P}Vote::{mode}, {P}pred({em.val(a)}), {P}as<uint32_t>({em.val(mask)}))"
+    return f"{P}put<{out}>({em.reg(d)}, static_cast<{out}>({value}));"
 
 
 def e_elect(ins: Instr, em: Emit) -> str:
@@ -541,8 +543,10 @@ def _matrix_mods(ins: Instr, em: Emit) -> tuple[int, bool, str]:
     m = Mods(ins, em)
     m.need("sync")
     m.need("aligned")
-    m.need("m8n8")
+    shape = m.take("m8n8")
     num = int(m.need("x1", "x2", "x4")[1:])
+    if shape is None:  # ptxas also takes the count before the shape
+        m.need("m8n8")
     trans = m.take("trans") is not None
     space = _space(m)
     m.need("b16")
@@ -701,10 +705,7 @@ def e_mbarrier(ins: Instr, em: Emit) -> str:
     op = m.need("init", "inval", "arrive", "arrive_drop", "expect_tx", "complete_tx", "test_wait", "try_wait",
                 "pending_count")
     if op == "pending_count":
-        m.need("b64")
-        m.done()
-        nops(ins, em, 2)
-        return f"{P}put<uint32_t>({em.reg(ins.operands[0])}, {P}mbar_pending_count({em.site()}, {P}as<uint64_t>({em.val(ins.operands[1])})));"
+        em.fail("mbarrier.pending_count is not run by the simulator")
     variant = None
     if op in ("arrive", "arrive_drop"):
         variant = m.take("expect_tx", "noComplete")
@@ -760,7 +761,7 @@ def e_wgmma(ins: Instr, em: Emit) -> str:
         m.done()
         if op == "wait_group":
             nops(ins, em, 1)
-            n = em.imm(ins.operands[0], "group count")
+            em.imm(ins.operands[0], "group count")
             return f"{P}wgmma_wait({em.site()}, {P}as<uint32_t>({em.val(ins.operands[0])}));"
         nops(ins, em, 0)
         return f"{P}wgmma_{'fence' if op == 'fence' else 'commit'}({em.site()});"
@@ -769,8 +770,7 @@ def e_wgmma(ins: Instr, em: Emit) -> str:
     m.need("sync")
     m.need("aligned")
     shape = m.rest.pop(0) if m.rest else ""
-    import re as _re
-    sm = _re.fullmatch(r"m64n(\d+)k(\d+)", shape)
+    sm = re.fullmatch(r"m64n(\d+)k(\d+)", shape)
     if not sm:
         em.fail(f"expected a shape m64nNkK, found .{shape}")
     n, k = int(sm.group(1)), int(sm.group(2))

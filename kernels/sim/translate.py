@@ -1,8 +1,9 @@
 """Translate CUDA C++ into C++ for the simulator: launches, __shared__, #pragma unroll, dispatch keys.
 
-Only five things change (the fifth: a `return;` in a kernel first notes its line); everything
-else is the learner's code, and `#line` directives plus newline-preserving rewrites keep compiler
-errors pointing at the learner's own file and line.
+Only six things change (the fifth: a `return;` in a kernel first notes its line; the sixth: an
+`asm` statement becomes calls of the simulator's PTX, see ptx.py); everything else is the
+learner's code, and `#line` directives plus newline-preserving rewrites keep compiler errors
+pointing at the learner's own file and line.
 """
 from __future__ import annotations
 
@@ -300,11 +301,16 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
         if not dm:
             raise TranslateError(f"{path}:{line}: cannot read this __shared__ declaration: {decl.strip()!r}")
         typ, name, dims = dm.group("type").strip(), dm.group("name"), "".join(dm.group("dims").split())
-        if extern:
+        if extern and not dims:  # extern __shared__ Tile s; (dynamic shared memory seen as one object)
+            new = (f"using cudasim_t_{name} = {typ}; "
+                   + ("static " if file_scope else "")
+                   + f"cudasim_t_{name}& {name} = *::cudasim::{'file_' if file_scope else ''}dynamic_shared<cudasim_t_{name}>()")
+        elif extern:
             if not dims.startswith("[]") or "[]" in dims[2:]:
                 raise TranslateError(
                     f"{path}:{line}: extern __shared__ must be an array whose first size is left out, such as "
-                    "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`")
+                    "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`, or one object "
+                    "(`extern __shared__ Tiles s;`)")
             # buf[] is a T*; rows[][64] (the CUDA samples' idiom) a pointer to rows of 64
             elem = f"cudasim_t_{name}"
             new = f"using {elem} = {typ}{dims[2:]}; "
@@ -435,7 +441,7 @@ def _asm_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
     return [_Edit(a, b, text) for a, b, text in asm_edits(src, mask, path, _gpu_only_lines(src))]
 
 
-_PTX_NAMES_RE = re.compile(r"\b__cvta_\w+|\b__is(?:Shared|Global)\b")
+_PTX_NAMES_RE = re.compile(r"\b__cvta_\w+|\b__is(?:Shared|Global)\b|\b__cluster_dims__\b")
 
 
 def translate_source(src: str, path: str, include_map: dict[str, str] | None = None,

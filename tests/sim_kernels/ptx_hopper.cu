@@ -14,6 +14,12 @@
 //   mbarrier_ring      column sums of [rows, 256] floats: a producer thread streams rows with
 //                      cp.async.bulk through a ring of stages, 64 consumer threads wait on each
 //                      stage's mbarrier (phase parity) and release it on another
+//   cp_async_mbarrier  64 threads copy 16 bytes each with cp.async and have the copies complete on an
+//                      mbarrier (cp.async.mbarrier.arrive, .noinc or with a plain arrive), then each
+//                      thread reads its neighbour's bytes after the wait
+//   barrier_tma_tile   libcu++'s forms (<cuda/barrier>): a 32 x 64 tile of a float matrix loaded with
+//                      cuda::device::experimental::cp_async_bulk_tensor_2d_global_to_shared into a
+//                      1024-aligned static __shared__ tile, completing on a cuda::barrier
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -22,6 +28,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <cstdint>
 #include <cuda.h>
+#include <cuda/barrier>
 
 #include "ptx_common.cuh"
 
@@ -519,7 +526,87 @@ at::Tensor mbarrier_ring(const at::Tensor& x, int64_t stages) {
   return out;
 }
 
+// =============================================================================================
+// cp_async_mbarrier
+__global__ void cp_async_mbarrier_kernel(const uint8_t* src, uint8_t* out, bool noinc) {
+  __shared__ alignas(16) uint8_t staged[64 * 16];
+  __shared__ alignas(8) uint64_t bar;
+  const int t = threadIdx.x;
+  if (t == 0) mbar_init(&bar, 64);  // 64 arrivals: the copies' (.noinc) or the threads' own
+  __syncthreads();
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" :: "r"(smem_addr(&staged[t * 16])), "l"(src + t * 16));
+  if (noinc) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(smem_addr(&bar)));
+  } else {
+    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" :: "r"(smem_addr(&bar)));
+    mbar_arrive(&bar);
+  }
+  mbar_wait(&bar, 0);
+  const int from = (t + 1) % 64;
+  for (int i = 0; i < 16; ++i) out[from * 16 + i] = staged[from * 16 + i];
+}
+
+at::Tensor cp_async_mbarrier(const at::Tensor& src, bool noinc) {
+  CHECK_INPUT(src);
+  CHECK_DTYPE(src, at::kByte);
+  TORCH_CHECK(src.numel() == 1024 && aligned16(src), "src must be 1024 bytes, 16-byte aligned");
+  at::Tensor out = at::zeros_like(src);
+  cp_async_mbarrier_kernel<<<1, 64>>>(src.data_ptr<uint8_t>(), out.data_ptr<uint8_t>(), noinc);
+  CHECK_LAUNCH();
+  return out;
+}
+
+// =============================================================================================
+// barrier_tma_tile: the tile of x [rows, cols] at (row0, col0), 32 rows x 64 columns (zeros outside x)
+using block_barrier = cuda::barrier<cuda::thread_scope_block>;
+namespace cde = cuda::device::experimental;
+
+__global__ void barrier_tma_tile_kernel(const __grid_constant__ CUtensorMap map, int row0, int col0, float* out,
+                                        uint32_t* tile_address) {
+  __shared__ alignas(1024) float tile[32 * 64];
+#pragma nv_diag_suppress static_var_with_dynamic_init
+  __shared__ block_barrier bar;
+  if (threadIdx.x == 0) {
+    init(&bar, blockDim.x);
+    cde::fence_proxy_async_shared_cta();
+  }
+  __syncthreads();
+  block_barrier::arrival_token token;
+  if (threadIdx.x == 0) {
+    cde::cp_async_bulk_tensor_2d_global_to_shared(tile, &map, col0, row0, bar);
+    token = cuda::device::barrier_arrive_tx(bar, 1, sizeof(tile));  // one arrival, and the bytes to expect
+  } else {
+    token = bar.arrive();
+  }
+  bar.wait(std::move(token));
+  for (int i = threadIdx.x; i < 32 * 64; i += blockDim.x) out[i] = tile[i];
+  if (threadIdx.x == 0) *tile_address = smem_addr(tile);
+}
+
+std::vector<at::Tensor> barrier_tma_tile(const at::Tensor& x, int64_t row0, int64_t col0) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  CHECK_DIM(x, 2);
+  TORCH_CHECK(x.size(1) % 4 == 0 && aligned16(x), "x's rows must be 16-byte multiples and x 16-byte aligned");
+  alignas(128) CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(x.size(1)), static_cast<cuuint64_t>(x.size(0))};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(x.size(1)) * 4};
+  const cuuint32_t box[2] = {64, 32}, estride[2] = {1, 1};
+  CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, x.data_ptr(), dims, strides, box, estride,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with error ", std::to_string(static_cast<int>(r)));
+  at::Tensor out = at::empty({32, 64}, x.options());
+  at::Tensor address = at::zeros({1}, x.options().dtype(at::kInt));
+  barrier_tma_tile_kernel<<<1, 128>>>(map, static_cast<int>(row0), static_cast<int>(col0), out.data_ptr<float>(),
+                                      reinterpret_cast<uint32_t*>(address.data_ptr<int>()));
+  CHECK_LAUNCH();
+  return {out, address};
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("barrier_tma_tile(Tensor x, int row0, int col0) -> Tensor[]");
+  m.def("cp_async_mbarrier(Tensor src, bool noinc) -> Tensor");
   m.def("wgmma_raw(Tensor image, int adesc, int bdesc, Tensor a_regs, Tensor c, int n, int kind, int flags, int scale_d) -> Tensor");
   m.def("tma_encode_status(Tensor glob, Tensor p) -> int");
   m.def("tma_load_raw(Tensor glob, Tensor p, Tensor coords) -> Tensor[]");
@@ -535,4 +622,6 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("bulk_raw", &bulk_raw);
   m.impl("mbarrier_ring", &mbarrier_ring);
   m.impl("tma_encode_status", &tma_encode_status);
+  m.impl("barrier_tma_tile", &barrier_tma_tile);
+  m.impl("cp_async_mbarrier", &cp_async_mbarrier);
 }

@@ -298,7 +298,7 @@ constexpr size_t kFileRegion = kOptinSharedLimit;
 // All shared memory lives at one fixed address, so that a file-scope `extern __shared__` array
 // or `__shared__` variable can be bound once, when the library loads:
 // [dynamic, canary | function-scope static, from static_base | file-scope static]
-alignas(128) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
+alignas(1024) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
 constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
@@ -889,7 +889,8 @@ inline T& shared_var(SharedSlot& slot, const char* name) {
   if (!g.running) fail(std::string("__shared__ variable '") + name + "' used outside a kernel");
   if (slot.gen != g.block_gen) {
     size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
-    size_t off = (g.static_used + align - 1) / align * align;
+    // aligned in the shared window (static_base is only 128-aligned): a 1024-aligned tile for a swizzle
+    size_t off = (g.static_base + g.static_used + align - 1) / align * align - g.static_base;
     if (g.file_static_used + off + sizeof(T) > g.static_limit) {
       char buf[400];
       std::snprintf(buf, sizeof buf,
@@ -1645,7 +1646,7 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::malloc(n ? n : 1);
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));  // 256-byte aligned, as CUDA's
   return *p ? cudaSuccess : ::cudasim::record(cudaErrorMemoryAllocation);
 }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }

@@ -70,11 +70,12 @@ CUDASIM_INTERNAL inline void st(const Site& s, Addr a, const V&... vals) {
 // (which hold a token that changes with every operation, so a plain store over a live barrier is
 // noticed); a new block starts with none.
 struct Delivery {
-  unsigned char* dst;
+  unsigned char* dst;  // nullptr once landed
   std::vector<unsigned char> data;
   uint32_t bytes;     // counted against the transaction count
-  uint32_t arrivals;  // an arrive-on that comes with it (cp.async.mbarrier.arrive.noinc)
+  uint32_t arrivals;  // an arrive-on that comes with it (cp.async.mbarrier.arrive)
   Site site;
+  bool records = false;  // data holds (pointer, size, bytes) records of cp.async copies, not one block
 };
 
 struct MBarrier {
@@ -344,11 +345,6 @@ CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool par
   return false;
 }
 
-CUDASIM_INTERNAL inline uint32_t mbar_pending_count(const Site& s, uint64_t state) {
-  (void)state;
-  fail_at(s, "mbarrier.pending_count is not run by the simulator");
-}
-
 // ---------------------------------------------------------------------------------------------
 // cp.async (sm_80): the queue of __pipeline_memcpy_async (cuda_pipeline_primitives.h)
 CUDASIM_INTERNAL inline void cp_async(const Site& s, bool cg, Addr dst, Addr src, uint32_t size, long long src_size,
@@ -400,7 +396,7 @@ CUDASIM_INTERNAL inline void cp_async_wait_all(const Site& s) {
 CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, Addr a, bool noinc) {
   PipelineState& p = my_pipeline(s.op, s.file, s.line);
   MBarrier& b = find_barrier(s, sp, a);
-  Delivery d{arena, {}, 0, 1, s};  // an arrive-on carrying the copies
+  Delivery d{arena, {}, 0, 1, s, true};  // an arrive-on carrying the copies
   for (AsyncCopy& c : p.queued) {
     size_t at = d.data.size();
     d.data.resize(at + sizeof(unsigned char*) + 1 + c.size);
@@ -422,7 +418,7 @@ CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, A
 // Bulk copies and TMA.
 CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d) {
   (void)s;
-  if (d.dst == arena && d.arrivals) {  // cp.async copies: (pointer, size, bytes) records
+  if (d.records) {
     size_t k = 0;
     while (k < d.data.size()) {
       unsigned char* dst;
@@ -442,7 +438,7 @@ CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned cha
   check_async_readers(s, dst, n, "this copy");
   note_write(dst, n, s.file, s.line);
   std::memset(dst, kPoison, n);  // not there until the barrier's phase completes
-  b.inflight.push_back(Delivery{dst, std::move(data), n, 0, s});
+  b.inflight.push_back(Delivery{dst, std::move(data), n, 0, s, false});
   stamp(b);
   moved_on();
 }

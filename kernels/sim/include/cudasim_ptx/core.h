@@ -14,6 +14,10 @@
 
 #include <string>
 
+// Thread-block clusters are not simulated: blocks run one at a time, so the blocks of a cluster
+// cannot share memory (distributed shared memory), barriers (barrier.cluster) or multicast copies.
+#define __cluster_dims__(...) _Pragma("GCC error \"thread-block clusters (__cluster_dims__) are not simulated: blocks run one at a time here, so the blocks of a cluster could not share memory, barriers or TMA multicast\"")
+
 namespace cudasim {
 namespace ptx {
 

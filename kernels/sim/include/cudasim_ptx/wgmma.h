@@ -360,8 +360,14 @@ CUDASIM_INTERNAL inline void wgmma_complete(int warp, unsigned long long below) 
 struct WgWaitJob : WarpJob {
   Site site;
   unsigned long long below;
-  const void* frame;  // an address in the lane's live stack frame
+  const void* stack_top;  // below every live frame of the lane: what lies under it has gone out of scope
 };
+
+// An address below the caller's frames (a function of its own, so that inlining cannot move it).
+__attribute__((noinline)) CUDASIM_INTERNAL inline const void* below_callers() {
+  volatile char here = 0;
+  return const_cast<const char*>(&here);
+}
 
 CUDASIM_INTERNAL inline void wgmma_wait_run(WarpJob* const* lanes) {
   auto* j0 = static_cast<WgWaitJob*>(lanes[0]);
@@ -388,7 +394,7 @@ CUDASIM_INTERNAL inline void wgmma_wait_run(WarpJob* const* lanes) {
       const uintptr_t lo = reinterpret_cast<uintptr_t>(t->stack) + kGuardBytes;
       if (!t->stack || h < lo || h >= lo + t->stack_size) continue;
       g.cur = t;
-      if (h < reinterpret_cast<uintptr_t>(lane_job->frame))
+      if (h < reinterpret_cast<uintptr_t>(lane_job->stack_top))
         fail_at(s, "the variable a wgmma accumulates into went out of scope before this wgmma.wait_group: keep "
                 "the accumulators alive (for example in the kernel's own frame, passed by reference) until the wait");
     }
@@ -429,7 +435,7 @@ CUDASIM_INTERNAL inline void wgmma_wait(const Site& s, uint32_t n) {
   job.name = s.op;
   job.site = s;
   job.below = below;
-  job.frame = __builtin_frame_address(0);
+  job.stack_top = below_callers();
   warp_collective(job, s.file, s.line);
 }
 
