@@ -65,28 +65,28 @@ $(VENV)/.installed: pyproject.toml
 	@echo "set up: $$($(VENV)/bin/python -c 'import torch; print("torch", torch.__version__, "(CUDA build)" if torch.version.cuda else "(CPU only)")')"
 
 lessons: setup
-	$(PYTHON) -m kernels.run_notebooks lessons solutions
+	$(PYTHON) -m kernels.dev.run_notebooks lessons solutions
 
 lab: setup
 	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
-# The quick check (kernels/test_all.py): the simulator builds, then every lesson's tests.
+# The quick check (kernels/dev/all_tests.py): the simulator builds, then every lesson's tests.
 test: setup
-	$(PYTHON) -m kernels.test_all build-cache lesson-tests
+	$(PYTHON) -m kernels.dev.all_tests build-cache lesson-tests
 
 compile-check: setup
-	$(PYTHON) -m kernels.compile_check
+	$(PYTHON) -m kernels.dev.compile_check
 
 nbval: setup
-	$(PYTHON) -m kernels.test_all nbval
+	$(PYTHON) -m kernels.dev.all_tests nbval
 
 nbval-lessons: setup
-	$(PYTHON) -m kernels.test_all nbval-lessons
+	$(PYTHON) -m kernels.dev.all_tests nbval-lessons
 
-# kernels/test_all.py runs the steps in two lanes where there are two cores (the lanes share pytest's
+# kernels/dev/all_tests.py runs the steps in two lanes where there are two cores (the lanes share pytest's
 # files and the notebooks) and prints a summary: each step's time and counts, and the slowest tests and builds.
 test-all: setup
-	$(PYTHON) -m kernels.test_all
+	$(PYTHON) -m kernels.dev.all_tests
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)
@@ -104,21 +104,22 @@ bench: setup
 
 # The simulator's access profile (sectors per request, bank ways, active lanes per source line)
 # of a lesson's variants; Nsight Compute's counters for the same probes on a GPU: tests/toolkit/ncu_compare.py.
-# KERNEL=name on a GPU: Nsight Compute on that variant (kernels/nsight.py), the report kept in build/profile/.
+# KERNEL=name on a GPU: Nsight Compute on that variant (kernels/tools/nsight.py), the report kept in build/profile/.
+# Both offer the variants that kernels/lessons/lessonNN.py declares.
 profile: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make profile LESSON=04 [KERNEL=scale_add4]"; exit 2)
-	$(PYTHON) -m kernels.profiling $(LESSON) $(KERNEL)
+	$(PYTHON) -m kernels.tools.profile $(LESSON) $(KERNEL)
 
 # The lesson's self-check (SOLUTION=1: the solution's) under compute-sanitizer's memcheck, racecheck,
 # synccheck and initcheck on a GPU (TOOLS=memcheck,racecheck picks some), with PyTorch's caching
-# allocator off; on the simulator, in every thread order with blocks shuffled (kernels/sanitize.py).
+# allocator off; on the simulator, in every thread order with blocks shuffled (kernels/tools/sanitize.py).
 sanitize: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make sanitize LESSON=05 [SOLUTION=1] [TOOLS=memcheck]"; exit 2)
-	$(PYTHON) -m kernels.sanitize $(LESSON) $(if $(filter 1,$(SOLUTION)),--solution) $(if $(TOOLS),--tools $(TOOLS))
+	$(PYTHON) -m kernels.tools.sanitize $(LESSON) $(if $(filter 1,$(SOLUTION)),--solution) $(if $(TOOLS),--tools $(TOOLS))
 
 doctor:
 	@$(if $(SETUP),test -x $(PYTHON) || (echo "no $(VENV) yet: run 'make setup' first (or make doctor PY=python3)"; exit 1))
-	$(PYTHON) -m kernels.doctor
+	$(PYTHON) -m kernels.tools.doctor
 
 # Build caches and generated files only: your edits in lessons/ are never touched.
 clean:

@@ -18,8 +18,9 @@ error that leaves the CUDA context unusable the check stops and says to restart 
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
-import os
+import re
 import sysconfig
 import traceback
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from . import backend as _backend
-from .build import PACKAGE, ROOT
+from .paths import PACKAGE, ROOT
 
 # Sizes that are not multiples of any block size, plus one and empty.
 SIZES = (0, 1, 31, 33, 1000, 2**20 + 3)
@@ -69,15 +70,71 @@ class CheckFailed(AssertionError):
     """Raised by check(..., raise_on_fail=True) with the report as its message."""
 
 
+class Diagnosis(enum.Enum):
+    """Why a case failed, by name: what a lesson's hints answer (kernels.exercises.Hint) and what the
+    checker's own hint for the failure is chosen by. The report prints the problem's text, not these."""
+
+    WROTE_PAST_END = "a write past the end of a tensor (a canary after it changed)"
+    WROTE_BEFORE_START = "a write before the start of a tensor (a canary before it changed)"
+    UNWRITTEN = "output elements still hold the NaN poison: never written"
+    NAN_WHERE_REFERENCE_IS_NOT = "the kernel computed NaN where the reference has a number"
+    NUMBER_WHERE_REFERENCE_IS_NAN = "a number where the reference has NaN"
+    WRONG_DTYPE = "an output of another dtype than the reference's"
+    WRONG_SHAPE = "an output of another shape than the reference's"
+    WRONG_OUTPUTS = "another number or kind of outputs than the reference returns"
+    WRONG_VALUES = "values outside the tolerance"
+    INPUT_MODIFIED = "an input changed"
+    RAISED = "the kernel (or its wrapper) raised an error"
+    NOT_IMPLEMENTED = "NotImplementedError: a part not written yet"
+    INPUT_REFUSED = "the op's input checks refused an argument (helpers.cuh's CHECK_* macros: x must be ...)"
+    INVALID_LAUNCH = "a launch refused for its configuration (a grid or block of 0, or too many threads)"
+    EXITED_LANE = "a warp-wide operation named a lane that has exited (the simulator)"
+    RACE = "results depend on the order of the threads, or the simulator reported a data race"
+    OUT_OF_BOUNDS = "an access outside memory, reported by the simulator"
+    BUILD_FAILED = "the file does not compile (or a Python file does not import)"
+
+
+# What a raised error says about the failure, most specific first: (exception type, a regular expression
+# searched in its message, diagnosis). The simulator's findings start with "cudasim: "; the CUDA runtime's
+# errors (which the simulator words as a GPU does) carry "CUDA error: "; helpers.cuh's CHECK_* macros say
+# "x must be ...". A RuntimeError with a `diagnosis` attribute (a Diagnosis) is taken at its word, so a
+# new finding is one line here or one attribute on the exception.
+ERROR_DIAGNOSES: tuple[tuple[type, str, Diagnosis], ...] = (
+    (NotImplementedError, r"", Diagnosis.NOT_IMPLEMENTED),
+    # the instrumented build's findings (cudasim_check.h), as the launch rethrows them:
+    # "cudasim: exception in kernel K: data race on ...", "... out-of-bounds write at ..."
+    (RuntimeError, r"^cudasim:.*\bdata race on ", Diagnosis.RACE),
+    (RuntimeError, r"^cudasim:.*\bout-of-bounds (?:read|write) at ", Diagnosis.OUT_OF_BOUNDS),
+    (RuntimeError, r"\bwhich has exited \(|\blane \d+ \(thread \([\d,]+\)\) has exited \(", Diagnosis.EXITED_LANE),
+    (RuntimeError, r"CUDA error: invalid (argument|configuration argument)\b", Diagnosis.INVALID_LAUNCH),
+    (RuntimeError, r"^[\w.\[\]'\" ]+ must (be|have|equal) ", Diagnosis.INPUT_REFUSED),
+)
+
+
+def diagnose_error(error: BaseException) -> Diagnosis:
+    """The diagnosis of a case whose kernel raised `error` (RAISED unless ERROR_DIAGNOSES knows better)."""
+    said = getattr(error, "diagnosis", None)
+    if isinstance(said, Diagnosis):
+        return said
+    text = str(error).strip()
+    for kind, pattern, diagnosis in ERROR_DIAGNOSES:
+        if isinstance(error, kind) and re.search(pattern, text, re.M):
+            return diagnosis
+    return Diagnosis.RAISED
+
+
 @dataclass
 class Case:
-    """One size and dtype: whether it passed and, if not, why."""
+    """One size and dtype: whether it passed and, if not, why (`diagnosis`, by name; `problem` and
+    `detail`, the report's words; `part`, the output or the part of a check the failure is in)."""
 
     size: object
     dtype: torch.dtype
     passed: bool = True
     problem: str = ""
     detail: str = ""
+    diagnosis: Diagnosis | None = None
+    part: str = ""
 
     def label(self) -> str:
         size = "x".join(map(str, self.size)) if isinstance(self.size, tuple) else str(self.size)
@@ -209,16 +266,19 @@ def guarded(shape, dtype, device, fill: torch.Tensor | float) -> tuple[torch.Ten
     return view, buf
 
 
-def _margins_intact(buf: torch.Tensor, n: int) -> tuple[bool, str]:
+def _margins_intact(buf: torch.Tensor, n: int) -> tuple[Diagnosis | None, str]:
+    """(None, "") when both canary margins of a guarded buffer are intact, else the diagnosis and the problem."""
     c = _canary(buf.dtype)
     before, after = buf[:MARGIN].cpu(), buf[MARGIN + n:].cpu()
     bad_before = (before != c).nonzero().flatten()
     bad_after = (after != c).nonzero().flatten()
     if len(bad_after):
-        return False, f"wrote past the end: element(s) {', '.join(str(n + int(i)) for i in bad_after[:4])} (size is {n})"
+        return (Diagnosis.WROTE_PAST_END,
+                f"wrote past the end: element(s) {', '.join(str(n + int(i)) for i in bad_after[:4])} (size is {n})")
     if len(bad_before):
-        return False, f"wrote before the start: element(s) {', '.join(str(int(i) - MARGIN) for i in bad_before[-4:])}"
-    return True, ""
+        return (Diagnosis.WROTE_BEFORE_START,
+                f"wrote before the start: element(s) {', '.join(str(int(i) - MARGIN) for i in bad_before[-4:])}")
+    return None, ""
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -251,44 +311,83 @@ def _nan_mask(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(t, dtype=torch.bool)
 
 
-def compare(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> tuple[bool, str, str]:
-    """(ok, problem, detail) for one output against its reference, by torch.testing.assert_close's rules.
+def _poison_bits(t: torch.Tensor) -> torch.Tensor:
+    """Where t holds exactly the poison the checker writes (NaN as torch.full and PyTorch's filled
+    uninitialized memory make it), bit for bit: a NaN a kernel computes has another sign or payload
+    on the CPU (x86's default NaN is negative) and on a GPU (0x7fffffff)."""
+    poison = torch.full((1,), float("nan"), dtype=t.dtype)
+    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(width) == poison.view(width)
 
-    The dtype and shape must be the reference's (nothing is cast); |got - want| <= atol + rtol * |want|
-    elementwise; an infinity matches only the same infinity; a NaN in the reference is matched only by
-    NaN, and a NaN in the output only by a NaN in the reference. Integers must be equal.
+
+def compare(got: torch.Tensor, want: torch.Tensor, rtol: float, atol: float) -> tuple[bool, str, str]:
+    """(ok, problem, detail) for one output against its reference; see diagnose_output."""
+    diagnosis, problem, detail = diagnose_output(got, want, rtol, atol)
+    return diagnosis is None, problem, detail
+
+
+def diagnose_output(got: torch.Tensor, want: torch.Tensor, rtol: float,
+                    atol: float) -> tuple[Diagnosis | None, str, str]:
+    """(diagnosis, problem, detail) for one output against its reference; (None, "", "") when it matches.
+
+    The values are judged by torch.testing.assert_close (the tolerance |got - want| <= atol + rtol * |want|,
+    an infinity matched only by the same infinity, NaN only by NaN); before it, the checker tells apart what
+    assert_close would call a mismatch alike: another dtype or shape (nothing is cast), elements still
+    holding the NaN poison (never written), a NaN the kernel computed, a number where the reference has NaN.
     """
     if not isinstance(got, torch.Tensor):
-        return False, f"returned a {type(got).__name__}, expected a tensor", ""
+        return Diagnosis.WRONG_OUTPUTS, f"returned a {type(got).__name__}, expected a tensor", ""
     got, want = got.detach().cpu(), want.detach().cpu()
     if got.dtype != want.dtype:
-        return (False, f"dtype {_dtype_name(got.dtype)}, expected {_dtype_name(want.dtype)}",
+        return (Diagnosis.WRONG_DTYPE, f"dtype {_dtype_name(got.dtype)}, expected {_dtype_name(want.dtype)}",
                 "the output must have the reference's dtype: the checker does not cast it")
     if got.shape != want.shape:
-        return False, f"shape {tuple(got.shape)}, expected {tuple(want.shape)}", ""
+        return Diagnosis.WRONG_SHAPE, f"shape {tuple(got.shape)}, expected {tuple(want.shape)}", ""
     if got.numel() == 0:
-        return True, "", ""
+        return None, "", ""
     g, w = _widened(got), _widened(want)
     got_nan, want_nan = _nan_mask(g), _nan_mask(w)
-    unwritten = got_nan & ~want_nan
-    if unwritten.any():
-        first = unwritten.flatten().nonzero()[0].item()
-        return (False, f"{int(unwritten.sum())} of {got.numel()} elements are NaN",
-                f"first at flat index {first}: never written (still the NaN poison)")
+    nan_here = got_nan & ~want_nan
+    if nan_here.any():
+        first = nan_here.flatten().nonzero()[0].item()
+        poisoned = nan_here & _poison_bits(got) if got.dtype.is_floating_point else nan_here
+        if poisoned.any():
+            first = poisoned.flatten().nonzero()[0].item()
+            return (Diagnosis.UNWRITTEN, f"{int(nan_here.sum())} of {got.numel()} elements are NaN",
+                    f"first at flat index {first}: never written (still the NaN poison)")
+        return (Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, f"{int(nan_here.sum())} of {got.numel()} elements are NaN",
+                f"first at flat index {first}: a NaN the kernel computed (not the poison), where the reference "
+                "has a number")
     lost_nan = want_nan & ~got_nan
     if lost_nan.any():
-        return (False, f"{int(lost_nan.sum())} of {got.numel()} elements are numbers where the reference is NaN",
+        return (Diagnosis.NUMBER_WHERE_REFERENCE_IS_NAN,
+                f"{int(lost_nan.sum())} of {got.numel()} elements are numbers where the reference is NaN",
                 _first_mismatches(got, want, lost_nan))
-    if got.dtype.is_floating_point or got.dtype.is_complex:
-        bad = ~torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    try:
+        torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True, check_dtype=False)
+    except AssertionError:
+        pass
     else:
-        bad = g != w
-    if bad.any():
-        exact = got.dtype.is_floating_point or got.dtype.is_complex
-        err = ((g[bad] - w[bad]) if exact else (g[bad].double() - w[bad].double())).abs().max().item()
-        return (False, f"{int(bad.sum())} of {got.numel()} elements differ (max abs error {err:.3g})",
-                _first_mismatches(got, want, bad))
-    return True, "", ""
+        return None, "", ""
+    exact = got.dtype.is_floating_point or got.dtype.is_complex
+    # which elements: the same rule as assert_close's, for the report's lines
+    bad = ~torch.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True) if exact else g != w
+    err = ((g[bad] - w[bad]) if exact else (g[bad].double() - w[bad].double())).abs().max().item()
+    return (Diagnosis.WRONG_VALUES, f"{int(bad.sum())} of {got.numel()} elements differ (max abs error {err:.3g})",
+            _first_mismatches(got, want, bad))
+
+
+def close(got: torch.Tensor, want: torch.Tensor, tolerance: dict | None = None) -> bool:
+    """Whether `got` matches `want` within the checker's tolerance for got's dtype (TOLERANCE, or `tolerance`
+    for the dtypes it names), by torch.testing.assert_close's rules, both widened first (want may be a
+    float32 reference of a bfloat16 output). The verdict a benchmark's check after timing uses."""
+    rtol, atol = {**TOLERANCE, **(tolerance or {})}.get(got.dtype, (0.0, 0.0))
+    wide = torch.float64 if got.dtype == torch.float64 or want.dtype == torch.float64 else torch.float32
+    try:
+        torch.testing.assert_close(got.detach().to(wide), want.detach().to(wide), rtol=rtol, atol=atol)
+    except AssertionError:
+        return False
+    return True
 
 
 def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -308,24 +407,11 @@ def _first_change(now: torch.Tensor, before: torch.Tensor) -> str:
     return f"first change at flat index {i}: was {b[i].item():.6g}, now {n[i].item():.6g}"
 
 
-@contextlib.contextmanager
-def environment(**values: str):
-    """Set environment variables inside the block; what was there before comes back after it."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def sim_order(order: str):
     """Run the simulator's threads in `order` (forward, reverse, random) inside the block."""
-    return environment(CUDASIM_ORDER=order)
+    from .sim import knobs
+
+    return knobs.set(order=order)
 
 
 def _as_list(x) -> list:
@@ -424,29 +510,32 @@ def _restart_line(reason: str, ran: int, total: int) -> str:
             f"check stopped {when}. Restart the Python process (in Jupyter: Kernel > Restart) and run it again.")
 
 
-def _hint_for(problem: str) -> str:
-    if problem.startswith("wrote past the end"):
-        return "a write past the end usually means a missing or off-by-one bounds check: `if (i < n)`, not `i <= n`"
-    if problem.startswith("wrote before"):
-        return "a write before the start means a negative index: check how the index is computed"
-    if problem.startswith("dtype "):
-        return ("the output's dtype is not the reference's: allocate it with the input's dtype "
-                "(torch.empty_like(x) or at::empty_like(x)) and convert the result to it before storing")
-    if "where the reference is NaN" in problem:
-        return ("the reference gives NaN there (an undefined result) and the kernel a number: "
-                "compute that case as the reference does")
-    if "NaN" in problem:
-        return ("unwritten elements mean the grid does not cover the whole tensor (use ceil_div for the number "
-                "of blocks) or a loop stops early (the ragged tail)")
-    if "input" in problem:
-        return "a kernel must not modify its inputs: write only to the output"
-    if "differ" in problem:
-        return "wrong values: compare your formula and indexing with the reference on a tiny size first"
-    if "NotImplementedError" in problem:
-        return "something is not written yet (NotImplementedError): look for FILL ME IN in your files"
-    if "raised" in problem:
-        return "the kernel raised an error: its message is under the failing case"
-    return ""
+# The checker's own hint for each diagnosis (a lesson's exercises add their ladders: kernels.exercises).
+RAISED_HINT = "the kernel raised an error: its message is under the failing case"
+RACE_HINT = ("results that depend on thread order mean a missing __syncthreads() (or __syncwarp) between a write and "
+             "a read of shared memory")
+HINTS = {
+    Diagnosis.WROTE_PAST_END: "a write past the end usually means a missing or off-by-one bounds check: `if (i < n)`, "
+                              "not `i <= n`",
+    Diagnosis.WROTE_BEFORE_START: "a write before the start means a negative index: check how the index is computed",
+    Diagnosis.WRONG_DTYPE: "the output's dtype is not the reference's: allocate it with the input's dtype "
+                           "(torch.empty_like(x) or at::empty_like(x)) and convert the result to it before storing",
+    Diagnosis.NUMBER_WHERE_REFERENCE_IS_NAN: "the reference gives NaN there (an undefined result) and the kernel a "
+                                             "number: compute that case as the reference does",
+    Diagnosis.UNWRITTEN: "unwritten elements mean the grid does not cover the whole tensor (use ceil_div for the "
+                         "number of blocks) or a loop stops early (the ragged tail)",
+    Diagnosis.NAN_WHERE_REFERENCE_IS_NOT: "unwritten elements mean the grid does not cover the whole tensor (use "
+                                          "ceil_div for the number of blocks) or a loop stops early (the ragged tail)",
+    Diagnosis.INPUT_MODIFIED: "a kernel must not modify its inputs: write only to the output",
+    Diagnosis.WRONG_VALUES: "wrong values: compare your formula and indexing with the reference on a tiny size first",
+    Diagnosis.NOT_IMPLEMENTED: "something is not written yet (NotImplementedError): look for FILL ME IN in your files",
+    Diagnosis.RAISED: RAISED_HINT,
+    Diagnosis.INVALID_LAUNCH: RAISED_HINT,
+    Diagnosis.INPUT_REFUSED: RAISED_HINT,
+    Diagnosis.EXITED_LANE: RAISED_HINT,
+    Diagnosis.OUT_OF_BOUNDS: RAISED_HINT,
+    Diagnosis.RACE: RACE_HINT,
+}
 
 
 def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None = None,
@@ -499,13 +588,14 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
         if failure:
             order, outcome = failure
             case.passed, case.problem, case.detail = False, outcome.problem, outcome.detail
+            case.diagnosis, case.part = outcome.diagnosis, outcome.part
             if passed_in:
+                case.diagnosis = Diagnosis.RACE  # whatever went wrong, it went wrong in one order only
                 case.detail = (case.detail + "\n" if case.detail else "") + (
                     f"(wrong with the threads of each block in {order} order, right in {passed_in[0]} "
                     "order: a race between threads)")
-                report.hints.append("results that depend on thread order mean a missing __syncthreads() "
-                                    "(or __syncwarp) between a write and a read of shared memory")
-            report.hints.append(_hint_for(case.problem))
+                report.hints.append(RACE_HINT)
+            report.hints.append(HINTS.get(outcome.diagnosis, ""))
         if lost:
             break
     if lost:
@@ -531,6 +621,12 @@ class _Outcome:
     problem: str = ""
     detail: str = ""
     lost: str = ""  # why the CUDA context is unusable after this run; "" when it is fine
+    diagnosis: Diagnosis | None = None
+    part: str = ""  # the output the failure is in, where the op has several or they are named
+
+
+def _failed(diagnosis: Diagnosis, problem: str, detail: str = "", part: str = "", lost: str = "") -> _Outcome:
+    return _Outcome(False, problem, detail, lost, diagnosis, part)
 
 
 def _run_case(fn, ref, raw, out, out_names, device, tol, be, order) -> _Outcome:
@@ -556,26 +652,26 @@ def _run_case(fn, ref, raw, out, out_names, device, tol, be, order) -> _Outcome:
         msg = str(e).strip().splitlines()
         where = where_raised(e)
         detail = "\n".join(msg[:6] + ([f"at {where}"] if where else []))
-        return _Outcome(False, "raised " + type(e).__name__, detail, cuda_context_lost(e, be))
+        return _failed(diagnose_error(e), "raised " + type(e).__name__, detail, lost=cuda_context_lost(e, be))
     got = outs if out is not None else _as_list(result)
     if len(got) != len(want):
-        return _Outcome(False, f"returned {len(got)} outputs, expected {len(want)}")
+        return _failed(Diagnosis.WRONG_OUTPUTS, f"returned {len(got)} outputs, expected {len(want)}")
     names = _output_names(fn, out_names, len(ins), len(got))
     named = out_names is not None or len(got) > 1
     for g, b, label in zip(outs, out_bufs, names):
-        ok, why = _margins_intact(b, g.numel())
-        if not ok:
-            return _Outcome(False, why + (f" of {label}" if named else ""))
+        diagnosis, why = _margins_intact(b, g.numel())
+        if diagnosis:
+            return _failed(diagnosis, why + (f" of {label}" if named else ""), part=label)
     for i, ((view, buf), p) in enumerate(zip(guarded_in, pristine)):
-        ok, why = _margins_intact(buf, view.numel())
-        if not ok:
-            return _Outcome(False, why + f" of input {i}")
+        diagnosis, why = _margins_intact(buf, view.numel())
+        if diagnosis:
+            return _failed(diagnosis, why + f" of input {i}", part=f"input {i}")
         if not _identical(view, p):
-            return _Outcome(False, f"input {i} was modified", _first_change(view, p))
+            return _failed(Diagnosis.INPUT_MODIFIED, f"input {i} was modified", _first_change(view, p), f"input {i}")
     for g, w, label in zip(got, want, names):
-        ok, problem, detail = compare(g, w, rtol, atol)
-        if not ok:
-            return _Outcome(False, problem + (f" in {label}" if named else ""), detail)
+        diagnosis, problem, detail = diagnose_output(g, w, rtol, atol)
+        if diagnosis:
+            return _failed(diagnosis, problem + (f" in {label}" if named else ""), detail, label)
     return _Outcome(True)
 
 

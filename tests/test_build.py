@@ -1,5 +1,4 @@
 """The loader: both binding styles, readable build errors, caching, and input checks."""
-import importlib
 import os
 import subprocess
 import sys
@@ -10,7 +9,9 @@ import pytest
 import torch
 
 from kernels import BuildError, load
-from kernels.build import _ext_name, _key, find_source
+from kernels.build import SourceSet, cache, find_source, key_of
+from kernels.build import toolchain
+from kernels.sim import build as sim_build
 
 HERE = Path(__file__).parent / "toolkit"
 ROOT = HERE.parent.parent
@@ -40,11 +41,11 @@ def test_second_load_comes_from_the_cache(capsys):
 def test_cache_key_changes_with_the_source_and_the_backend(tmp_path):
     src = tmp_path / "k.cu"
     src.write_text((HERE / "vector_add.cu").read_text())
-    k1 = _key(src, "sim", [])
+    k1 = key_of(SourceSet.of(src), "sim", [])
     src.write_text(src.read_text() + "\n// an edit\n")
-    assert _key(src, "sim", []) != k1
-    assert _key(src, "cuda", []) != _key(src, "sim", [])
-    assert _ext_name(Path("04_memory.cu"), "sim", "abc").startswith("k04_memory_sim_")
+    assert key_of(SourceSet.of(src), "sim", []) != k1
+    assert key_of(SourceSet.of(src), "cuda", []) != key_of(SourceSet.of(src), "sim", [])
+    assert cache.ext_name(Path("04_memory.cu"), "sim", "abc").startswith("k04_memory_sim_")
 
 
 def test_syntax_error_points_at_the_file_and_line():
@@ -132,14 +133,12 @@ def _assert_gcc_accepts_the_precompiled_header(ext) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("probe, headers", [("vector_add.cu", "SIM_PCH_HEADERS"), ("pybind_square.cu", "SIM_LIGHT_TORCH_PCH_HEADERS")])
+@pytest.mark.parametrize("probe, headers", [("vector_add.cu", "PCH_HEADERS"), ("pybind_square.cu", "LIGHT_TORCH_PYBIND_PCH_HEADERS")])
 def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypatch, probe, headers):
     """A sim build precompiles the headers it needs (helpers.cuh's, plus the light torch/extension.h for a
     file that includes it) unless an earlier build did; a later build includes that file, and gcc accepts it.
     The precompiled headers are the usual build folder's (made from scratch by the first build of a fresh
     checkout, as `make test-all`'s first step does): making them again here would only repeat that."""
-    mod = sys.modules["kernels.build"]
-
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(_isolated_build_dir(tmp_path)))
     monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
     src = tmp_path / f"pch_probe_{probe}"
@@ -153,9 +152,9 @@ def test_sim_builds_use_a_precompiled_header_that_gcc_accepts(tmp_path, monkeypa
             torch.testing.assert_close(ext.add_new(x, x), 2 * x)
 
     works(load(src, "sim", quiet=True))
-    pch = mod._sim_pch(mod.SIM_FLAGS, getattr(mod, headers))
+    pch = sim_build.pch_path(sim_build.FLAGS, getattr(sim_build, headers))
     assert pch.with_suffix(".h.gch").is_file(), (pch.parent / "sim_pch.failed").read_text()
-    assert pch.read_text().count("#include") == len(getattr(mod, headers))
+    assert pch.read_text().count("#include") == len(getattr(sim_build, headers))
     src.write_text(src.read_text() + "// an edit: a second build, which includes the precompiled header\n")
     again = load(src, "sim", quiet=True)
     works(again)
@@ -232,7 +231,7 @@ def test_an_interrupted_build_is_rebuilt_never_loaded(tmp_path, damage):
 
 
 def test_cached_library_is_used_only_when_its_stamp_matches(tmp_path):
-    from kernels.build import _cached_library, _stamp
+    _cached_library, _stamp = cache.cached_library, cache.stamp
 
     so, stamp, obj = tmp_path / "ext.so", tmp_path / "ext.ok", tmp_path / "ext.o"
     so.write_bytes(b"\x7fELF" + bytes(1000))
@@ -252,69 +251,67 @@ def _copy_of_the_simulator(tmp_path: Path, monkeypatch) -> Path:
     """A copy of kernels/sim's translator and headers that the key reads instead of the real ones."""
     import shutil
 
-    mod = sys.modules["kernels.build"]
     pkg = tmp_path / "pkg"
-    shutil.copytree(mod.PACKAGE / "sim", pkg / "sim", ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(mod, "PACKAGE", pkg)
-    monkeypatch.setattr(mod, "SIM_INCLUDE", pkg / "sim" / "include")
+    shutil.copytree(sim_build.SIM, pkg / "sim", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(sim_build, "SIM", pkg / "sim")
+    monkeypatch.setattr(sim_build, "SIM_INCLUDE", pkg / "sim" / "include")
     return pkg / "sim"
 
 
 def test_cache_key_changes_with_the_translator_and_the_simulator_headers(tmp_path, monkeypatch):
     sim = _copy_of_the_simulator(tmp_path, monkeypatch)
     src = HERE / "vector_add.cu"
-    k1 = _key(src, "sim", [])
+    k1 = key_of(SourceSet.of(src), "sim", [])
     with open(sim / "translate.py", "a") as f:
         f.write("\n# an edit of the translator\n")
-    k2 = _key(src, "sim", [])
+    k2 = key_of(SourceSet.of(src), "sim", [])
     with open(sim / "include" / "cudasim.h", "a") as f:
         f.write("\n// an edit of a simulator header\n")
-    k3 = _key(src, "sim", [])
+    k3 = key_of(SourceSet.of(src), "sim", [])
     assert len({k1, k2, k3}) == 3
-    assert _key(src, "cuda", []) == _key(src, "cuda", [])  # the cuda key does not read the simulator
+    assert key_of(SourceSet.of(src), "cuda", []) == key_of(SourceSet.of(src), "cuda", [])  # the cuda key does not read the simulator
 
 
 @pytest.mark.parametrize("backend, query", [("sim", "cxx_version"), ("cuda", "cxx_version"), ("cuda", "nvcc_version")])
 def test_cache_key_changes_with_the_compiler_versions(monkeypatch, backend, query):
-    mod = sys.modules["kernels.build"]
     src = HERE / "vector_add.cu"
-    monkeypatch.setattr(mod, query, lambda: "compiler 12.2.0")
-    k1 = _key(src, backend, [])
-    monkeypatch.setattr(mod, query, lambda: "compiler 13.1.0")
-    assert _key(src, backend, []) != k1
+    monkeypatch.setattr(cache, query, lambda: "compiler 12.2.0")
+    k1 = key_of(SourceSet.of(src), backend, [])
+    monkeypatch.setattr(cache, query, lambda: "compiler 13.1.0")
+    assert key_of(SourceSet.of(src), backend, []) != k1
 
 
 def test_cache_key_changes_with_the_target_gpu_architecture(monkeypatch):
-    mod = sys.modules["kernels.build"]
+    import kernels.build as mod
+
     src = HERE / "vector_add.cu"
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    monkeypatch.setattr(mod, "_visible_gpu_archs", lambda: ((9, 0),))
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ((9, 0),))
     h100 = mod.compile_flags("cuda")
     assert "-gencode=arch=compute_90,code=sm_90" in h100
-    monkeypatch.setattr(mod, "_visible_gpu_archs", lambda: ((8, 6),))
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ((8, 6),))
     a10 = mod.compile_flags("cuda")
     assert "-gencode=arch=compute_86,code=sm_86" in a10 and not any("sm_90" in f for f in a10)
-    monkeypatch.setattr(mod, "_visible_gpu_archs", lambda: ())  # no GPU: compile for sm_90
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ())  # no GPU: compile for sm_90
     assert "-gencode=arch=compute_90,code=sm_90" in mod.compile_flags("cuda")
-    assert _key(src, "cuda", h100) != _key(src, "cuda", a10)
+    assert key_of(SourceSet.of(src), "cuda", h100) != key_of(SourceSet.of(src), "cuda", a10)
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")  # named by the user: cpp_extension reads it, the key hashes it
     assert not any("gencode" in f for f in mod.compile_flags("cuda"))
-    k80 = _key(src, "cuda", mod.compile_flags("cuda"))
+    k80 = key_of(SourceSet.of(src), "cuda", mod.compile_flags("cuda"))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    assert _key(src, "cuda", mod.compile_flags("cuda")) != k80
+    assert key_of(SourceSet.of(src), "cuda", mod.compile_flags("cuda")) != k80
 
 
 def test_compiler_version_is_asked_once_per_process(monkeypatch):
-    mod = sys.modules["kernels.build"]
     calls = []
     real = subprocess.run
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
-    mod._tool_version.cache_clear()
+    toolchain.tool_version.cache_clear()
     try:
-        first = mod.cxx_version()
-        assert mod.cxx_version() == first and len(calls) == 1
+        first = toolchain.cxx_version()
+        assert toolchain.cxx_version() == first and len(calls) == 1
     finally:
-        mod._tool_version.cache_clear()
+        toolchain.tool_version.cache_clear()
 
 
 # --- load-time failures ---------------------------------------------------------------------------
@@ -332,7 +329,7 @@ def test_undefined_symbol_is_a_build_error_that_names_it_first(capsys):
 
 
 def test_exercise_check_and_compile_check_report_a_file_that_cannot_load(capsys):
-    from kernels.compile_check import _compile
+    from kernels.dev.compile_check import _compile
     from kernels.exercises import check_exercise
 
     report = check_exercise("04", path=HERE / "undefined_symbol.cu")
@@ -406,7 +403,12 @@ def test_namespace_registered_from_python_without_ops_is_refused_before_building
 # --- the precompiled headers -----------------------------------------------------------------------
 
 def test_files_reaching_torch_extension_h_get_the_precompiled_header_of_its_light_stand_in(tmp_path):
-    from kernels.build import SIM_LIGHT_TORCH_OPS_PCH_HEADERS, SIM_LIGHT_TORCH_PCH_HEADERS, SIM_PCH_HEADERS, pch_headers
+    SIM_PCH_HEADERS, SIM_LIGHT_TORCH_PCH_HEADERS = sim_build.PCH_HEADERS, sim_build.LIGHT_TORCH_PYBIND_PCH_HEADERS
+    SIM_LIGHT_TORCH_OPS_PCH_HEADERS = sim_build.LIGHT_TORCH_OPS_PCH_HEADERS
+
+    def pch_headers(files, light_torch=True):
+        return sim_build.pch_headers(SourceSet.of(files[0]), light_torch)
+
 
     lesson = tmp_path / "lesson.cu"
     lesson.write_text('#include "helpers.cuh"\n// #include <torch/extension.h> (a comment, not an include)\n'
@@ -422,7 +424,8 @@ def test_files_reaching_torch_extension_h_get_the_precompiled_header_of_its_ligh
     assert pch_headers([ext]) == SIM_PCH_HEADERS
     local = tmp_path / "bindings.h"  # reached through a local header of the file
     local.write_text("#pragma once\n  #  include <torch/extension.h>\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}\n")
-    assert pch_headers([lesson, local]) == SIM_LIGHT_TORCH_PCH_HEADERS
+    lesson.write_text(lesson.read_text() + '#include "bindings.h"\n')
+    assert pch_headers([lesson]) == SIM_LIGHT_TORCH_PCH_HEADERS
     for headers in (SIM_LIGHT_TORCH_PCH_HEADERS, SIM_LIGHT_TORCH_OPS_PCH_HEADERS):
         assert headers[:len(SIM_PCH_HEADERS)] == SIM_PCH_HEADERS and len(headers) == len(SIM_PCH_HEADERS) + 1
 
@@ -442,18 +445,18 @@ def test_a_torch_extension_file_gets_pybind11_only_when_its_code_uses_python(tmp
     """Files that include torch/extension.h and register their ops with TORCH_LIBRARY get the light
     header without pybind11 (about 4 s less code to generate); pybind11 or Python's C API in code, in
     the file or a local header, gets the one with it."""
-    from kernels.build import (LIGHT_TORCH_OPS, LIGHT_TORCH_PYBIND, SIM_LIGHT_TORCH_OPS_PCH_HEADERS,
-                               SIM_LIGHT_TORCH_PCH_HEADERS, light_torch_map, pch_headers)
+    LIGHT_TORCH_OPS, LIGHT_TORCH_PYBIND = sim_build.LIGHT_TORCH_OPS, sim_build.LIGHT_TORCH_PYBIND
+    with_pybind, without = sim_build.LIGHT_TORCH_PYBIND_PCH_HEADERS, sim_build.LIGHT_TORCH_OPS_PCH_HEADERS
 
     ext = tmp_path / "ext.cu"
     ext.write_text(f"#include <torch/extension.h>\n{code}\n")
-    assert light_torch_map([ext]) == {"torch/extension.h": LIGHT_TORCH_PYBIND if pybind else LIGHT_TORCH_OPS,
-                                      "torch/all.h": LIGHT_TORCH_OPS}  # no pybind11 in the real one either
-    assert pch_headers([ext]) == (SIM_LIGHT_TORCH_PCH_HEADERS if pybind else SIM_LIGHT_TORCH_OPS_PCH_HEADERS)
+    assert sim_build.light_torch_map(SourceSet.of(ext)) == {
+        "torch/extension.h": LIGHT_TORCH_PYBIND if pybind else LIGHT_TORCH_OPS,
+        "torch/all.h": LIGHT_TORCH_OPS}  # no pybind11 in the real one either
+    assert sim_build.pch_headers(SourceSet.of(ext)) == (with_pybind if pybind else without)
     ext.write_text('#include <torch/extension.h>\n#include "bind.h"\n')
     (tmp_path / "bind.h").write_text(f"#pragma once\n{code}\n")
-    assert pch_headers([ext, tmp_path / "bind.h"]) == (
-        SIM_LIGHT_TORCH_PCH_HEADERS if pybind else SIM_LIGHT_TORCH_OPS_PCH_HEADERS)
+    assert sim_build.pch_headers(SourceSet.of(ext)) == (with_pybind if pybind else without)
 
 
 # --- files the light torch/extension.h does not fit: remembered, so an edit compiles once ----------
@@ -463,23 +466,18 @@ NN_LOG = ("sim_0_t.cpp: In function 'at::Tensor f(at::Tensor)':\n"
           "    4 |   torch::nn::Linear linear(3, 4);\n")
 
 
-def _build_module():
-    """kernels/build.py itself (`kernels.build` is the function of that name)."""
-    return importlib.import_module("kernels.build")
-
-
 @pytest.fixture
 def sim_attempts(tmp_path, monkeypatch):
-    """_compile_sim with the compiler replaced: the light header fails on files that name torch::nn,
+    """compile_sim with the compiler replaced: the light header fails on files that name torch::nn,
     the real one builds everything (or nothing, with `real_fails`); returns a function that builds a
     file into a fresh folder and gives back which headers were tried (True: the light one)."""
-    build = _build_module()
+    build = sim_build
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "ext"))
     state = {"real_fails": False, "builds": 0}
 
-    def attempt(cpp, entry, flags, out, kwargs, quiet, *, light_torch):
+    def attempt(cpp, sources, flags, out, kwargs, quiet, *, light_torch):
         state["tried"].append(light_torch)
-        if light_torch and "torch::nn" in entry.read_text():
+        if light_torch and "torch::nn" in sources.entry.read_text():
             raise build._LightTorchFailed(NN_LOG)
         if not light_torch and state["real_fails"]:
             raise BuildError("the real header failed too")
@@ -490,7 +488,7 @@ def sim_attempts(tmp_path, monkeypatch):
         state["tried"], state["builds"] = [], state["builds"] + 1
         out = tmp_path / f"out{state['builds']}"
         out.mkdir()
-        build._compile_sim(object(), entry, [], out, {"name": "t"}, quiet=True)
+        build.compile_sim(object(), SourceSet.of(entry), [], out, {"name": "t"}, quiet=True, forget=lambda: None)
         state["out"] = out
         return state["tried"]
 
@@ -524,7 +522,7 @@ def test_an_edit_that_still_uses_the_missing_name_skips_the_light_header_and_one
 
 
 def test_a_changed_light_header_is_tried_again_on_a_file_it_did_not_fit(tmp_path, sim_attempts, monkeypatch):
-    build = _build_module()
+    build = sim_build
     f = _nn_file(tmp_path)
     assert sim_attempts(f) == [True, False]
     include = tmp_path / "include"
@@ -555,6 +553,6 @@ def test_nothing_is_remembered_when_the_real_header_fails_too(tmp_path, sim_atte
     ("t.cu:3:8: error: expected ';' before '}' token\n", []),
 ])
 def test_missing_names_are_read_from_gcc_errors(log, names):
-    from kernels.build import missing_names
+    missing_names = sim_build.missing_names
 
     assert missing_names(log) == names

@@ -13,7 +13,7 @@ import kernels.backend
 from kernels import load
 from kernels.check import (DETAILED, REDUCTION_ROWS, ROWS, Case, CheckFailed, Report, _output_names, check,
                            compare, cuda_context_lost, elementwise, guarded, like, merge, random_tensor, rows)
-from kernels.exercises.lesson06 import check_row_max, check_row_sum
+from kernels.lessons.lesson06 import check_row_max, check_row_sum
 from planting import built, plant
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -432,3 +432,42 @@ def test_a_failing_report_gives_details_of_the_first_few_failing_cases_and_count
     assert lines[-2] == f"  (details of {7 - DETAILED} more failing cases left out: fix the first ones and run again)"
     assert lines[-1].startswith("  hint: unwritten elements")  # the same hint for 7 cases, said once
     assert len(lines) == 1 + 8 + DETAILED + 2
+
+
+@pytest.mark.parametrize("error, diagnosis", [
+    (RuntimeError("cudasim: exception in kernel sum_kernel3: data race on partial[3]: thread (3,0,0) read ..."),
+     "RACE"),
+    (RuntimeError("cudasim: exception in kernel k: out-of-bounds write at a.cu:12: the thread wrote 4 bytes ..."),
+     "OUT_OF_BOUNDS"),
+    (RuntimeError("cudasim: __shfl_xor_sync at a.cu:30 with mask 0xffffffff names lane 7 (thread (7,0,0)), "
+                  "which has exited (returned at a.cu:28)."), "EXITED_LANE"),
+    (RuntimeError("CUDA error: invalid argument\nCUDA kernel errors might be asynchronously reported"), "INVALID_LAUNCH"),
+    (RuntimeError("grad must be contiguous, got strides [0, 0]"), "INPUT_REFUSED"),
+    (NotImplementedError("the backward of fma is not written yet"), "NOT_IMPLEMENTED"),
+    (ValueError("something else"), "RAISED"),
+])
+def test_a_raised_error_gets_its_diagnosis_by_name(error, diagnosis):
+    from kernels.check import Diagnosis, diagnose_error
+
+    assert diagnose_error(error) is Diagnosis[diagnosis]
+
+
+def test_an_error_that_carries_its_diagnosis_is_taken_at_its_word():
+    from kernels.check import Diagnosis, diagnose_error
+
+    e = RuntimeError("a finding worded any way")
+    e.diagnosis = Diagnosis.RACE
+    assert diagnose_error(e) is Diagnosis.RACE
+
+
+def test_a_nan_the_kernel_computed_is_told_apart_from_the_poison():
+    from kernels.check import Diagnosis, diagnose_output
+
+    want = torch.ones(4)
+    poisoned = torch.tensor([1.0, float("nan"), 1.0, 1.0])
+    computed = poisoned.clone()
+    computed.view(torch.int32)[1] = -0x400000  # 0xffc00000: the NaN x86 computes for 0/0 or inf - inf
+    assert diagnose_output(poisoned, want, 1e-5, 1e-6)[0] is Diagnosis.UNWRITTEN
+    diagnosis, problem, detail = diagnose_output(computed, want, 1e-5, 1e-6)
+    assert diagnosis is Diagnosis.NAN_WHERE_REFERENCE_IS_NOT and problem == "1 of 4 elements are NaN"
+    assert "not the poison" in detail

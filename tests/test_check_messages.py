@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.sim.translate import code_mask, line_of, masked_text
+from kernels.build.sources import code_mask, line_of, masked_text
 
 ROOT = Path(__file__).resolve().parent.parent
 # the probe that shows the crash streams numbers on purpose; tests/sim_compat holds code written the way

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels import compile_check, test_all
+from kernels.dev import all_tests as test_all
+from kernels.dev import compile_check
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = """// a kernel file
@@ -111,22 +112,24 @@ def test_the_combined_unit_is_named_by_its_content_so_an_unchanged_group_hits_th
     assert compile_check._combined([f], 0) != first
 
 
-PYTEST_OUTPUT = """tests/test_x.py ....
-============================= slowest 10 durations =============================
-41.20s call     tests/test_lesson07.py::test_planted_bug_is_caught
-3.10s setup    tests/test_sim.py::test_shuffle
-======================= 577 passed, 2 skipped in 485.12s (0:08:05) ========================"""
-BUILD_OUTPUT = """compile check with nvcc: 35 files in 2 builds, 1 at a time
-[1/2] kernels/reference/01_thread_model.cu, lessons/01_thread_model/scale.cu ok (95 s)
-[2/2] tests/toolkit/pybind_square.cu FAILED: 1 of 1 files (30 s)
-34 passed, 1 failed"""
+def junit(path: Path, tests: int, failures: int = 0, errors: int = 0, skipped: int = 0,
+          cases: tuple[tuple[str, str, float], ...] = ()) -> None:
+    """A JUnit XML report as pytest's --junitxml writes it: one testsuite, a testcase per (classname, name, time)."""
+    body = "".join(f'<testcase classname="{c}" name="{n}" time="{t}" />' for c, n, t in cases)
+    path.write_text(f'<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="{errors}" '
+                    f'failures="{failures}" skipped="{skipped}" tests="{tests}">{body}</testsuite></testsuites>')
 
 
-def test_the_summary_gives_each_steps_counts_and_the_slowest_items():
-    pytest_step = test_all.Step("pytest", "pytest", [], wall=490, cpu=480, code=0, lines=PYTEST_OUTPUT.splitlines())
-    build_step = test_all.Step("compile-check", "nvcc compile check", [], wall=130, cpu=125, code=1,
-                               lines=BUILD_OUTPUT.splitlines())
-    not_run = test_all.Step("nbval", "solution notebooks (nbval)", [])
+def test_the_summary_gives_each_steps_counts_and_the_slowest_items_from_the_reports_the_steps_wrote(monkeypatch, tmp_path):
+    monkeypatch.setattr(test_all, "LOGS", tmp_path)
+    pytest_step = test_all.Step("pytest", "pytest", [sys.executable, "-m", "pytest"], wall=490, cpu=480, code=0)
+    junit(pytest_step.report, 579, skipped=2, cases=(("tests.test_lesson07", "test_planted_bug_is_caught", 41.2),
+                                                     ("tests.test_sim", "test_shuffle", 3.1)))
+    build_step = test_all.Step("compile-check", "nvcc compile check", [sys.executable, "-m", "kernels.dev.compile_check"],
+                               wall=130, cpu=125, code=1)
+    compile_check.Outcome(34, 1, builds=[("kernels/reference/01_thread_model.cu, lessons/01_thread_model/scale.cu", 95.0),
+                                         ("tests/toolkit/pybind_square.cu", 30.0)]).write(build_step.report)
+    not_run = test_all.Step("nbval", "solution notebooks (nbval)", [sys.executable, "-m", "pytest"])
     text = test_all.summary([pytest_step, build_step, not_run], 620)
     lines = text.splitlines()
     assert lines[0].startswith("== summary: 620 s wall, 605 s CPU in all")
@@ -136,8 +139,21 @@ def test_the_summary_gives_each_steps_counts_and_the_slowest_items():
     slow = lines[lines.index("== slowest items (seconds)") + 1:]
     assert slow[0].split() == ["95.0", "compile-check:", "kernels/reference/01_thread_model.cu,",
                                "lessons/01_thread_model/scale.cu"]
-    assert slow[1].split() == ["41.2", "tests/test_lesson07.py::test_planted_bug_is_caught", "(call)"]
+    assert slow[1].split() == ["41.2", "tests/test_lesson07.py::test_planted_bug_is_caught"]
     assert len(slow) == 4
+
+
+def test_a_compile_check_that_could_not_run_says_why_in_the_summary(monkeypatch, tmp_path):
+    monkeypatch.setattr(test_all, "LOGS", tmp_path)
+    step = test_all.Step("compile-check", "nvcc compile check", [sys.executable, "-m", "kernels.dev.compile_check"], code=0)
+    compile_check.Outcome(skipped="nvcc was not found").write(step.report)
+    assert test_all.counts(step) == "skipped: nvcc was not found"
+
+
+def test_the_steps_write_their_counts_where_the_summary_reads_them():
+    by_name = test_all.steps(1)
+    assert by_name["pytest"].full_command()[-1] == f"--junitxml={test_all.LOGS / 'pytest.xml'}"
+    assert by_name["compile-check"].full_command()[-2:] == ["--results", str(test_all.LOGS / "compile-check.json")]
 
 
 def test_a_failing_step_fails_the_run_after_every_step_ran(monkeypatch, tmp_path, capsys):
@@ -151,7 +167,7 @@ def test_a_failing_step_fails_the_run_after_every_step_ran(monkeypatch, tmp_path
     out = capsys.readouterr().out
     assert "== a failing step: FAILED (exit 3)" in out
     assert fake["passes"].code == 0
-    assert "a failing step  " in out and "FAILED: 1 passed, 1 failed" in out
+    assert "a failing step  " in out and "FAILED: no count written" in out  # it wrote no report
     assert (tmp_path / "fails.log").read_text() == "1 passed, 1 failed\n"
     assert fake["fails"].cpu > 0  # measured from the child, not guessed
 
@@ -191,7 +207,7 @@ def lane_run(folder: Path, claims: Path) -> subprocess.Popen:
                              "-p", "no:benchmark", "-p", "pytest_lanes",
                              "--lanes-dir", str(claims), "-rA", "-q", str(folder)], cwd=folder, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "kernels")})
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "kernels" / "dev")})
 
 
 def passed_tests(output: str) -> list[str]:
@@ -238,7 +254,7 @@ def test_a_missing_lanes_dir_is_refused_saying_what_was_expected(lane_suite):
 
 
 def test_files_are_taken_with_the_most_tests_first():
-    from kernels.pytest_lanes import files_in_order
+    from kernels.dev.pytest_lanes import files_in_order
 
     class Item:
         def __init__(self, path):
@@ -262,21 +278,22 @@ def test_make_test_all_opens_one_lane_with_the_builds_the_other_with_the_compile
         ["build-cache", "compile-check", "pytest", "nbval", "nbval-lessons"]]
 
 
-def test_the_summary_adds_up_the_lanes_of_a_shared_step():
-    tally = "===== {} in 10.00s ====="
-    parts = [test_all.Step("pytest-1", "pytest, lane 1", [], wall=400, cpu=390, code=0,
-                           lines=[tally.format("400 passed, 3 skipped")]),
-             test_all.Step("pytest-2", "pytest, lane 2", [], wall=380, cpu=370, code=0,
-                           lines=[tally.format("414 passed, 10 skipped, 2 warnings")]),
-             test_all.Step("nbval-1", "solution notebooks (nbval), lane 1", [], wall=3, cpu=2, code=0,
-                           lines=[tally.format("no tests ran")]),
-             test_all.Step("nbval-2", "solution notebooks (nbval), lane 2", [], wall=400, cpu=390, code=1,
-                           lines=[tally.format("1 failed, 220 passed")])]
+def test_the_summary_adds_up_the_lanes_of_a_shared_step(monkeypatch, tmp_path):
+    monkeypatch.setattr(test_all, "LOGS", tmp_path)
+    py = [sys.executable, "-m", "pytest"]
+    parts = [test_all.Step("pytest-1", "pytest, lane 1", py, wall=400, cpu=390, code=0),
+             test_all.Step("pytest-2", "pytest, lane 2", py, wall=380, cpu=370, code=0),
+             test_all.Step("nbval-1", "solution notebooks (nbval), lane 1", py, wall=3, cpu=2, code=0),
+             test_all.Step("nbval-2", "solution notebooks (nbval), lane 2", py, wall=400, cpu=390, code=1)]
+    junit(parts[0].report, 403, skipped=3)
+    junit(parts[1].report, 424, skipped=10)
+    junit(parts[2].report, 0)
+    junit(parts[3].report, 221, failures=1)
     lines = test_all.summary(parts, 800).splitlines()
-    assert any(line.startswith("pytest, all lanes") and line.endswith(" 760s  814 passed, 13 skipped, 2 warnings")
+    assert any(line.startswith("pytest, all lanes") and line.endswith(" 760s  814 passed, 13 skipped")
                for line in lines), lines
     assert any(line.startswith("solution notebooks (nbval), lane 1") and line.endswith("no tests ran") for line in lines)
-    assert any(line.startswith("solution notebooks (nbval), all lanes") and line.endswith("FAILED: 1 failed, 220 passed")
+    assert any(line.startswith("solution notebooks (nbval), all lanes") and line.endswith("FAILED: 220 passed, 1 failed")
                for line in lines), lines
 
 
@@ -313,3 +330,31 @@ def test_the_whole_run_starts_each_shared_step_on_an_empty_folder_of_claims_and_
     assert sorted(seen.read_text().splitlines()) == [f"{n} nbval,nbval-lessons,pytest" for n in ("a1", "a2", "b1")]
     assert not any((claims / "pytest").iterdir())
     assert "== summary:" in capsys.readouterr().out
+
+
+NVCC_PATH_SCRIPT = """
+import sys
+from pathlib import Path
+from kernels.build import compile_only
+from kernels.dev import compile_check
+src = Path(sys.argv[1])
+compile_check.groups([src], 1)          # the compile check's scans of a file
+compile_check._part(src, 0)
+so = compile_only(src)                  # a cuda build, as `load(src, "cuda")` makes it, with nvcc
+print("built", so.name)
+print("sim modules:", sorted(m for m in sys.modules if m == "kernels.sim" or m.startswith("kernels.sim.")))
+"""
+
+
+@pytest.mark.slow
+def test_the_nvcc_path_imports_nothing_of_the_simulator(tmp_path):
+    """The compile check and a cuda build (nvcc through cpp_extension) load no kernels.sim module."""
+    reason = compile_check.why_not()
+    if reason:
+        pytest.skip(f"no nvcc build here: {reason}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNELS_BUILD_DIR": str(ROOT / "build" / "ext")}
+    run = subprocess.run([sys.executable, "-c", NVCC_PATH_SCRIPT, str(ROOT / "tests" / "toolkit" / "vector_add.cu")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "built vector_add_cuda_" in run.stdout
+    assert "sim modules: []" in run.stdout, run.stdout

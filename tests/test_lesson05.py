@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from kernels import load
 from kernels.check import ROWS, check, random_tensor
 from kernels.exercises import check_exercise, find, fitting_hint
-from kernels.exercises.lesson05 import swiglu_backward_ref, swiglu_ref
+from kernels.lessons.lesson05 import swiglu_backward_ref, swiglu_ref
 from planting import assert_diagnosis, built, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent

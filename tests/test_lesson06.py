@@ -7,13 +7,14 @@ import torch
 from kernels import load
 from kernels.check import ROWS, check, rows
 from kernels.exercises import check_exercise, find, fitting_hint
-from kernels.exercises.lesson06 import check_row_sum, check_sum, row_max, rows_out
+from kernels.lessons import lesson06
+from kernels.lessons.lesson06 import check_row_sum, check_sum, row_max, rows_out
 from planting import plant
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "06_reductions"
 SOLUTION = ROOT / "solutions" / "06_reductions"
-SUMS = [f"sum{k}" for k in range(1, 8)] + ["sum2_noatomic", "sum3_noatomic"]
+SUMS = list(lesson06.SUMS)  # as the lesson declares them
 ROW_SHAPES = (*ROWS, (0, 5), (4, 0))  # ragged widths, no rows, and rows of no columns
 MAX_SHAPES = (*ROWS, (0, 5))          # a max of no columns is an error (tested below)
 

@@ -7,7 +7,7 @@ import torch
 
 from kernels import load
 from kernels.exercises import check_exercise
-from kernels.exercises.lesson08 import (EPS, SHAPES, check_layernorm, check_layernorm_backward, layernorm_ref,
+from kernels.lessons.lesson08 import (EPS, SHAPES, check_layernorm, check_layernorm_backward, layernorm_ref,
                                         register_layernorm)
 from planting import assert_diagnosis, self_check_of_planted
 

@@ -7,13 +7,13 @@ import torch
 
 from kernels import load
 from kernels.exercises import check_exercise
-from kernels.exercises.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
+from kernels.lessons import lesson09
+from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
 from planting import assert_diagnosis, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_matmul" / "matmul_blocktile.cu"
-FP32 = [f"matmul{k}" for k in range(1, 9)]
-HALF = ["matmul9", "matmul10", "matmul12"]
+FP32, HALF = lesson09.FP32, lesson09.HALF  # as the lesson declares them
 # shapes that cross the 128-wide tiles of matmul5 .. matmul11 and their 16- and 32-deep steps
 WIDE = ((129, 257, 33), (128, 128, 32), (3, 200, 70), (256, 5, 129))
 
@@ -175,7 +175,7 @@ ptxas info    : Used 255 registers, used 1 barriers, 8192 bytes smem, 380 bytes 
 
 
 def test_ptxas_reports_are_parsed_into_registers_spills_and_shared_memory_per_kernel():
-    from kernels.ptxas import parse_ptxas, resource_table
+    from kernels.tools.ptxas import parse_ptxas, resource_table
 
     rows = parse_ptxas(PTXAS_LOG)
     assert [(r.registers, r.spill_stores, r.spill_loads, r.shared_bytes, r.stack_bytes) for r in rows] == [
@@ -187,7 +187,7 @@ def test_a_ptxas_report_is_kept_until_its_file_changes(tmp_path, monkeypatch):
     import subprocess
 
     from kernels.build import cuda_home
-    from kernels.ptxas import resource_usage
+    from kernels.tools.ptxas import resource_usage
 
     if not cuda_home():
         pytest.skip("resource_usage needs nvcc")

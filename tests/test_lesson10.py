@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kernels.exercises import check_exercise
-from kernels.exercises.lesson10 import register_glue
+from kernels.lessons.lesson10 import register_glue
 from planting import assert_diagnosis
 
 ROOT = Path(__file__).resolve().parent.parent

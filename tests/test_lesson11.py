@@ -10,15 +10,15 @@ import pytest
 import torch
 
 if not torch.cuda.is_available() and "triton" not in sys.modules:
-    # Triton's interpreter must be chosen before triton is first imported (see kernels/triton_ops.py)
+    # Triton's interpreter must be chosen before triton is first imported (see kernels/lessons/lesson11_triton.py)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from kernels import BuildError, cupy_route, load, load_inline, triton_ops  # noqa: E402
 from kernels.build import build_root  # noqa: E402
 from kernels.exercises import check_exercise, find, fitting_hint  # noqa: E402
-from kernels.exercises.lesson11 import (TRITON_SHAPES, bias_gelu_grads_ref, bias_gelu_ref,  # noqa: E402
+from kernels.lessons.lesson11 import (TRITON_SHAPES, bias_gelu_grads_ref, bias_gelu_ref,  # noqa: E402
                                         check_bias_gelu, grads_of, with_bias)
-from kernels.exercises.lesson07 import check_softmax, softmax_ref  # noqa: E402
+from kernels.lessons.lesson07 import check_softmax, softmax_ref  # noqa: E402
 from planting import assert_diagnosis, plant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from kernels import load, profile
-from kernels.profiling import KINDS, Report, compiler_problem, main
+from kernels.sim.profile import KINDS, Report, compiler_problem
+from kernels.tools.profile import main
 
 PROBES = Path(__file__).parent / "sim_kernels" / "profile_probes.cu"
 
@@ -146,7 +147,7 @@ def test_the_plain_sim_build_stays_uninstrumented_and_the_profiling_build_is_a_s
     import shutil
     import subprocess
 
-    from kernels.profiling import _Twin
+    from kernels.sim.profile import _Twin
 
     twin = _Twin(probes)
     assert twin.ext.so != probes.so
@@ -167,7 +168,7 @@ def test_a_missing_compiler_is_named_with_what_to_install(monkeypatch):
     try:
         said = compiler_problem()
         assert said and "no-such-compiler-x was not found" in said and "install g++" in said
-        from kernels.doctor import report as doctor_report
+        from kernels.tools.doctor import report as doctor_report
 
         assert dict(doctor_report())["profiler"].startswith("NOT AVAILABLE")
     finally:

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from kernels import BuildError, device, load
+from kernels.sim import knobs
 from kernels.sim.translate import TranslateError, translate_source
 
 HERE = Path(__file__).parent / "sim_kernels"
@@ -35,21 +36,6 @@ def _line_of(marker: str, path: Path = FEATURES) -> int:
         if marker in line:
             return i
     raise AssertionError(f"{marker} not in {path.name}")
-
-
-@contextmanager
-def sim_env(**knobs: str):
-    """Set CUDASIM_* variables for the duration of a block, then restore them."""
-    saved = {k: os.environ.get(k) for k in knobs}
-    os.environ.update(knobs)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # Backends the kernels run on here: the simulator, and the GPU when there is one. Tests of what
@@ -401,17 +387,17 @@ def _race_expect(x: torch.Tensor, mirror: bool) -> torch.Tensor:
 def test_missing_barrier_is_caught_by_poison_in_every_order(ext):
     x = torch.randn(512)
     for order in ("forward", "reverse", "random"):
-        with sim_env(CUDASIM_ORDER=order):
+        with knobs.set(order=order):
             assert not torch.equal(ext.race(x, True), _race_expect(x, True)), order
 
 
 @sim_only
 def test_missing_barrier_that_forward_order_hides_is_caught_in_reverse_and_random(ext):
     x = torch.randn(512)
-    with sim_env(CUDASIM_ORDER="forward"):
+    with knobs.set(order="forward"):
         assert torch.equal(ext.race(x, False), _race_expect(x, False))  # a lucky pass
     for order in ("reverse", "random"):
-        with sim_env(CUDASIM_ORDER=order, CUDASIM_SEED="3"):
+        with knobs.set(order=order, seed=3):
             assert not torch.equal(ext.race(x, False), _race_expect(x, False)), order
 
 
@@ -419,7 +405,7 @@ def test_missing_barrier_that_forward_order_hides_is_caught_in_reverse_and_rando
 def test_correct_kernels_pass_in_every_order_and_block_shuffle(ext):
     x = torch.randn(1000)
     for order in ("forward", "reverse", "random"):
-        with sim_env(CUDASIM_ORDER=order, CUDASIM_SHUFFLE_BLOCKS="1", CUDASIM_SEED="11"):
+        with knobs.set(order=order, shuffle_blocks=True, seed=11):
             torch.testing.assert_close(ext.smem_reverse(x), torch.cat([c.flip(0) for c in x.split(256)]))
             torch.testing.assert_close(ext.legacy_reduce(x[:960], True), x[:960].view(-1, 64).sum(1))
 
@@ -723,7 +709,7 @@ def test_an_atomic_that_changes_nothing_is_work_not_a_spin(styles, dev):
 
 def test_a_lock_between_threads_of_one_block_works_in_every_order(styles, dev):
     for order in ("forward", "reverse", "random"):
-        with sim_env(CUDASIM_ORDER=order, CUDASIM_SEED="5"):
+        with knobs.set(order=order, seed=5):
             assert styles.block_lock(torch.empty(0, device=dev), 64, 10).tolist() == [0, 640], order
 
 
@@ -734,7 +720,7 @@ def test_shuffle_naming_an_exited_lane_raises_with_the_exit_and_the_shuffle(unde
     x = torch.randn(32)
     exit_line, shfl_line = _line_of("EXIT-LINE", UNDEFINED), _line_of("SHFL-LINE", UNDEFINED)
     for order in ("forward", "reverse"):
-        with sim_env(CUDASIM_ORDER=order):
+        with knobs.set(order=order):
             with pytest.raises(RuntimeError, match=re.escape(
                     f"__shfl_xor_sync at undefined.cu:{shfl_line} with mask 0xffffffff names lane 20 (thread (20,0,0)), "
                     f"which has exited (returned at undefined.cu:{exit_line})") + ".*undefined on a GPU.*"

@@ -179,10 +179,11 @@ def test_tiled_matmul_survives_reordered_threads_and_blocks(wmma, monkeypatch):
         pytest.skip("thread and block order are simulator knobs")
     a, b = torch.randn(45, 70).half(), torch.randn(70, 38).half()
     ref = (a.double() @ b.double()).float()
+    from kernels.sim import knobs
+
     for order in ("reverse", "random"):
-        monkeypatch.setenv("CUDASIM_ORDER", order)
-        monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
-        torch.testing.assert_close(ext.wmma_matmul(a, b), ref, rtol=1e-5, atol=1e-4)
+        with knobs.set(order=order, shuffle_blocks=True):
+            torch.testing.assert_close(ext.wmma_matmul(a, b), ref, rtol=1e-5, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------

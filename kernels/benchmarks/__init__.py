@@ -14,15 +14,14 @@ import datetime
 import importlib
 import pkgutil
 import re
-import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 from ..backend import gpu_available
-from ..build import ROOT
+from ..paths import BUILD, RECORDED, ROOT
+from ..tables import markdown_table, text_table
 
-OUT = ROOT / "build" / "bench"
-RECORDED = Path(__file__).parent / "recorded"
+OUT = BUILD / "bench"
 STAMP = ("date", "torch")  # the columns a recorded CSV adds to the one `make bench` writes
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -60,13 +59,12 @@ def results_table(out_dir: Path = OUT) -> str:
     if not groups:
         return "No results yet: run `make bench` on a machine with an NVIDIA GPU."
     device = next(iter(groups.values()))[0].get("device", "")
+    body = []
     lines = [f"Measured by `make bench` on {device}, eager PyTorch and `torch.compile` in the same run. GB/s count "
              "the fewest bytes each op must move; \"of copy\" is against a device-to-device copy measured in the "
              "same run (compute-bound benchmarks, such as matmul, show TFLOP/s; their `vs eager` is the fraction of "
              "cuBLAS). One line per benchmark, with the fastest of the lesson's kernels; every variant is in "
-             "`build/bench/lessonNN.csv` and the plots next to it.", "",
-             "| lesson | benchmark | eager GB/s | compile GB/s | fastest kernel | GB/s | of copy | vs eager | vs compile |",
-             "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+             "`build/bench/lessonNN.csv` and the plots next to it.", ""]
     for (lesson, name), rows in groups.items():
         by = {r["variant"]: r for r in rows}
         kernels = [r for r in rows if not r["variant"].startswith(("eager", "torch"))]
@@ -74,10 +72,11 @@ def results_table(out_dir: Path = OUT) -> str:
             continue
         best = min(kernels, key=lambda r: float(r["ms"]))
         eager, comp = by.get("eager", {}), by.get("torch.compile", {})
-        lines.append(f"| {lesson} | {name} | {_rate(eager)} | {_rate(comp)} | "
-                     f"{best['variant']} | {_rate(best)} | {_num(best['of_copy'], '.0%')} | "
-                     f"{_times(best['vs_eager'])} | {_times(best['vs_compile'])} |")
-    return "\n".join(lines)
+        body.append((lesson, name, _rate(eager), _rate(comp), best["variant"], _rate(best),
+                     _num(best["of_copy"], ".0%"), _times(best["vs_eager"]), _times(best["vs_compile"])))
+    header = ("lesson", "benchmark", "eager GB/s", "compile GB/s", "fastest kernel", "GB/s", "of copy", "vs eager",
+              "vs compile")
+    return "\n".join(lines) + "\n" + markdown_table(header, body, align="llrrlrrrr")
 
 
 def update_readme(readme: Path = ROOT / "README.md", out_dir: Path = OUT) -> None:
@@ -171,15 +170,13 @@ class Bar(NamedTuple):
 def bar_report(rows: list, bars: list[Bar]) -> str:
     """One line per bar: the measured value, the bar, and PASS or MISS (or NOT MEASURED when no row matches)."""
     by = {(r.bench, r.variant): r for r in rows}
-    wide = max([len(b.bench) for b in bars] + [9]) + 2
-    lines = [f"{'benchmark':<{wide}}{'variant':<20}{'measure':<12}{'value':>8}{'bar':>7}  result"]
+    body = []
     for b in bars:
         row = by.get((b.bench, b.variant))
         value = getattr(row, b.measure) if row else None
         verdict = "NOT MEASURED" if value is None else "PASS" if value >= b.at_least else "MISS"
-        shown = "" if value is None else f"{value:.3f}"
-        lines.append(f"{b.bench:<{wide}}{b.variant:<20}{b.measure:<12}{shown:>8}{b.at_least:>7.2f}  {verdict}")
-    return "\n".join(lines)
+        body.append((b.bench, b.variant, b.measure, "" if value is None else f"{value:.3f}", f"{b.at_least:.2f}", verdict))
+    return text_table(("benchmark", "variant", "measure", "value", "bar", "result"), body, align="lllrrl")
 
 
 def print_quick(rows: list, copy_gbps: float, bars: list[Bar]) -> None:
@@ -193,11 +190,12 @@ def print_quick(rows: list, copy_gbps: float, bars: list[Bar]) -> None:
 
 def quick_main(run_quick: Callable[[], object], argv: list[str] | None = None) -> int:
     """`python -m kernels.benchmarks.lessonNN --quick`: run_quick() on a GPU, or say why not."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv != ["--quick"]:
-        print("usage: python -m kernels.benchmarks.lessonNN --quick  (the rows that carry performance bars; "
-              "`make bench LESSON=NN` runs everything)")
-        return 2
+    import argparse
+
+    p = argparse.ArgumentParser(description="The rows of a lesson's benchmark that carry performance bars "
+                                            "(`make bench LESSON=NN` runs everything).")
+    p.add_argument("--quick", action="store_true", required=True, help="time only the rows with bars")
+    p.parse_args(argv)
     if not gpu_available():
         print("the quick benchmark needs an NVIDIA GPU: simulator timings say nothing about a GPU")
         return 2
@@ -206,9 +204,17 @@ def quick_main(run_quick: Callable[[], object], argv: list[str] | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    keep = "--record" in argv
-    argv = [a for a in argv if a != "--record"]
+    """`python -m kernels.benchmarks [--record] [NN ...]` (make bench [RECORD=1] [LESSON=NN])."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m kernels.benchmarks",
+                                description="Every lesson's GPU benchmark (or the named ones): CSV and plots in "
+                                            "build/bench/, the README's results table regenerated.")
+    p.add_argument("--record", action="store_true",
+                   help="also copy each lesson's CSV, dated, to kernels/benchmarks/recorded/ (committed)")
+    p.add_argument("lessons", nargs="*", metavar="NN", help="lesson numbers (default: every lesson with a benchmark)")
+    a = p.parse_args(argv)
+    keep, argv = a.record, a.lessons
     if not gpu_available():
         print("make bench needs an NVIDIA GPU: the simulator runs kernels on the CPU, so its timings would say "
               "nothing about a GPU. Run it on a GPU machine (Colab, a cloud VM) with `make bench PY=python3`.")

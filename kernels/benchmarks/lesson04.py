@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..bench import Row, bench, copy_bandwidth, time_ms, write_csv
+from ..check import close
 from ..build import load
 
 N = 2**26   # floats per tensor: 256 MiB each; scale-add touches 3 of them (768 MiB)
@@ -105,11 +106,11 @@ def run(out_dir: Path) -> list[Row]:
         for name in ("scale_add1", "scale_add2", "scale_add4", "scale_add5"):
             out.fill_(float("nan"))
             getattr(ext, name)(A, x, y, out)
-            results.append(torch.allclose(out, want, rtol=1e-5, atol=1e-6))
+            results.append(close(out, want))
         for s in (1, 32):
             out.fill_(float("nan"))
             ext.scale_add3(A, x, y, out, s)
-            results.append(torch.allclose(out, want, rtol=1e-5, atol=1e-6))
+            results.append(close(out, want))
         return all(results)
 
     variants = {

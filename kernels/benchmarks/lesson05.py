@@ -20,8 +20,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ..check import close
 from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
-from ..build import INCLUDE, REFERENCE, ROOT, load
+from ..build import load
+from ..paths import INCLUDE, REFERENCE, ROOT
 
 ROWS, COLS = 65536, 4096  # 2^28 elements
 DTYPES = (torch.float32, torch.bfloat16)
@@ -106,11 +108,6 @@ def fused_ops(ext, swiglu_ext=None) -> dict[str, Callable]:
     return ops
 
 
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    tol = 1e-5 if got.dtype == torch.float32 else 2e-2
-    return torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
-
-
 def _train_step(fn: Callable, inputs: tuple, grad: torch.Tensor) -> Callable[[], object]:
     """A zero-argument callable: forward through fn, then backward to every input that needs a gradient."""
     wrt = tuple(t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad)
@@ -137,7 +134,7 @@ def _forward_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
 
         def relu_ok() -> bool:
             ext.relu_add_bias2(x, y, b, out)
-            return _close(out, relu_ref(x.float(), y.float(), b.float()))
+            return close(out, relu_ref(x.float(), y.float(), b.float()))
 
         rows += bench(f"relu(x) + y + bias {s}", {"relu_add_bias1": lambda: ext.relu_add_bias1(x, y, b, out),
                                                   "relu_add_bias2": lambda: ext.relu_add_bias2(x, y, b, out)},
@@ -151,7 +148,7 @@ def _forward_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
 
             def gelu_ok(tanh=tanh, gelu_ref=gelu_ref) -> bool:
                 ext.bias_gelu3(x, b, tanh, out)
-                return _close(out, gelu_ref(x.float(), b.float()))
+                return close(out, gelu_ref(x.float(), b.float()))
 
             rows += bench(f"gelu(x + bias) {kind} {s}", {"bias_gelu3": lambda tanh=tanh: ext.bias_gelu3(x, b, tanh, out)},
                           bytes=2 * n * e + COLS * e, torch_fn=gelu_ref, args=(x, b), copy_gbps=copy, check=gelu_ok,
@@ -162,7 +159,7 @@ def _forward_benches(ext, sw, copy: float, out_dir: Path) -> list[Row]:
 
             def swiglu_ok() -> bool:
                 sw.swiglu(x, y, out)
-                return _close(out, swiglu_ref(x.float(), y.float()))
+                return close(out, swiglu_ref(x.float(), y.float()))
 
             rows += bench(f"silu(a) * b {s}", {"swiglu (exercise)": lambda: sw.swiglu(x, y, out)},
                           bytes=3 * n * e, torch_fn=swiglu_ref, args=(x, y), copy_gbps=copy, check=swiglu_ok,

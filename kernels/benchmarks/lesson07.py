@@ -22,15 +22,17 @@ from typing import Callable
 
 import torch
 
+from ..check import close
 from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
 from ..build import load
 from . import Bar, print_quick, quick_main
-from ..exercises.lesson07 import register_softmax
+from ..lessons import lesson07
+from ..lessons.lesson07 import register_softmax
 
 SHAPES = ((8192, 8192), (65536, 1024), (2048, 65536))
 DTYPES = (torch.float32, torch.bfloat16)
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-VARIANTS = [f"softmax{k}" for k in range(1, 7)]
+VARIANTS = lesson07.FORWARD  # softmax1-6, as the lesson declares them
 BACKWARDS = ["softmax_backward1", "softmax_backward2"]  # the op's softmax_backward runs the second
 
 
@@ -40,11 +42,6 @@ def _torch_softmax(x: torch.Tensor) -> torch.Tensor:
 
 def _torch_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     return torch._softmax_backward_data(dy, y, -1, y.dtype)
-
-
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    tol = 1e-5 if got.dtype == torch.float32 else 2e-2
-    return torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
 
 
 def _files(out_dir: Path | None, plot_name: str) -> dict:
@@ -68,7 +65,7 @@ def _forward_benches(ext, copy: float, out_dir: Path | None, quick: bool = False
                 for name in names:
                     out.fill_(float("nan"))
                     getattr(ext, name)(x, out)
-                    results.append(_close(out, want))
+                    results.append(close(out, want))
                 return all(results)
 
             variants = {name: (lambda f=getattr(ext, name): f(x, out)) for name in names}
@@ -101,7 +98,7 @@ def _causal_benches(ext, copy: float, out_dir: Path | None) -> list[Row]:
 
             def causal_ok() -> bool:
                 ext.softmax7(x, scale, q, out)
-                return _close(out, eager(x.float()))
+                return close(out, eager(x.float()))
 
             rows += bench(f"scale + causal mask + softmax {r}x{c} {SHORT[dt]}",
                           {"softmax7": lambda: ext.softmax7(x, scale, q, out)}, bytes=x.nbytes // 2 + x.nbytes,
@@ -147,8 +144,8 @@ def _backward_only(ext, copy: float, out_dir: Path | None, r: int, c: int, dt: t
         for name in BACKWARDS:
             dx.fill_(float("nan"))
             getattr(ext, name)(y, dy, dx)
-            results.append(_close(dx, want))
-        return all(results) and _close(ext.softmax_backward(y, dy), want)
+            results.append(close(dx, want))
+        return all(results) and close(ext.softmax_backward(y, dy), want)
 
     variants = {name: (lambda f=getattr(ext, name): f(y, dy, dx)) for name in BACKWARDS}
     return bench(f"softmax backward {r}x{c} {s}", variants, bytes=3 * y.nbytes, torch_fn=_torch_backward,

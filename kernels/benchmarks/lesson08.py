@@ -27,12 +27,14 @@ import torch.nn.functional as F
 from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
 from ..build import load
 from . import Bar, print_quick, quick_main
-from ..exercises.lesson08 import EPS, register_layernorm
+from ..check import close
+from ..lessons import lesson08
+from ..lessons.lesson08 import EPS, TOLERANCE_LN, register_layernorm
 
 SHAPES = ((8192, 8192), (65536, 1024), (2048, 65536))
 DTYPES = (torch.float32, torch.bfloat16)
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16"}
-VARIANTS = [f"layernorm{k}" for k in range(1, 7)]
+VARIANTS = lesson08.FORWARD  # layernorm1-6, as the lesson declares them
 THREAD_PER_ROW = ("layernorm1", "layernorm2", "layernorm3")
 
 
@@ -43,11 +45,6 @@ def _torch_layernorm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch
 def _torch_backward(dy, x, w, b, mean, rstd):
     return torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean[:, None], rstd[:, None], w, b,
                                                      [True, True, True])
-
-
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    tol = 1e-4 if got.dtype == torch.float32 else 2e-2
-    return torch.allclose(got.float(), want.float(), rtol=tol, atol=tol)
 
 
 def _params(c: int, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,7 +103,7 @@ def _forward_benches(ext, copy: float, out_dir: Path | None, quick: bool = False
                 for f in variants.values():
                     out.fill_(float("nan"))
                     f()
-                    results.append(_close(out, want))
+                    results.append(close(out, want, TOLERANCE_LN))
                 return all(results)
 
             rows += bench(f"layernorm {r}x{c} {SHORT[dt]}", variants, bytes=2 * x.nbytes, torch_fn=_torch_layernorm,
@@ -192,7 +189,7 @@ def _backward_benches(ext, copy: float, out_dir: Path | None, quick: bool = Fals
                 variants[f"backward2 {threads}t"] = f
 
         def backward_ok(variants=variants) -> bool:
-            return all(_close(got, ref) for f in variants.values() for got, ref in zip(f(), want))
+            return all(close(got, ref, TOLERANCE_LN) for f in variants.values() for got, ref in zip(f(), want))
 
         rows += bench(f"layernorm backward {r}x{c} {s}", variants, bytes=3 * x.nbytes, torch_fn=_torch_backward,
                       args=(dy, x, w, b, mean, rstd), copy_gbps=copy, check=backward_ok, show=False,

@@ -22,11 +22,12 @@ import torch
 
 from ..bench import Row, bench, copy_bandwidth, plot, roofline, table, time_ms
 from ..build import load
-from ..ptxas import resource_table, resource_usage
+from ..lessons import lesson09
+from ..tools.ptxas import resource_table, resource_usage
 
 SIZE = 4096
-FP32 = [f"matmul{k}" for k in range(1, 9)]
-HALF = ["matmul9", "matmul10", "matmul12"]
+# the ladder as lesson 09 declares it (kernels/lessons/lesson09.py): fp32 variants, the tensor-core ones in bf16/fp16
+FP32, HALF = lesson09.FP32, lesson09.HALF
 # The fp32 variants' block tiles (BM, BN): each tile of A is loaded N / BN times and of B M / BM times,
 # so a variant loads 4 M N K (1/BM + 1/BN) bytes for 2 M N K FLOPs. matmul1/2 load 8 bytes per FMA.
 TILES = {"matmul3": (32, 32), "matmul4": (64, 64), "matmul5": (128, 128), "matmul6": (128, 128),

@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from ..bench import Row, bench, copy_bandwidth, plot, table, time_ms, write_csv
-from ..exercises.lesson10 import gpt_module, lesson_module
+from ..lessons.lesson10 import gpt_module, lesson_module
 
 LAYERS = 6
 BATCH = 8

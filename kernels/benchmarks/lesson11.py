@@ -21,19 +21,17 @@ from pathlib import Path
 import torch
 
 from ..bench import Row, bench, copy_bandwidth, plot, table, write_csv
-from ..build import ROOT, load, load_inline
-from ..exercises.lesson11 import bias_gelu_ref
+from ..build import load, load_inline
+from ..paths import ROOT
+from ..check import close
+from ..lessons.lesson11 import bias_gelu_ref
 
 BUILD_BENCH = "build: first and cached (ms)"
 N = 8192
 
 
-def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
-    return torch.allclose(got.float(), want.float(), rtol=1e-5, atol=1e-5)
-
-
 def _softmax(copy: float, out_dir: Path) -> list[Row]:
-    from .. import triton_ops
+    from ..lessons import lesson11_triton as triton_ops
 
     ext7 = load("07", "cuda")
     ops = triton_ops.register("cuda")
@@ -43,7 +41,7 @@ def _softmax(copy: float, out_dir: Path) -> list[Row]:
 
     def correct() -> bool:
         ext7.softmax6(x, out)
-        return _close(out, want) and _close(ops.softmax(x), want)
+        return close(out, want) and close(ops.softmax(x), want)
 
     # "triton kernel" launches into `out` as softmax6 does; "triton op" is the registered op (allocation and
     # the op's Python dispatch included)
@@ -56,7 +54,7 @@ def _softmax(copy: float, out_dir: Path) -> list[Row]:
 
 
 def _bias_gelu(copy: float, out_dir: Path) -> list[Row]:
-    from .. import cupy_route, triton_ops
+    from ..lessons import lesson11_cupy as cupy_route, lesson11_triton as triton_ops
 
     ext = load("11", "cuda")
     inline = load_inline("bias_gelu_inline", cupy_route.SOURCE.read_text(), "cuda")
@@ -73,7 +71,7 @@ def _bias_gelu(copy: float, out_dir: Path) -> list[Row]:
 
     def correct() -> bool:
         triton_ops.bias_gelu_launch(x, b, out)
-        return _close(out, want) and all(_close(fn(), want) for name, fn in variants.items() if name != "triton kernel")
+        return close(out, want) and all(close(fn(), want) for name, fn in variants.items() if name != "triton kernel")
 
     def eager(t, bias):
         return torch.nn.functional.gelu(t + bias, approximate="tanh")
@@ -84,7 +82,7 @@ def _bias_gelu(copy: float, out_dir: Path) -> list[Row]:
 
 
 def _cupy_overhead(copy: float, out_dir: Path) -> list[Row]:
-    from .. import cupy_route
+    from ..lessons import lesson11_cupy as cupy_route
 
     if cupy_route.missing():
         print(f"cupy per-call overhead skipped: {cupy_route.missing()}")
@@ -98,7 +96,7 @@ def _cupy_overhead(copy: float, out_dir: Path) -> list[Row]:
         want = bias_gelu_ref(x, b)
 
         def correct() -> bool:
-            return _close(cupy_route.bias_gelu(x, b), want) and _close(cupy_route.bias_gelu_round_trip(x, b), want)
+            return close(cupy_route.bias_gelu(x, b), want) and close(cupy_route.bias_gelu_round_trip(x, b), want)
 
         rows += bench(f"cupy per call, {mib} MiB fp32", {
             "load (.cu)": lambda: ext.bias_gelu(x, b),
@@ -114,7 +112,7 @@ def _cupy_overhead(copy: float, out_dir: Path) -> list[Row]:
 # with the cache the first one filled gives the cached load.
 _BUILDS = {
     "load (.cu)": ("from kernels import load", "load('11', 'cuda', quiet=True)", "KERNELS_BUILD_DIR"),
-    "load_inline": ("from kernels import load_inline; from kernels.cupy_route import SOURCE; s = SOURCE.read_text()",
+    "load_inline": ("from kernels import load_inline; from kernels.lessons.lesson11_cupy import SOURCE; s = SOURCE.read_text()",
                     "load_inline('bias_gelu_inline', s, 'cuda', quiet=True)", "KERNELS_BUILD_DIR"),
     "triton": ("import torch; from kernels import triton_ops; ops = triton_ops.register('cuda'); "
                "x = torch.randn(64, 1024, device='cuda'); torch.cuda.synchronize()",
@@ -136,7 +134,7 @@ def _seconds_in_fresh_process(setup: str, timed: str, env: dict) -> float:
 
 def _builds(copy: float, out_dir: Path) -> list[Row]:
     """Each route's first build (an empty cache) and cached load (the cache the first filled), in fresh processes."""
-    from .. import cupy_route
+    from ..lessons import lesson11_cupy as cupy_route
 
     rows = []
     for route, (setup, timed, cache_var) in _BUILDS.items():
@@ -188,7 +186,7 @@ def route_lines() -> dict[str, int]:
     helpers and the learner's own call not counted)."""
     import inspect
 
-    from .. import cupy_route, triton_ops
+    from ..lessons import lesson11_cupy as cupy_route, lesson11_triton as triton_ops
 
     cu = cupy_route.SOURCE.read_text()
     kernels = cupy_route.kernel_source()

@@ -1,67 +1,28 @@
-"""The lessons' exercises and their self-checks, one module per lesson (lesson04.py, ...).
+"""The lessons' exercises and their self-checks: `check_exercise("04")`, `hint("04", n=2)`.
 
 A notebook's check cell and `make check LESSON=NN` both call `check_exercise`, so they print
-the same report. Each lesson module defines EXERCISES, a list of Exercise.
+the same report. Each lesson's declaration (kernels/lessons/lessonNN.py) lists its EXERCISES.
 
 Hints appear only when asked for: a failing check prints one hint, the one that fits the failure
-(a Hint names the diagnoses it answers, such as "wrote past the end"), and says how to ask for the
-next: `hint("02", "saxpy", 2)` in a notebook, `make hint LESSON=02 N=2` in a terminal.
+(a Hint names the checker's diagnoses it answers, such as Diagnosis.WROTE_PAST_END, and the outputs or
+parts of the check it is about), and says how to ask for the next: `hint("02", "saxpy", 2)` in a
+notebook, `make hint LESSON=02 N=2` in a terminal.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from ..build import ROOT, BuildError, load
-from ..check import Report, merge
+from .. import lessons
+from ..build import BuildError, load
+from ..check import Case, Diagnosis, Report, merge
+from ..lessons import Exercise, Hint, lesson_dir
 
-LESSONS = ROOT / "lessons"
-SOLUTIONS = ROOT / "solutions"
-
-
-@dataclass(frozen=True)
-class Hint:
-    """A hint and the diagnoses it answers: words of the checker's problem text for a failing case
-    ("wrote past the end", "never written", "invalid argument"), matched ignoring case."""
-
-    text: str
-    answers: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return self.text
-
-
-@dataclass
-class Exercise:
-    """One exercise: the file the learner edits (.cu, or .py glue), and how to check what it builds."""
-
-    lesson: str            # "04"
-    name: str              # "copy_vec4"
-    file: str              # the file name, in lessons/NN_topic/ (stub) and solutions/NN_topic/
-    run: Callable          # run(ext, backend) -> Report; ext is the built file, or the imported .py module
-    hints: list[str | Hint] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
-
-
-def lesson_dir(lesson: str, solution: bool = False) -> Path:
-    """lessons/NN_topic (or solutions/NN_topic) for a lesson number."""
-    base = SOLUTIONS if solution else LESSONS
-    found = sorted(base.glob(f"{lesson}_*"))
-    if not found:
-        raise FileNotFoundError(f"no folder for lesson {lesson} in {base.name}/")
-    return found[0]
+__all__ = ["check_exercise", "hint", "find", "fitting_hint", "all_exercises", "Exercise", "Hint", "lesson_dir", "main"]
 
 
 def all_exercises() -> dict[str, list[Exercise]]:
     """Every lesson's exercises, by lesson number."""
-    out = {}
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.name.startswith("lesson"):
-            mod = importlib.import_module(f"{__name__}.{info.name}")
-            out[info.name[len("lesson"):]] = list(mod.EXERCISES)
-    return dict(sorted(out.items()))
+    return {n: list(mod.EXERCISES) for n, mod in lessons.modules().items() if getattr(mod, "EXERCISES", None)}
 
 
 def find(lesson: str, name: str | None = None) -> list[Exercise]:
@@ -83,11 +44,10 @@ def find(lesson: str, name: str | None = None) -> list[Exercise]:
 def fitting_hint(ex: Exercise, report: Report) -> int:
     """The number (from 1) of the hint that answers most of the report's failing cases; ties go to
     the earlier hint, and 1 when no hint names any of the failures."""
-    failures = [f"{c.problem}\n{c.detail}".lower() for c in report.cases if not c.passed]
+    failures = [c for c in report.cases if not c.passed]
     best, best_count = 1, 0
     for n, h in enumerate(ex.hints, 1):
-        tags = [t.lower() for t in getattr(h, "answers", ())]
-        count = sum(any(t in f for t in tags) for f in failures)
+        count = sum(h.fits(c) for c in failures) if isinstance(h, Hint) else 0
         if count > best_count:
             best, best_count = n, count
     return best
@@ -151,12 +111,12 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
             if src.suffix != ".py" and not isinstance(e, (BuildError, FileNotFoundError)):
                 raise
             print(f"{ex.name}: does not {'import' if src.suffix == '.py' else 'build'} yet\n{e}")
-            r = Report(ex.name)
-            from ..check import Case
             import torch
 
+            r = Report(ex.name)
             r.cases.append(Case("build", torch.float32, False,
-                                "the file does not import" if src.suffix == ".py" else "the file does not compile"))
+                                "the file does not import" if src.suffix == ".py" else "the file does not compile",
+                                diagnosis=Diagnosis.BUILD_FAILED))
             reports.append(r)
             continue
         r = ex.run(ext, backend)

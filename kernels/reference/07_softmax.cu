@@ -738,7 +738,7 @@ at::Tensor softmax_backward(const at::Tensor& y, const at::Tensor& dy) {
 
 // ---------------------------------------------------------------------------------------------
 // Registration. The functional ops get their fake kernels and derivative in Python
-// (kernels/exercises/lesson07.py: register_softmax), the lesson 03 route.
+// (kernels/lessons/lesson07.py: register_softmax), the lesson 03 route.
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("softmax1(Tensor x, Tensor(a!) out) -> ()");
   m.def("softmax2(Tensor x, Tensor(a!) out) -> ()");

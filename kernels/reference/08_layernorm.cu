@@ -767,7 +767,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layernorm_backward2_layout(const 
 
 // ---------------------------------------------------------------------------------------------
 // Registration. The functional ops get their fake kernels and derivative in Python
-// (kernels/exercises/lesson08.py: register_layernorm), the lesson 03 route.
+// (kernels/lessons/lesson08.py: register_layernorm), the lesson 03 route.
 #define LAYERNORM_SCHEMA "Tensor x, Tensor weight, Tensor bias, float eps, Tensor(a!) out, Tensor(b!) mean, Tensor(c!) rstd) -> ()"
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {

@@ -158,7 +158,11 @@ def fresh_build_seconds(tmp: Path) -> tuple[float, float]:
     return times[0], times[1]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kernels.sim.speed`: the four figures, each against its bar."""
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m kernels.sim.speed", description=__doc__.splitlines()[0]).parse_args(argv)
     from kernels import load
 
     with tempfile.TemporaryDirectory() as d:

@@ -11,63 +11,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..build.sources import INCLUDE_RE as _INCLUDE_RE
+from ..build.sources import SYSTEM_INCLUDE_RE, SourceSet, code_mask, line_of, masked_text
 
 
 class TranslateError(ValueError):
     """A construct the simulator cannot translate, with the file and line."""
-
-
-def code_mask(src: str) -> bytearray:
-    """1 for characters that are code, 0 inside comments, string and character literals."""
-    mask = bytearray(b"\x01" * len(src))
-    i, n = 0, len(src)
-    while i < n:
-        c = src[i]
-        if c == "/" and src.startswith("//", i):
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-        elif c == "/" and src.startswith("/*", i):
-            j = src.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-        elif c == "R" and src.startswith('R"', i) and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
-            m = re.match(r'R"([^()\\\s]{0,16})\(', src[i:])
-            if not m:
-                i += 1
-                continue
-            end = src.find(")" + m.group(1) + '"', i)
-            j = n if end < 0 else end + len(m.group(1)) + 2
-        elif c in "\"'":
-            if c == "'" and _is_digit_separator(src, i):
-                i += 1  # a digit separator such as 1'000'000
-                continue
-            j = i + 1
-            while j < n and src[j] != c and src[j] != "\n":
-                j += 2 if src[j] == "\\" else 1
-            j = min(j + 1, n)
-        else:
-            i += 1
-            continue
-        for k in range(i, j):
-            mask[k] = 0
-        i = j
-    return mask
-
-
-def _is_digit_separator(src: str, i: int) -> bool:
-    """Whether the quote at `i` sits inside a number (1'048'576, 0x'FF), not before a char literal."""
-    j = i
-    while j > 0 and (src[j - 1].isalnum() or src[j - 1] in "_.'"):
-        j -= 1
-    return j < i and (src[j].isdigit() or (src[j] == "." and j + 1 < i and src[j + 1].isdigit()))
-
-
-def masked_text(src: str, mask: bytearray) -> str:
-    """`src` with comments, strings and character literals replaced by blanks (newlines kept)."""
-    return "".join(c if mask[i] or c == "\n" else " " for i, c in enumerate(src))
-
-
-def line_of(src: str, pos: int) -> int:
-    return src.count("\n", 0, pos) + 1
 
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
@@ -366,8 +315,6 @@ def _kernel_return_edits(src: str, mask: bytearray) -> list[_Edit]:
 
 _PRAGMA_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", re.M)
 _IMPL_RE = re.compile(r"\b(TORCH_LIBRARY_IMPL\w*\s*\(\s*[^,()]+,\s*)CUDA(\s*,)")
-_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
-SYSTEM_INCLUDE_RE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<([^>\n]+)>", re.M)
 
 
 def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_Edit]:
@@ -473,43 +420,23 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     return "#include <cudasim.h>\n" + ("#include <cudasim_ptx.h>\n" if ptx else "") + f'#line 1 "{path}"\n' + "".join(out)
 
 
-def local_includes(path: Path, search: list[Path]) -> dict[str, Path]:
-    """Quoted includes of `path` that resolve to files, by the name written in the directive."""
-    src = path.read_text()
-    mask = code_mask(src)
-    found = {}
-    for m in _INCLUDE_RE.finditer(src):
-        if not (mask[m.start()] or src[m.start()].isspace()):
-            continue
-        name = m.group(1)
-        for d in [path.parent, *search]:
-            cand = d / name
-            if cand.is_file():
-                found[name] = cand.resolve()
-                break
-    return found
-
-
-def translate_tree(entry: Path, out_dir: Path, search: list[Path], display=lambda p: str(p),
-                   system_map: dict[str, str] | None = None) -> tuple[Path, list[Path]]:
-    """Translate `entry` and every local header it includes into `out_dir` (`system_map`: see translate_source).
-
-    Returns the translated entry file and the list of original files read (for the cache key).
-    """
+def translate_tree(sources: SourceSet, out_dir: Path, display=lambda p: str(p),
+                   system_map: dict[str, str] | None = None) -> Path:
+    """Translate the entry file of `sources` and every local header it includes into `out_dir`
+    (`system_map`: see translate_source); returns the translated entry file."""
     out_dir.mkdir(parents=True, exist_ok=True)
     done: dict[Path, Path] = {}
 
     def visit(p: Path) -> Path:
         if p in done:
             return done[p]
-        target = out_dir / (f"sim_{len(done)}_{p.stem}" + (".cpp" if p == entry.resolve() else p.suffix or ".h"))
+        target = out_dir / (f"sim_{len(done)}_{p.stem}" + (".cpp" if p == sources.entry else p.suffix or ".h"))
         done[p] = target
-        incs = local_includes(p, search)
-        include_map = {name: str(visit(q)) for name, q in incs.items()}
-        text = translate_source(p.read_text(), display(p), include_map, system_map)
+        file = sources.texts[p]
+        include_map = {name: str(visit(q)) for name, q in file.includes.items()}
+        text = translate_source(file.text, display(p), include_map, system_map)
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
         return target
 
-    main = visit(entry.resolve())
-    return main, list(done)
+    return visit(sources.entry)

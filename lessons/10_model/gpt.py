@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from kernels import load
 from kernels.benchmarks.lesson05 import register_fused_ops
-from kernels.exercises.lesson08 import EPS, register_layernorm
-from kernels.exercises.lesson10 import GLUE, register_glue
+from kernels.lessons.lesson08 import EPS, register_layernorm
+from kernels.lessons.lesson10 import GLUE, register_glue
 
 VOCAB = 256  # byte-level tokens: every text is its own encoding
 

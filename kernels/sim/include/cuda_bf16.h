@@ -72,3 +72,11 @@ inline __nv_bfloat16 operator/(__nv_bfloat16 a, __nv_bfloat16 b) { return __hdiv
 inline __nv_bfloat16& operator+=(__nv_bfloat16& a, __nv_bfloat16 b) { return a = __hadd(a, b); }
 inline __nv_bfloat16& operator*=(__nv_bfloat16& a, __nv_bfloat16 b) { return a = __hmul(a, b); }
 #endif
+
+// CUDA's headers give these shuffle overloads (__shfl*_sync): cudasim.h's shfl_ takes them.
+namespace cudasim {
+template <>
+inline constexpr bool shuffle_class<__nv_bfloat16> = true;
+template <>
+inline constexpr bool shuffle_class<__nv_bfloat162> = true;
+}  // namespace cudasim

@@ -141,3 +141,11 @@ inline bool operator<=(__half a, __half b) { return __hle(a, b); }
 inline bool operator>(__half a, __half b) { return __hgt(a, b); }
 inline bool operator>=(__half a, __half b) { return __hge(a, b); }
 #endif
+
+// CUDA's headers give these shuffle overloads (__shfl*_sync): cudasim.h's shfl_ takes them.
+namespace cudasim {
+template <>
+inline constexpr bool shuffle_class<__half> = true;
+template <>
+inline constexpr bool shuffle_class<__half2> = true;
+}  // namespace cudasim

@@ -33,6 +33,8 @@ struct AsyncCopy {
   unsigned char bytes[16];
   unsigned size;
   unsigned long long group;  // the group it joins when the thread next commits
+  const char* file;          // where it was issued
+  int line;
 };
 
 struct PipelineState {
@@ -43,7 +45,7 @@ struct PipelineState {
 
 inline std::vector<PipelineState> pipelines;
 
-inline PipelineState& my_pipeline(const char* what, const char* file, int line) {
+CUDASIM_INTERNAL inline PipelineState& my_pipeline(const char* what, const char* file, int line) {
   Thread* t = g.cur;
   if (!t) {
     char buf[200];
@@ -61,26 +63,27 @@ inline PipelineState& my_pipeline(const char* what, const char* file, int line) 
 }
 
 // Is [p, p + n) inside the shared-memory arena (or does it touch it), or in the thread's stack (a local)?
-inline bool in_shared(const void* p, size_t n) {
+CUDASIM_INTERNAL inline bool in_shared(const void* p, size_t n) {
   auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(arena);
   return a >= lo && a + n <= lo + sizeof arena;
 }
-inline bool overlaps_shared(const void* p, size_t n) {
+CUDASIM_INTERNAL inline bool overlaps_shared(const void* p, size_t n) {
   auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(arena);
   return a < lo + sizeof arena && a + n > lo;
 }
-inline bool in_my_stack(const void* p) {
+CUDASIM_INTERNAL inline bool in_my_stack(const void* p) {
   const Thread* t = g.cur;
   auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(t->stack);
   return t->stack && a >= lo && a < lo + kGuardBytes + t->stack_size;
 }
 
-[[noreturn]] inline void pipeline_fail(const char* file, int line, const std::string& what) {
+[[noreturn]] CUDASIM_INTERNAL inline void pipeline_fail(const char* file, int line, const std::string& what) {
   fail("__pipeline_memcpy_async at " + base_name(file) + ":" + std::to_string(line) + ": " + what);
 }
 
-inline void pipeline_memcpy_async_(const char* file, int line, void* dst, const void* src, size_t size,
+CUDASIM_INTERNAL inline void pipeline_memcpy_async_(const char* file, int line, void* dst, const void* src, size_t size,
                                    size_t zfill = 0) {
+  SimScope scope;
   PipelineState& p = my_pipeline("__pipeline_memcpy_async", file, line);
   if (size != 4 && size != 8 && size != 16)
     pipeline_fail(file, line, "size_and_align must be 4, 8 or 16 bytes, got " + std::to_string(size));
@@ -98,22 +101,30 @@ inline void pipeline_memcpy_async_(const char* file, int line, void* dst, const 
                   size, reinterpret_cast<uintptr_t>(src) % size);
     pipeline_fail(file, line, buf);
   }
-  AsyncCopy c{static_cast<unsigned char*>(dst), {}, static_cast<unsigned>(size), p.committed};
+  AsyncCopy c{static_cast<unsigned char*>(dst), {}, static_cast<unsigned>(size), p.committed, file, line};
+  if (size > zfill) note_read(src, size - zfill, file, line);
   if (size > zfill) std::memcpy(c.bytes, src, size - zfill);  // read now: a wild source faults at this line
   std::memset(c.bytes + (size - zfill), 0, zfill);
   std::memset(dst, kPoison, size);  // not there yet: reading it before the wait gets NaN
   p.queued.push_back(c);
 }
 
-inline void pipeline_commit_(const char* file, int line) { my_pipeline("__pipeline_commit", file, line).committed += 1; }
+CUDASIM_INTERNAL inline void pipeline_commit_(const char* file, int line) {
+  SimScope scope;
+  my_pipeline("__pipeline_commit", file, line).committed += 1;
+}
 
-inline void pipeline_wait_prior_(size_t prior, const char* file, int line) {
+CUDASIM_INTERNAL inline void pipeline_wait_prior_(size_t prior, const char* file, int line) {
+  SimScope scope;
   PipelineState& p = my_pipeline("__pipeline_wait_prior", file, line);
   const unsigned long long keep = prior < 8 ? prior : 8;  // CUDA's header waits with 8 for anything larger
   const unsigned long long land_below = p.committed > keep ? p.committed - keep : 0;
   size_t kept = 0;
   for (AsyncCopy& c : p.queued) {
-    if (c.group < land_below) std::memcpy(c.dst, c.bytes, c.size);
+    if (c.group < land_below) {
+      note_write(c.dst, c.size, c.file, c.line);  // the copy lands now, as the waiting thread's write
+      std::memcpy(c.dst, c.bytes, c.size);
+    }
     else p.queued[kept++] = c;
   }
   p.queued.resize(kept);

@@ -53,6 +53,14 @@
 #include <ucontext.h>
 #endif
 
+// Instrumented builds (kernels.profile, and the check's race and bounds pass: -DCUDASIM_INSTRUMENTED
+// -fsanitize=thread) make every load and store of the learner's code call a hook
+// (cudasim_instrument.h). The simulator's own functions carry CUDASIM_INTERNAL: they are not
+// instrumented, so that the hooks see only the learner's accesses (a simulator function that reads or
+// writes memory on a thread's behalf reports it with note_read/note_write). Such functions must not
+// be always_inline: GCC refuses to inline across a sanitizer-attribute mismatch.
+#define CUDASIM_INTERNAL __attribute__((no_sanitize_thread))
+
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.
 #define __global__
@@ -197,7 +205,7 @@ enum class WarpOp : unsigned char { Active, Sync, ShflIdx, ShflUp, ShflDown, Shf
                                     ReduceAdd, ReduceMin, ReduceMax, ReduceAnd, ReduceOr, ReduceXor,
                                     ReduceUMin, ReduceUMax,  // these two: unsigned compare
                                     Collective };  // a warp-wide call such as wmma::mma_sync (WarpJob)
-inline bool is_shuffle(WarpOp op) { return op >= WarpOp::ShflIdx && op <= WarpOp::ShflXor; }
+CUDASIM_INTERNAL inline bool is_shuffle(WarpOp op) { return op >= WarpOp::ShflIdx && op <= WarpOp::ShflXor; }
 enum class BarKind : unsigned char { Plain, Count, And, Or };
 
 struct Thread {
@@ -234,6 +242,8 @@ struct Thread {
   // the atomic this thread repeats without changing memory (a poll): address, value seen, count
   const void* spin_addr = nullptr;
   unsigned long long spin_value = 0, spin_count = 0, spin_progress = 0;
+  // inside a simulator function called by the learner's code (see SimScope)
+  bool in_sim = false;
 };
 
 struct SharedSlot {
@@ -276,6 +286,10 @@ struct Sim {
   // bumped whenever the block visibly moves on: an atomic that changes memory, a barrier or warp
   // operation that completes, a thread that finishes
   unsigned long long progress = 0;
+  // a finding of an instrumented build's hooks in a running thread (a race, an access out of
+  // bounds; see stop_thread): what it says, and the thread, or -1
+  std::string finding;
+  int finding_thread = -1;
   // a fault caught by the SIGSEGV handler in a running thread (see on_segv): the thread, or -1
   volatile int fault_thread = -1;
   volatile bool fault_overflow = false;  // in the thread's stack guard, else an illegal access
@@ -303,15 +317,37 @@ constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
 
-[[noreturn]] inline void fail(const std::string& what);
+[[noreturn]] CUDASIM_INTERNAL inline void fail(const std::string& what);
 
-inline std::string base_name(const char* path) {
+// In an instrumented build, the simulator's functions are not instrumented, but the standard
+// library's templates they call (std::vector's, std::max, ...) are. A SimScope at the entry of every
+// simulator function that the learner's code calls (a barrier, a warp operation, an atomic, ...)
+// marks the running thread as being inside the simulator, so that the hooks leave those accesses
+// alone. Per thread, because the function may switch to other threads that run the learner's code.
+struct SimScope {
+#ifdef CUDASIM_INSTRUMENTED
+  Thread* t;
+  bool was;
+  CUDASIM_INTERNAL SimScope() : t(g.cur), was(t && t->in_sim) {
+    if (t) t->in_sim = true;
+  }
+  CUDASIM_INTERNAL void end() {
+    if (t) t->in_sim = was;
+    t = nullptr;
+  }
+  CUDASIM_INTERNAL ~SimScope() { end(); }
+#else
+  void end() {}
+#endif
+};
+
+CUDASIM_INTERNAL inline std::string base_name(const char* path) {
   if (!path) return "?";
   const char* slash = std::strrchr(path, '/');
   return slash ? slash + 1 : path;
 }
 
-inline std::string where() {
+CUDASIM_INTERNAL inline std::string where() {
   char buf[256];
   const Thread* t = g.cur;
   std::snprintf(buf, sizeof buf, " [kernel %s, block (%u,%u,%u)", g.kernel, g.block_idx.x, g.block_idx.y,
@@ -325,38 +361,45 @@ inline std::string where() {
   return s + buf;
 }
 
-[[noreturn]] inline void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
+[[noreturn]] CUDASIM_INTERNAL inline void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
 
-// Instrumented builds (kernels.profile, and the check's race and bounds pass) compile the file with
-// -fsanitize=thread, so that every load and store of the learner's code calls a hook
-// (cudasim_profile.h). The simulator's own functions carry CUDASIM_INTERNAL: they are not
-// instrumented, so the hooks see only the learner's accesses. Such functions must not be
-// always_inline (GCC refuses to inline across a sanitizer-attribute mismatch).
-#define CUDASIM_INTERNAL __attribute__((no_sanitize_thread))
+
+// The instrumented build's events (cudasim_instrument.h): what the hooks need to know besides the
+// learner's loads and stores. Nothing in a plain build.
+#ifdef CUDASIM_INSTRUMENTED
+namespace instr {
+CUDASIM_INTERNAL inline void access(const void* p, size_t bytes, bool write, const char* file, int line);
+CUDASIM_INTERNAL inline void atomic_access(const void* p, size_t bytes, void* pc);
+CUDASIM_INTERNAL inline void launch_begin();
+CUDASIM_INTERNAL inline void launch_end();
+CUDASIM_INTERNAL inline void block_begin();
+CUDASIM_INTERNAL inline void block_end();
+CUDASIM_INTERNAL inline void barrier_released();
+CUDASIM_INTERNAL inline void passed_barrier(int thread);
+CUDASIM_INTERNAL inline void warp_synced(int warp);
+CUDASIM_INTERNAL inline void shared_declared(size_t offset, size_t bytes, const char* name);
+CUDASIM_INTERNAL inline void device_alloc(const void* p, size_t bytes);
+CUDASIM_INTERNAL inline void device_free(const void* p);
+}  // namespace instr
+#define CUDASIM_EVENT(call) ::cudasim::instr::call
+#else
+#define CUDASIM_EVENT(call) ((void)0)
+#endif
 
 // What a simulator function reads or writes on behalf of the running kernel thread (a WMMA load, a
 // cp.async copy): reported to the instrumented build's hooks before the access, with the learner's
 // line; nothing in a plain build.
-#ifdef CUDASIM_PROFILE
-CUDASIM_INTERNAL void note_access(const void* p, size_t bytes, bool write, const char* file, int line);
-#endif
 CUDASIM_INTERNAL inline void note_read(const void* p, size_t bytes, const char* file, int line) {
-#ifdef CUDASIM_PROFILE
-  note_access(p, bytes, false, file, line);
-#else
+  CUDASIM_EVENT(access(p, bytes, false, file, line));
   (void)p, (void)bytes, (void)file, (void)line;
-#endif
 }
 CUDASIM_INTERNAL inline void note_write(void* p, size_t bytes, const char* file, int line) {
-#ifdef CUDASIM_PROFILE
-  note_access(p, bytes, true, file, line);
-#else
+  CUDASIM_EVENT(access(p, bytes, true, file, line));
   (void)p, (void)bytes, (void)file, (void)line;
-#endif
 }
 
 // Switch from the running fiber back to the scheduler.
-inline void to_scheduler() {
+CUDASIM_INTERNAL inline void to_scheduler() {
   Thread* t = g.cur;
 #ifdef CUDASIM_UCONTEXT
   swapcontext(&t->uc, &g.sched_uc);
@@ -365,7 +408,19 @@ inline void to_scheduler() {
 #endif
 }
 
-[[noreturn]] inline void fiber_main() {
+// A finding of the instrumented build's hooks in the running thread (a race, an access out of
+// bounds): the thread stops where it is, before the access, without unwinding (the hooks cannot
+// throw through the learner's code), and the scheduler raises the finding as an error.
+[[noreturn]] CUDASIM_INTERNAL inline void stop_thread(std::string what) {
+  Thread* t = g.cur;
+  g.finding = std::move(what);
+  g.finding_thread = t->linear;
+  t->state = State::Done;
+  to_scheduler();
+  __builtin_trap();  // a stopped fiber is never resumed
+}
+
+[[noreturn]] CUDASIM_INTERNAL inline void fiber_main() {
   Thread* t = g.cur;
   try {
     g.body(g.body_ctx);
@@ -380,12 +435,12 @@ inline void to_scheduler() {
 }
 
 #ifdef CUDASIM_UCONTEXT
-inline void fiber_entry_uc() { fiber_main(); }
+CUDASIM_INTERNAL inline void fiber_entry_uc() { fiber_main(); }
 #endif
 
 // A fiber's mapping: kGuardBytes of PROT_NONE guard, then g.stack_bytes of stack (it grows down
 // towards the guard). `stack` points at the guard; `stack_size` is what it was mapped with.
-inline void start_fiber(Thread& t) {
+CUDASIM_INTERNAL inline void start_fiber(Thread& t) {
   if (t.stack && t.stack_size != g.stack_bytes) {  // CUDASIM_STACK_KB changed since
     munmap(t.stack, kGuardBytes + t.stack_size);
     t.stack = nullptr;
@@ -400,6 +455,7 @@ inline void start_fiber(Thread& t) {
   }
   t.exit_file = nullptr;
   t.exit_line = 0;
+  t.in_sim = false;
   t.spin_addr = nullptr;
   t.spin_count = 0;
 #ifdef CUDASIM_UCONTEXT
@@ -420,7 +476,7 @@ inline void start_fiber(Thread& t) {
 #endif
 }
 
-inline void resume(Thread& t) {
+CUDASIM_INTERNAL inline void resume(Thread& t) {
   g.cur = &t;
   g.thread_idx = t.idx;
 #ifdef CUDASIM_UCONTEXT
@@ -431,13 +487,13 @@ inline void resume(Thread& t) {
   g.cur = nullptr;
 }
 
-inline void make_ready(int id) {
+CUDASIM_INTERNAL inline void make_ready(int id) {
   g.threads[id].state = State::Ready;
   g.runq.push_back(id);
 }
 
 // Queue a group of threads in the configured order.
-inline void queue_in_order(std::vector<int>& ids) {
+CUDASIM_INTERNAL inline void queue_in_order(std::vector<int>& ids) {
   if (g.order == 1) std::reverse(ids.begin(), ids.end());
   if (g.order == 2) std::shuffle(ids.begin(), ids.end(), g.rng);
   for (int id : ids) make_ready(id);
@@ -445,10 +501,8 @@ inline void queue_in_order(std::vector<int>& ids) {
 
 // ---------------------------------------------------------------------------------------------
 // __syncthreads and its counting variants.
-#ifdef CUDASIM_PROFILE
-inline void profile_barrier(int thread);
-#endif
-inline int barrier(BarKind kind, int pred, const char* file, int line, int site) {
+CUDASIM_INTERNAL inline int barrier(BarKind kind, int pred, const char* file, int line, int site) {
+  SimScope scope;
   Thread* t = g.cur;
   if (!t) fail("__syncthreads() called outside a kernel");
   t->state = State::Barrier;
@@ -458,14 +512,12 @@ inline int barrier(BarKind kind, int pred, const char* file, int line, int site)
   t->bar_line = line;
   t->bar_site = site;
   to_scheduler();
-#ifdef CUDASIM_PROFILE
-  profile_barrier(t->linear);  // the access profiler's mark (cudasim_profile.h)
-#endif
+  CUDASIM_EVENT(passed_barrier(t->linear));  // the access profiler's mark
   return t->bar_result;
 }
 
 // Called by the scheduler when no thread can run: release a barrier, or explain the deadlock.
-inline void resolve_block() {
+CUDASIM_INTERNAL inline void resolve_block() {
   std::vector<int> at_barrier;
   const Thread* first = nullptr;
   int warp_waiting = -1;
@@ -529,6 +581,7 @@ inline void resolve_block() {
   for (int id : at_barrier) g.threads[id].bar_result = result;
   g.idle_yields = 0;
   g.progress += 1;
+  CUDASIM_EVENT(barrier_released());  // every access before it is ordered before every access after it
   queue_in_order(at_barrier);
 }
 
@@ -538,18 +591,18 @@ inline void resolve_block() {
 // __reduce_*_sync and __syncwarp count only the lanes that take part, as PTX defines them. A
 // shuffle whose mask names such a lane is an error: what it reads from there is undefined on a
 // GPU. A shuffle reading a live lane outside its mask gets poison (0xFF bytes, a NaN).
-inline int lane_id() { return g.cur->linear & 31; }
+CUDASIM_INTERNAL inline int lane_id() { return g.cur->linear & 31; }
 
 // The translator puts this in front of every `return;` in a kernel's body, so that an error
 // about an exited lane can say where it left.
-inline void exiting(const char* file, int line) {
+CUDASIM_INTERNAL inline void exiting(const char* file, int line) {
   if (g.cur) {
     g.cur->exit_file = file;
     g.cur->exit_line = line;
   }
 }
 
-inline const char* shuffle_name(WarpOp op) {
+CUDASIM_INTERNAL inline const char* shuffle_name(WarpOp op) {
   switch (op) {
     case WarpOp::ShflIdx: return "__shfl_sync";
     case WarpOp::ShflUp: return "__shfl_up_sync";
@@ -559,13 +612,13 @@ inline const char* shuffle_name(WarpOp op) {
 }
 
 // Where a lane that has exited left the kernel, for messages.
-inline std::string exit_place(const Thread& o) {
+CUDASIM_INTERNAL inline std::string exit_place(const Thread& o) {
   if (!o.exit_file) return "reached the end of the kernel";
   return "returned at " + base_name(o.exit_file) + ":" + std::to_string(o.exit_line);
 }
 
 // A shuffle's mask may name only lanes that exist and are still running.
-inline void check_shuffle_lanes(int warp, const Thread& t) {
+CUDASIM_INTERNAL inline void check_shuffle_lanes(int warp, const Thread& t) {
   for (int lane = 0; lane < 32; ++lane) {
     if (!(t.wmask >> lane & 1u)) continue;
     int id = warp * 32 + lane;
@@ -603,7 +656,7 @@ struct WarpJob {
 };
 
 // All 32 lanes must exist, be running and make the same call (same line, same instantiation).
-inline void check_collective(int warp, const Thread& t, WarpJob* const* jobs) {
+CUDASIM_INTERNAL inline void check_collective(int warp, const Thread& t, WarpJob* const* jobs) {
   char buf[600];
   for (int lane = 0; lane < 32; ++lane) {
     int id = warp * 32 + lane;
@@ -636,7 +689,7 @@ inline void check_collective(int warp, const Thread& t, WarpJob* const* jobs) {
   }
 }
 
-inline void complete_warp(int warp, unsigned mask) {
+CUDASIM_INTERNAL inline void complete_warp(int warp, unsigned mask) {
   int ids[32];
   unsigned present = 0;
   for (int lane = 0; lane < 32; ++lane) {
@@ -666,9 +719,11 @@ inline void complete_warp(int warp, unsigned mask) {
     }
     check_collective(warp, any, jobs);  // all 32 lanes are present after this
     Thread* saved = g.cur;
+    CUDASIM_EVENT(warp_synced(warp));  // the lanes' accesses before the call come before the job's
     jobs[0]->run(jobs);
     g.cur = saved;
   }
+  CUDASIM_EVENT(warp_synced(warp));  // and the job's (or the operation's) before the lanes' after it
   unsigned long long ballot = 0;
   int pcount = 0;
   long long radd = 0, rmin = LLONG_MAX, rmax = LLONG_MIN;
@@ -726,8 +781,9 @@ inline void complete_warp(int warp, unsigned mask) {
   g.progress += 1;
 }
 
-inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int arg, int width,
+CUDASIM_INTERNAL inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int arg, int width,
                     const char* file, int line) {
+  SimScope scope;
   Thread* t = g.cur;
   if (!t) fail("warp operation called outside a kernel");
   int lane = t->linear & 31;
@@ -777,7 +833,7 @@ inline void warp_op(WarpOp op, unsigned mask, const void* val, size_t size, int 
 }
 
 // Make a warp-wide call: wait for the other 31 lanes, then the last to arrive runs the job for all.
-inline void warp_collective(WarpJob& job, const char* file, int line) {
+CUDASIM_INTERNAL inline void warp_collective(WarpJob& job, const char* file, int line) {
   Thread* t = g.cur;
   if (!t) fail(std::string(job.name) + " called outside a kernel");
   job.self = t;
@@ -788,7 +844,7 @@ inline void warp_collective(WarpJob& job, const char* file, int line) {
 
 // Called by the scheduler before it gives up: lanes that exited may have been the last ones
 // a warp operation was waiting for.
-inline bool complete_pending_warps() {
+CUDASIM_INTERNAL inline bool complete_pending_warps() {
   bool progress = false;
   // __activemask: when nothing else can run, the lanes of a warp that wait at the same
   // __activemask call are the active ones; the others took another branch or exited.
@@ -833,7 +889,8 @@ inline bool complete_pending_warps() {
 }
 
 // A thread that spins (a failed atomicCAS, __nanosleep) lets the others run.
-inline void yield_thread() {
+CUDASIM_INTERNAL inline void yield_thread() {
+  SimScope scope;
   Thread* t = g.cur;
   if (!t) return;
   if (++g.idle_yields > 20'000'000ull)
@@ -851,7 +908,7 @@ inline void yield_thread() {
 constexpr unsigned long long kPollYieldFrom = 4;
 constexpr unsigned long long kSpinLimit = 1000000;
 
-inline void unchanged_atomic(const void* p, unsigned long long seen) {
+CUDASIM_INTERNAL inline void unchanged_atomic(const void* p, unsigned long long seen) {
   Thread* t = g.cur;
   if (!t) return;
   if (t->spin_addr != p || t->spin_value != seen || t->spin_progress != g.progress) {
@@ -872,7 +929,7 @@ inline void unchanged_atomic(const void* p, unsigned long long seen) {
 }
 
 template <class T>
-inline void atomic_done(const T* p, const T& before, const T& after) {
+CUDASIM_INTERNAL inline void atomic_done(const T* p, const T& before, const T& after) {
   if (std::memcmp(&before, &after, sizeof(T)) != 0) {
     g.progress += 1;
     return;
@@ -885,7 +942,8 @@ inline void atomic_done(const T* p, const T& before, const T& after) {
 // ---------------------------------------------------------------------------------------------
 // Shared memory.
 template <class T, size_t Align>
-inline T& shared_var(SharedSlot& slot, const char* name) {
+CUDASIM_INTERNAL inline T& shared_var(SharedSlot& slot, const char* name) {
+  SimScope scope;
   if (!g.running) fail(std::string("__shared__ variable '") + name + "' used outside a kernel");
   if (slot.gen != g.block_gen) {
     size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
@@ -904,26 +962,27 @@ inline T& shared_var(SharedSlot& slot, const char* name) {
     slot.offset = g.static_base + off;
     slot.gen = g.block_gen;
     std::memset(g.smem + slot.offset, kPoison, sizeof(T));
+    CUDASIM_EVENT(shared_declared(slot.offset, sizeof(T), name));
   }
   return *reinterpret_cast<T*>(g.smem + slot.offset);
 }
 
 template <class T>
-inline T* dynamic_shared() {
+CUDASIM_INTERNAL inline T* dynamic_shared() {
   if (!g.running) fail("extern __shared__ memory used outside a kernel");
   return reinterpret_cast<T*>(g.smem);
 }
 
 // File scope: `extern __shared__ T buf[];` is the start of the arena, whichever kernel runs.
 template <class T>
-inline T* file_dynamic_shared() { return reinterpret_cast<T*>(arena); }
+CUDASIM_INTERNAL inline T* file_dynamic_shared() { return reinterpret_cast<T*>(arena); }
 
 // File scope: `__shared__ T v;` gets a fixed place in the arena's file-scope region when the
 // library loads (every kernel of the file counts it against its static limit, where a GPU counts
 // it only for the kernels that use it). It is poisoned at every block start like the rest. This
 // runs before any launch, so it must not throw: an overflow is reported at the next launch.
 template <class T, size_t Align>
-inline T& file_shared(const char* name) {
+CUDASIM_INTERNAL inline T& file_shared(const char* name) {
   size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
   size_t off = (g.file_static_used + align - 1) / align * align;
   if (off + sizeof(T) > kFileRegion) {
@@ -944,7 +1003,7 @@ struct Config {
 };
 
 template <class G>
-inline dim3 to_dim3(const G& v, bool& bad) {
+CUDASIM_INTERNAL inline dim3 to_dim3(const G& v, bool& bad) {
   if constexpr (std::is_integral_v<G> || std::is_enum_v<G>) {
     long long x = static_cast<long long>(v);
     if (x < 0 || x > 0xFFFFFFFFll) { bad = true; return dim3(0); }
@@ -955,7 +1014,7 @@ inline dim3 to_dim3(const G& v, bool& bad) {
 }
 
 template <class G, class B>
-inline Config config(const G& grid, const B& block, size_t smem = 0, cudaStream_t = nullptr) {
+CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, size_t smem = 0, cudaStream_t = nullptr) {
   Config c;
   c.grid = to_dim3(grid, c.bad_grid);
   c.block = to_dim3(block, c.bad_grid);
@@ -963,7 +1022,7 @@ inline Config config(const G& grid, const B& block, size_t smem = 0, cudaStream_
   return c;
 }
 template <class G, class B, class S>
-inline Config config(const G& grid, const B& block, S smem, cudaStream_t stream = nullptr) {
+CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, S smem, cudaStream_t stream = nullptr) {
   if constexpr (std::is_integral_v<S>) {
     return config<G, B>(grid, block, static_cast<size_t>(smem), stream);
   } else {
@@ -971,7 +1030,7 @@ inline Config config(const G& grid, const B& block, S smem, cudaStream_t stream 
   }
 }
 
-inline std::string strip_name(const std::string& s) {
+CUDASIM_INTERNAL inline std::string strip_name(const std::string& s) {
   std::string out;
   int depth = 0;
   for (char ch : s) {
@@ -983,7 +1042,7 @@ inline std::string strip_name(const std::string& s) {
   return colon == std::string::npos ? out : out.substr(colon + 2);
 }
 
-inline int opt_in_limit(const char* kernel) {
+CUDASIM_INTERNAL inline int opt_in_limit(const char* kernel) {
   std::string k = strip_name(kernel);
   for (auto& e : g.max_dynamic_smem)
     if (e.first == k) return e.second;
@@ -993,7 +1052,7 @@ inline int opt_in_limit(const char* kernel) {
 // The values of CUDASIM_ORDER, in the order of Sim::order (kernels/sim's knobs module lists the same).
 inline constexpr const char* kOrderNames[] = {"forward", "reverse", "random"};
 
-inline void read_knobs() {
+CUDASIM_INTERNAL inline void read_knobs() {
   const char* o = std::getenv("CUDASIM_ORDER");
   g.order = 0;
   if (o && *o) {
@@ -1029,7 +1088,7 @@ inline void read_knobs() {
   ++launches;
 }
 
-inline cudaError_t record(cudaError_t e) {
+CUDASIM_INTERNAL inline cudaError_t record(cudaError_t e) {
   if (e != cudaSuccess) g.last_error = e;
   return e;
 }
@@ -1052,7 +1111,7 @@ struct FaultGuard {
 inline FaultGuard fault_guard;
 alignas(16) inline char signal_stack[64 * 1024];
 
-inline int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
+CUDASIM_INTERNAL inline int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
   if (reinterpret_cast<void*>(info->dlpi_addr) != want) return 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const auto& ph = info->dlpi_phdr[i];
@@ -1065,7 +1124,7 @@ inline int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
   return 0;
 }
 
-inline void on_segv(int sig, siginfo_t* info, void* uctx) {
+CUDASIM_INTERNAL inline void on_segv(int sig, siginfo_t* info, void* uctx) {
   Thread* t = g.cur;
   char* addr = static_cast<char*>(info->si_addr);
 #ifndef CUDASIM_UCONTEXT
@@ -1093,7 +1152,7 @@ inline void on_segv(int sig, siginfo_t* info, void* uctx) {
   signal(sig, SIG_DFL);  // returning re-runs the faulting instruction, which now ends the process
 }
 
-inline void install_fault_guard() {
+CUDASIM_INTERNAL inline void install_fault_guard() {
   if (!fault_guard.code_hi) {
     Dl_info self{};
     if (dladdr(reinterpret_cast<void*>(&on_segv), &self)) dl_iterate_phdr(find_code_range, self.dli_fbase);
@@ -1111,7 +1170,7 @@ inline void install_fault_guard() {
   fault_guard.installed = true;
 }
 
-inline void remove_fault_guard() {
+CUDASIM_INTERNAL inline void remove_fault_guard() {
   if (!fault_guard.installed) return;
   sigaction(SIGSEGV, &fault_guard.old_action, nullptr);
   sigaltstack(&fault_guard.old_stack, nullptr);
@@ -1121,7 +1180,7 @@ inline void remove_fault_guard() {
 // The learner's source line of a code address in this library ("file.cu:12"), or "" when the
 // library has no line tables or addr2line is missing. Lines in the simulator's own headers and in
 // system headers are skipped in favour of the line they were inlined into.
-inline std::string source_line(const void* pc, bool return_address) {
+CUDASIM_INTERNAL inline std::string source_line(const void* pc, bool return_address) {
   Dl_info info{};
   if (!dladdr(pc, &info) || !info.dli_fname || !info.dli_fbase) return "";
   uintptr_t off = reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase) - return_address;
@@ -1146,9 +1205,30 @@ inline std::string source_line(const void* pc, bool return_address) {
   return found;
 }
 
+// A code address in a message made on a fiber, whose small stack cannot run addr2line: a token that
+// resolve_lines turns into the learner's line where the scheduler raises the message.
+CUDASIM_INTERNAL inline std::string pc_token(const void* pc) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "@pc:%zx@", reinterpret_cast<size_t>(pc));
+  return buf;
+}
+
+CUDASIM_INTERNAL inline std::string resolve_lines(std::string msg) {
+  for (size_t at = msg.find("@pc:"); at != std::string::npos; at = msg.find("@pc:", at)) {
+    size_t end = msg.find('@', at + 4);
+    if (end == std::string::npos) break;
+    const void* pc = reinterpret_cast<const void*>(std::strtoull(msg.c_str() + at + 4, nullptr, 16));
+    std::string line = source_line(pc, true);
+    if (line.empty()) line = "an unknown line (addr2line is missing)";
+    msg.replace(at, end + 1 - at, line);
+    at += line.size();
+  }
+  return msg;
+}
+
 // Where a faulting thread was: the line of the faulting instruction, else of the nearest return
 // address on its stack that lies in this library (a call made from the learner's code).
-inline std::string fault_line(const void* pc, const void* sp, const void* top) {
+CUDASIM_INTERNAL inline std::string fault_line(const void* pc, const void* sp, const void* top) {
   std::string at = source_line(pc, false);
   const uintptr_t* words = static_cast<const uintptr_t*>(sp);
   for (int i = 0; at.empty() && words + i + 1 <= static_cast<const uintptr_t*>(top) && i < 256; ++i) {
@@ -1158,7 +1238,7 @@ inline std::string fault_line(const void* pc, const void* sp, const void* top) {
   return at;
 }
 
-[[noreturn]] inline void report_fault() {
+[[noreturn]] CUDASIM_INTERNAL inline void report_fault() {
   g.cur = &g.threads[g.fault_thread];
   g.fault_thread = -1;
   sigset_t segv;  // the handler never returned: make sure SIGSEGV is not left blocked
@@ -1191,7 +1271,7 @@ inline std::string fault_line(const void* pc, const void* sp, const void* top) {
 // Checks other headers run when a block has finished normally (cudasim_ptx.h: a wgmma still in flight).
 inline std::vector<void (*)()> block_end_checks;
 
-inline void run_block(unsigned bx, unsigned by, unsigned bz) {
+CUDASIM_INTERNAL inline void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
   g.block_gen += 1;
   g.static_used = 0;
@@ -1208,6 +1288,7 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
     all[i] = i;
   }
   queue_in_order(all);
+  CUDASIM_EVENT(block_begin());
   for (;;) {
     while (g.runq_head < g.runq.size()) {
       int id = g.runq[g.runq_head++];
@@ -1215,6 +1296,11 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
       if (t.state != State::Ready) continue;
       resume(t);
       if (g.fault_thread >= 0) report_fault();
+      if (g.finding_thread >= 0) {
+        g.cur = &g.threads[g.finding_thread];
+        g.finding_thread = -1;
+        fail(resolve_lines(std::move(g.finding)));
+      }
       if (g.error) return;
       if (t.state == State::Yield) make_ready(id);
     }
@@ -1227,6 +1313,7 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
     resolve_block();
     if (g.runq.empty()) fail("deadlock: no thread can run");
   }
+  CUDASIM_EVENT(block_end());
   for (size_t i = 0; i < kCanary; ++i)
     if (g.smem[g.dyn_bytes + i] != kPoison) {
       char buf[200];
@@ -1238,11 +1325,11 @@ inline void run_block(unsigned bx, unsigned by, unsigned bz) {
 }
 
 template <class Body>
-inline void body_trampoline(void* ctx) { (*static_cast<Body*>(ctx))(); }
+CUDASIM_INTERNAL inline void body_trampoline(void* ctx) { (*static_cast<Body*>(ctx))(); }
 
 // Run a whole grid now (launches are synchronous here) and record errors as CUDA does.
 template <class K, class... Args>
-void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
+CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
   // An earlier launch's unread error stays until cudaGetLastError reads it, as in CUDA.
   const dim3 gr = c.grid, bl = c.block;
   unsigned long long threads = 1ull * bl.x * bl.y * bl.z;
@@ -1263,8 +1350,10 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
   if (g.running) fail("a kernel launched another kernel (dynamic parallelism is not simulated)");
   read_knobs();
   auto packed = std::make_tuple(std::decay_t<Args>(args)...);
-  auto body = [&]() {
+  auto body = [&]() CUDASIM_INTERNAL {
+    SimScope scope;      // copying the parameters is the simulator's work
     auto mine = packed;  // every thread gets its own copy of the parameters, as on the GPU
+    scope.end();         // the kernel is the learner's
     std::apply(call, mine);
   };
   g.kernel = kernel;
@@ -1304,12 +1393,14 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
   }
   install_fault_guard();
   try {
+    CUDASIM_EVENT(launch_begin());
     for (unsigned long long b = 0; b < nblocks; ++b) {
       unsigned long long lin = g.shuffle_blocks ? blocks[b] : b;
       run_block(static_cast<unsigned>(lin % gr.x), static_cast<unsigned>((lin / gr.x) % gr.y),
                 static_cast<unsigned>(lin / (1ull * gr.x * gr.y)));
       if (g.error) break;
     }
+    if (!g.error) CUDASIM_EVENT(launch_end());
   } catch (...) {
     remove_fault_guard();
     g.running = false;
@@ -1333,7 +1424,7 @@ void launch(const char* kernel, const char* file, int line, const Config& c, K&&
   }
 }
 
-inline cudaError_t func_set_attribute(const char* name, int attr, int value) {
+CUDASIM_INTERNAL inline cudaError_t func_set_attribute(const char* name, int attr, int value) {
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
     if (value < 0 || static_cast<size_t>(value) > kOptinSharedLimit) return record(cudaErrorInvalidValue);
     std::string k = strip_name(name);
@@ -1347,7 +1438,7 @@ inline cudaError_t func_set_attribute(const char* name, int attr, int value) {
 // `text` is the macro's whole argument list as written; the kernel's name is what precedes
 // the last two top-level commas.
 template <class F>
-inline cudaError_t func_set_attribute_(const char* text, F&&, cudaFuncAttribute attr, int value) {
+CUDASIM_INTERNAL inline cudaError_t func_set_attribute_(const char* text, F&&, cudaFuncAttribute attr, int value) {
   std::string all = text;
   int depth = 0, commas = 0;
   size_t cut = all.size();
@@ -1362,7 +1453,7 @@ inline cudaError_t func_set_attribute_(const char* text, F&&, cudaFuncAttribute 
 
 // Reinterpret helpers for warp operations on any 1- to 16-byte value.
 template <class T>
-inline T shuffle(WarpOp op, unsigned mask, T var, int arg, int width, const char* file, int line) {
+CUDASIM_INTERNAL inline T shuffle(WarpOp op, unsigned mask, T var, int arg, int width, const char* file, int line) {
   static_assert(sizeof(T) <= 16 && std::is_trivially_copyable_v<T>, "shuffles move values of at most 16 bytes");
   warp_op(op, mask, &var, sizeof(T), arg, width, file, line);
   T out;
@@ -1410,19 +1501,47 @@ namespace cudasim {
 struct SyncwarpAt {
   const char* file;
   int line;
-  void operator()(unsigned mask = 0xffffffffu) const { warp_op(WarpOp::Sync, mask, nullptr, 0, 0, 32, file, line); }
+  CUDASIM_INTERNAL void operator()(unsigned mask = 0xffffffffu) const { warp_op(WarpOp::Sync, mask, nullptr, 0, 0, 32, file, line); }
 };
+// The shuffles take exactly the types CUDA's overloads take (int, unsigned, long, unsigned long, long
+// long, unsigned long long, float, double here; __half, __half2, __nv_bfloat16 and __nv_bfloat162 in
+// cuda_fp16.h and cuda_bf16.h), so a short converts to int as under nvcc and a struct is refused as
+// nvcc refuses it. (A cooperative-groups tile's shfl takes any value up to 32 bytes, as CUDA's does.)
+#define CUDASIM_SHFL(T)                                                                                   \
+  CUDASIM_INTERNAL inline T shfl_(WarpOp op, unsigned mask, T var, int arg, const char* file, int line,   \
+                                  int width = 32) {                                                       \
+    return shuffle<T>(op, mask, var, arg, width, file, line);                                             \
+  }
+CUDASIM_SHFL(int)
+CUDASIM_SHFL(unsigned int)
+CUDASIM_SHFL(long)
+CUDASIM_SHFL(unsigned long)
+CUDASIM_SHFL(long long)
+CUDASIM_SHFL(unsigned long long)
+CUDASIM_SHFL(float)
+CUDASIM_SHFL(double)
+// Classes that CUDA's headers give shuffle overloads (cuda_fp16.h and cuda_bf16.h say which).
 template <class T>
-inline T shfl_(WarpOp op, unsigned mask, T var, int arg, const char* file, int line, int width = 32) {
+inline constexpr bool shuffle_class = false;
+template <class T, std::enable_if_t<std::is_class_v<T> && !shuffle_class<T>, int> = 0>
+inline T shfl_(WarpOp, unsigned, T var, int, const char*, int, int = 32) {
+  static_assert(!sizeof(T*), "__shfl*_sync takes int, unsigned, long, long long, their unsigned forms, float, double, "
+                "__half, __half2, __nv_bfloat16 or __nv_bfloat162, as CUDA's overloads do (nvcc refuses a struct): "
+                "shuffle its members one by one, or use a cooperative-groups tile's shfl");
+  return var;
+}
+template <class T, std::enable_if_t<shuffle_class<T>, int> = 0>
+CUDASIM_INTERNAL inline T shfl_(WarpOp op, unsigned mask, T var, int arg, const char* file, int line, int width = 32) {
   return shuffle<T>(op, mask, var, arg, width, file, line);
 }
-inline unsigned long long vote_(WarpOp op, unsigned mask, int pred, const char* file, int line) {
+CUDASIM_INTERNAL inline unsigned long long vote_(WarpOp op, unsigned mask, int pred, const char* file, int line) {
   warp_op(op, mask, nullptr, 0, pred != 0, 32, file, line);
   return g.cur->wres;
 }
+// __reduce_*_sync: CUDA's overloads take int and unsigned (a short converts, a long is ambiguous, as
+// under nvcc); a class is refused with a message.
 template <class T>
-inline T reduce_(WarpOp op, unsigned mask, T v, const char* file, int line) {
-  static_assert(std::is_integral_v<T> && sizeof(T) == 4, "__reduce_*_sync takes int or unsigned");
+CUDASIM_INTERNAL inline T reduce_any(WarpOp op, unsigned mask, T v, const char* file, int line) {
   if constexpr (std::is_unsigned_v<T>) {
     if (op == WarpOp::ReduceMin) op = WarpOp::ReduceUMin;
     if (op == WarpOp::ReduceMax) op = WarpOp::ReduceUMax;
@@ -1430,24 +1549,35 @@ inline T reduce_(WarpOp op, unsigned mask, T v, const char* file, int line) {
   warp_op(op, mask, nullptr, 0, static_cast<int>(v), 32, file, line);
   return static_cast<T>(g.cur->wres);
 }
+CUDASIM_INTERNAL inline int reduce_(WarpOp op, unsigned mask, int v, const char* file, int line) {
+  return reduce_any(op, mask, v, file, line);
+}
+CUDASIM_INTERNAL inline unsigned reduce_(WarpOp op, unsigned mask, unsigned v, const char* file, int line) {
+  return reduce_any(op, mask, v, file, line);
+}
+template <class T, std::enable_if_t<std::is_class_v<T>, int> = 0>
+inline T reduce_(WarpOp, unsigned, T v, const char*, int) {
+  static_assert(!sizeof(T*), "__reduce_*_sync takes int or unsigned, as CUDA's overloads do");
+  return v;
+}
 }  // namespace cudasim
 
 // An approximation (see the README): the lanes of the warp that reach this same __activemask
 // call before the block can make no other progress.
 #define __activemask() static_cast<unsigned>(::cudasim::activemask_(__FILE__, __LINE__))
 namespace cudasim {
-inline unsigned long long activemask_(const char* file, int line) {
+CUDASIM_INTERNAL inline unsigned long long activemask_(const char* file, int line) {
   warp_op(WarpOp::Active, 0xffffffffu, nullptr, 0, 0, 32, file, line);
   return g.cur->wres;
 }
 }  // namespace cudasim
-inline unsigned __lanemask_lt() { return (1u << (::cudasim::lane_id())) - 1u; }
+CUDASIM_INTERNAL inline unsigned __lanemask_lt() { return (1u << (::cudasim::lane_id())) - 1u; }
 
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 inline void __threadfence_system() {}
-inline void __nanosleep(unsigned) { ::cudasim::yield_thread(); }
-inline long long clock64() {
+CUDASIM_INTERNAL inline void __nanosleep(unsigned) { ::cudasim::yield_thread(); }
+CUDASIM_INTERNAL inline long long clock64() {
   static long long c = 0;
   return c += 1;
 }
@@ -1466,8 +1596,10 @@ inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
 }  // namespace cudasim
 #define CUDASIM_ATOMIC(name, expr, ok, types)                                                  \
   template <class T, class U>                                                                  \
-  inline T name(T* p, U v_) {                                                                  \
+  CUDASIM_INTERNAL inline T name(T* p, U v_) {                                                 \
     static_assert(ok, #name " takes " types " (as in CUDA; see kernels/sim/README.md)");      \
+    CUDASIM_EVENT(atomic_access(p, sizeof(T), __builtin_return_address(0)));                  \
+    ::cudasim::SimScope scope_;                                                                \
     T v = static_cast<T>(v_);                                                                  \
     T old = *p;                                                                                \
     *p = (expr);                                                                               \
@@ -1491,22 +1623,28 @@ CUDASIM_ATOMIC(atomicOr, old | v, CUDASIM_INTS, "int, unsigned int or unsigned l
 CUDASIM_ATOMIC(atomicXor, old ^ v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
 #undef CUDASIM_ATOMIC
 #undef CUDASIM_INTS
-inline unsigned atomicInc(unsigned* p, unsigned v) {
+CUDASIM_INTERNAL inline unsigned atomicInc(unsigned* p, unsigned v) {
+  CUDASIM_EVENT(atomic_access(p, sizeof *p, __builtin_return_address(0)));
+  ::cudasim::SimScope scope;
   unsigned o = *p;
   *p = (o >= v) ? 0 : o + 1;
   ::cudasim::atomic_done(p, o, *p);
   return o;
 }
-inline unsigned atomicDec(unsigned* p, unsigned v) {
+CUDASIM_INTERNAL inline unsigned atomicDec(unsigned* p, unsigned v) {
+  CUDASIM_EVENT(atomic_access(p, sizeof *p, __builtin_return_address(0)));
+  ::cudasim::SimScope scope;
   unsigned o = *p;
   *p = (o == 0 || o > v) ? v : o - 1;
   ::cudasim::atomic_done(p, o, *p);
   return o;
 }
 template <class T, class U, class V>
-inline T atomicCAS(T* p, U compare_, V val_) {
+CUDASIM_INTERNAL inline T atomicCAS(T* p, U compare_, V val_) {
   static_assert(::cudasim::one_of<T, int, unsigned int, unsigned long long, unsigned short>,
                 "atomicCAS takes int, unsigned int, unsigned long long or unsigned short (as in CUDA)");
+  CUDASIM_EVENT(atomic_access(p, sizeof(T), __builtin_return_address(0)));
+  ::cudasim::SimScope scope;
   T compare = static_cast<T>(compare_), val = static_cast<T>(val_);
   T old = *p;
   if (old == compare) *p = val;
@@ -1647,10 +1785,16 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
 }
 inline cudaError_t cudaMalloc(void** p, size_t n) {
   *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));  // 256-byte aligned, as CUDA's
-  return *p ? cudaSuccess : ::cudasim::record(cudaErrorMemoryAllocation);
+  if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
+  CUDASIM_EVENT(device_alloc(*p, n));  // memory a kernel may use (the bounds check)
+  return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void* p) {
+  CUDASIM_EVENT(device_free(p));
+  std::free(p);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memmove(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
   return cudaMemcpy(d, s, n, k);
@@ -1673,6 +1817,6 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 #include "cuda_bf16.h"
 #include "cudasim_torch.h"
 
-#ifdef CUDASIM_PROFILE
-#include "cudasim_profile.h"  // a profiling build (kernels.profile): the access-counting hooks
+#ifdef CUDASIM_INSTRUMENTED
+#include "cudasim_instrument.h"  // an instrumented build: the profiler's and the race and bounds check's hooks
 #endif

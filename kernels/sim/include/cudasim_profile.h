@@ -1,20 +1,19 @@
-// cudasim_profile.h: the simulator's memory-access profiler (kernels.profile, kernels/profile.py).
+// cudasim_profile.h: the simulator's memory-access profiler (kernels.profile), part of an instrumented
+// build (cudasim_instrument.h holds the hooks that call it).
 //
-// A profiling build compiles the translated file with -DCUDASIM_PROFILE -fsanitize=thread and
-// links without the thread-sanitizer runtime: the compiler then calls __tsan_read4(addr),
-// __tsan_write16(addr), ... before every load and store, and this header supplies those hooks.
 // A hook keeps an access only while a kernel thread runs (g.cur) and only in memory a kernel
 // owns: the shared-memory arena ("shared"), or anything that is not the thread's own stack
 // (locals) or the simulator's state ("global"). Each kept access goes into its thread's log with
-// its call site (the return address of the hook); a barrier puts a mark in the log.
+// its call site (the return address of the hook); a barrier puts a mark in the log. An atomic is
+// one access with the kAtomic flag, at the learner's call of it.
 //
 // When a block is over, the logs of each warp are grouped into requests: the accesses that its
 // lanes made at one call site, the k-th time each lane got there since the last barrier (lanes
 // run one after the other here, so a warp's instruction is rebuilt from this count). A request
 // is summed into its site's totals: requests, distinct 32-byte sectors (global), the largest
 // number of distinct 4-byte words wanted from one of the 32 banks (shared), active lanes.
-// kernels/profile.py reads the totals through cudasim_profile_rows and maps each call site to
-// file:line with the debug information (addr2line), keeping the learner's own files.
+// Python reads the totals through cudasim_profile_rows and maps each call site to file:line with
+// the debug information (addr2line), keeping the learner's own files.
 //
 // Everything here is compiled without instrumentation (no_sanitize_thread) and never calls
 // instrumented code while a hook runs (`busy` covers the rare calls into the standard library).
@@ -29,7 +28,7 @@
 namespace cudasim {
 namespace prof {
 
-enum : unsigned { kWrite = 1, kShared = 2, kMark = 4 };
+enum : unsigned { kWrite = 1, kShared = 2, kMark = 4, kAtomic = 8 };  // kernels/sim's profile module reads them
 
 struct Event {
   uintptr_t pc;    // the return address of the hook: the instruction after the access's call
@@ -256,13 +255,8 @@ CUDASIM_PROF_FN inline void find_image() {
 
 }  // namespace prof
 
-// A simulator function's access on behalf of the running thread (note_read/note_write in cudasim.h),
-// counted at the simulator function's call site.
-CUDASIM_INTERNAL void note_access(const void* p, size_t bytes, bool write, const char*, int) {
-  prof::note(p, static_cast<unsigned>(bytes), write ? prof::kWrite : 0u, __builtin_return_address(0));
-}
 
-// Called by barrier() in cudasim.h when the thread has passed a __syncthreads.
+// A thread has passed a __syncthreads (cudasim_instrument.h's passed_barrier).
 CUDASIM_PROF_FN inline void profile_barrier(int thread) {
   if (!prof::P.on || prof::P.busy) return;
   if (g.block_gen != prof::P.gen) prof::start_block();
@@ -308,95 +302,3 @@ cudasim_profile_rows(cudasim::prof::Row* out, size_t cap) {
   return P.sites.size();
 }
 
-// ---------------------------------------------------------------------------------------------
-// The hooks that -fsanitize=thread calls (gcc and clang emit the same names). Plain accesses are
-// recorded; atomics perform the operation (host code such as PyTorch's reference counts uses
-// them) and are not recorded: CUDA's atomics are plain read-modify-writes here and are seen as such.
-#define CUDASIM_TSAN_ACCESS(size)                                                                          \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_read##size(void* p) {                         \
-    cudasim::prof::note(p, size, 0, __builtin_return_address(0));                                         \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_write##size(void* p) {                        \
-    cudasim::prof::note(p, size, cudasim::prof::kWrite, __builtin_return_address(0));                     \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_unaligned_read##size(void* p) {               \
-    cudasim::prof::note(p, size, 0, __builtin_return_address(0));                                         \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_unaligned_write##size(void* p) {              \
-    cudasim::prof::note(p, size, cudasim::prof::kWrite, __builtin_return_address(0));                     \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_volatile_read##size(void* p) {                \
-    cudasim::prof::note(p, size, 0, __builtin_return_address(0));                                         \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_volatile_write##size(void* p) {               \
-    cudasim::prof::note(p, size, cudasim::prof::kWrite, __builtin_return_address(0));                     \
-  }
-CUDASIM_TSAN_ACCESS(1)
-CUDASIM_TSAN_ACCESS(2)
-CUDASIM_TSAN_ACCESS(4)
-CUDASIM_TSAN_ACCESS(8)
-CUDASIM_TSAN_ACCESS(16)
-#undef CUDASIM_TSAN_ACCESS
-
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_read_range(void*, unsigned long) {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_write_range(void*, unsigned long) {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_init() {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_func_entry(void*) {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_func_exit() {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_vptr_update(void**, void*) {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_vptr_read(void**) {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_ignore_thread_begin() {}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_ignore_thread_end() {}
-extern "C" __attribute__((no_sanitize_thread)) void* __tsan_memcpy(void* d, const void* s, size_t n) {
-  return std::memcpy(d, s, n);
-}
-extern "C" __attribute__((no_sanitize_thread)) void* __tsan_memmove(void* d, const void* s, size_t n) {
-  return std::memmove(d, s, n);
-}
-extern "C" __attribute__((no_sanitize_thread)) void* __tsan_memset(void* d, int c, size_t n) {
-  return std::memset(d, c, n);
-}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_atomic_thread_fence(int) {
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-}
-extern "C" __attribute__((no_sanitize_thread)) void __tsan_atomic_signal_fence(int) {
-  __atomic_signal_fence(__ATOMIC_SEQ_CST);
-}
-
-// The atomic hooks take the memory order as an int; sequential consistency is always correct.
-#define CUDASIM_TSAN_ATOMIC(bits, T)                                                                       \
-  extern "C" __attribute__((no_sanitize_thread)) T __tsan_atomic##bits##_load(const volatile T* p, int) { \
-    return __atomic_load_n(p, __ATOMIC_SEQ_CST);                                                           \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) void __tsan_atomic##bits##_store(volatile T* p, T v, int) { \
-    __atomic_store_n(p, v, __ATOMIC_SEQ_CST);                                                              \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) T __tsan_atomic##bits##_exchange(volatile T* p, T v, int) { \
-    return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST);                                                    \
-  }                                                                                                        \
-  CUDASIM_TSAN_RMW(bits, T, fetch_add) CUDASIM_TSAN_RMW(bits, T, fetch_sub)                                \
-  CUDASIM_TSAN_RMW(bits, T, fetch_and) CUDASIM_TSAN_RMW(bits, T, fetch_or)                                 \
-  CUDASIM_TSAN_RMW(bits, T, fetch_xor) CUDASIM_TSAN_RMW(bits, T, fetch_nand)                               \
-  extern "C" __attribute__((no_sanitize_thread)) int __tsan_atomic##bits##_compare_exchange_strong(        \
-      volatile T* p, T* expected, T v, int, int) {                                                         \
-    return __atomic_compare_exchange_n(p, expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);         \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) int __tsan_atomic##bits##_compare_exchange_weak(          \
-      volatile T* p, T* expected, T v, int, int) {                                                         \
-    return __atomic_compare_exchange_n(p, expected, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);          \
-  }                                                                                                        \
-  extern "C" __attribute__((no_sanitize_thread)) T __tsan_atomic##bits##_compare_exchange_val(             \
-      volatile T* p, T expected, T v, int, int) {                                                          \
-    __atomic_compare_exchange_n(p, &expected, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);               \
-    return expected;                                                                                       \
-  }
-#define CUDASIM_TSAN_RMW(bits, T, op)                                                                      \
-  extern "C" __attribute__((no_sanitize_thread)) T __tsan_atomic##bits##_##op(volatile T* p, T v, int) {   \
-    return __atomic_##op(p, v, __ATOMIC_SEQ_CST);                                                          \
-  }
-CUDASIM_TSAN_ATOMIC(8, unsigned char)
-CUDASIM_TSAN_ATOMIC(16, unsigned short)
-CUDASIM_TSAN_ATOMIC(32, unsigned int)
-CUDASIM_TSAN_ATOMIC(64, unsigned long long)
-#undef CUDASIM_TSAN_RMW
-#undef CUDASIM_TSAN_ATOMIC

@@ -12,7 +12,7 @@
 // and spares most extension files the slower fallback.) pybind11 is left out: it generates about
 // 4 s of code in every file that includes it, used or not; cudasim_torch_extension.h adds it for
 // files that bind with PYBIND11_MODULE.
-// kernels/build.py maps the include here or there on sim builds and, when a file uses something
+// kernels/sim/build.py maps the include here or there on sim builds and, when a file uses something
 // outside this set, builds it again with the real torch/extension.h.
 #pragma once
 

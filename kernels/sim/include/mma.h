@@ -27,7 +27,7 @@ namespace wmma {
 
 // cvt.rna.tf32.f32: keep 10 mantissa bits, rounding to nearest with ties away from zero; the
 // result is a float whose 13 low mantissa bits are zero. NaN and infinity are kept.
-inline float __float_to_tf32(float in) {
+CUDASIM_INTERNAL inline float __float_to_tf32(float in) {
   uint32_t bits;
   std::memcpy(&bits, &in, 4);
   if ((bits & 0x7F800000u) != 0x7F800000u) {
@@ -73,7 +73,7 @@ struct alignas(8) __frag_base {
 };
 
 template <typename T, int size, int packed_size>
-inline void fill_fragment(__frag_base<T, size, packed_size>& f,
+CUDASIM_INTERNAL inline void fill_fragment(__frag_base<T, size, packed_size>& f,
                           const typename helper_traits<T>::fill_argument_type& in) {
   for (int i = 0; i < packed_size; ++i) f.x[i] = in;
 }
@@ -155,16 +155,16 @@ struct frag_traits<fragment<Use, M, N, K, T, L>> {
 
 // The matrix element (row, column) that slot i of `lane` holds.
 template <class Frag>
-inline void element_of(int lane, int i, int& r, int& c) {
+CUDASIM_INTERNAL inline void element_of(int lane, int i, int& r, int& c) {
   using F = frag_traits<Frag>;
   int e = lane * F::D + i % F::D;
   r = e / F::C;
   c = e % F::C;
 }
 
-inline void blame(WarpJob* job) { g.cur = job->self; }
+CUDASIM_INTERNAL inline void blame(WarpJob* job) { g.cur = job->self; }
 
-[[noreturn]] inline void fail_at(WarpJob* job, const char* file, int line, const std::string& what) {
+[[noreturn]] CUDASIM_INTERNAL inline void fail_at(WarpJob* job, const char* file, int line, const std::string& what) {
   blame(job);
   char buf[200];
   std::snprintf(buf, sizeof buf, "%s at %s:%d: ", job->name, base_name(file).c_str(), line);
@@ -185,7 +185,7 @@ struct MemJob : WarpJob {
 // Every lane must pass the same pointer, ldm and layout; the pointer 256-bit aligned and ldm a
 // multiple of 16 bytes, as CUDA requires.
 template <class Job>
-inline void check_uniform(WarpJob* const* lanes, size_t elem_bytes) {
+CUDASIM_INTERNAL inline void check_uniform(WarpJob* const* lanes, size_t elem_bytes) {
   auto* j0 = static_cast<Job*>(lanes[0]);
   for (int l = 1; l < 32; ++l) {
     auto* j = static_cast<Job*>(lanes[l]);
@@ -213,11 +213,26 @@ inline void check_uniform(WarpJob* const* lanes, size_t elem_bytes) {
   }
 }
 
+// The warp's whole tile, reported to an instrumented build's hooks (a race or bounds check) as the
+// access of the lane that runs the job: R rows (or, col-major, C columns) of contiguous elements.
+template <class Frag, class Job>
+CUDASIM_INTERNAL inline void note_tile(const Job* j, bool write) {
+  using F = frag_traits<Frag>;
+  const size_t bytes = sizeof(typename F::storage);
+  const int lines = j->col ? F::C : F::R, run = j->col ? F::R : F::C;
+  for (int k = 0; k < lines; ++k) {
+    auto* at = const_cast<typename F::storage*>(j->p) + size_t(k) * j->ldm;
+    if (write) note_write(at, run * bytes, j->file, j->line);
+    else note_read(at, run * bytes, j->file, j->line);
+  }
+}
+
 template <class Frag>
-inline void load_run(WarpJob* const* lanes) {
+CUDASIM_INTERNAL inline void load_run(WarpJob* const* lanes) {
   using F = frag_traits<Frag>;
   using Job = MemJob<Frag, const typename F::storage*>;
   check_uniform<Job>(lanes, sizeof(typename F::storage));
+  note_tile<Frag>(static_cast<Job*>(lanes[0]), false);
   for (int l = 0; l < 32; ++l) {
     auto* j = static_cast<Job*>(lanes[l]);
     for (int i = 0; i < F::slots; ++i) {
@@ -229,10 +244,11 @@ inline void load_run(WarpJob* const* lanes) {
 }
 
 template <class Frag>
-inline void store_run(WarpJob* const* lanes) {
+CUDASIM_INTERNAL inline void store_run(WarpJob* const* lanes) {
   using F = frag_traits<Frag>;
   using Job = MemJob<const Frag, typename F::storage*>;
   check_uniform<Job>(lanes, sizeof(typename F::storage));
+  note_tile<Frag>(static_cast<Job*>(lanes[0]), true);
   for (int l = 0; l < 32; ++l) {
     auto* j = static_cast<Job*>(lanes[l]);
     for (int i = 0; i < F::D; ++i) {
@@ -244,24 +260,24 @@ inline void store_run(WarpJob* const* lanes) {
 }
 
 // A fragment element as the tensor core reads it, in the type the products are summed in.
-inline float operand(const __half& v) { return half_bits_to_float(v.__x); }
-inline float operand(const __nv_bfloat16& v) { return bf16_bits_to_float(v.__x); }
-inline float tf32_operand(float v) {  // the tensor core reads 19 bits: sign, exponent, 10 of mantissa
+CUDASIM_INTERNAL inline float operand(const __half& v) { return half_bits_to_float(v.__x); }
+CUDASIM_INTERNAL inline float operand(const __nv_bfloat16& v) { return bf16_bits_to_float(v.__x); }
+CUDASIM_INTERNAL inline float tf32_operand(float v) {  // the tensor core reads 19 bits: sign, exponent, 10 of mantissa
   uint32_t bits;
   std::memcpy(&bits, &v, 4);
   if ((bits & 0x7F800000u) != 0x7F800000u) bits &= ~0x1FFFu;
   std::memcpy(&v, &bits, 4);
   return v;
 }
-inline int operand(signed char v) { return v; }
-inline int operand(unsigned char v) { return v; }
-inline double operand(double v) { return v; }
-inline float accum(float v) { return v; }
-inline float accum(const __half& v) { return half_bits_to_float(v.__x); }
-inline int accum(int v) { return v; }
-inline double accum(double v) { return v; }
+CUDASIM_INTERNAL inline int operand(signed char v) { return v; }
+CUDASIM_INTERNAL inline int operand(unsigned char v) { return v; }
+CUDASIM_INTERNAL inline double operand(double v) { return v; }
+CUDASIM_INTERNAL inline float accum(float v) { return v; }
+CUDASIM_INTERNAL inline float accum(const __half& v) { return half_bits_to_float(v.__x); }
+CUDASIM_INTERNAL inline int accum(int v) { return v; }
+CUDASIM_INTERNAL inline double accum(double v) { return v; }
 template <class T, class S>
-inline T result(S v, bool satf) {
+CUDASIM_INTERNAL inline T result(S v, bool satf) {
   if constexpr (same<T, __half>) {
     return __half(__half_raw{float_to_half_bits(v)});
   } else if constexpr (same<T, int>) {
@@ -273,14 +289,14 @@ inline T result(S v, bool satf) {
 }
 
 template <class Frag>
-inline auto operand_of(const Frag& f, int i) {
+CUDASIM_INTERNAL inline auto operand_of(const Frag& f, int i) {
   if constexpr (same<typename frag_traits<Frag>::type, precision::tf32>) return tf32_operand(f.x[i]);
   else return operand(f.x[i]);
 }
 
 // The slots of a __half multiplicand that hold one element must agree (see the top of the file).
 template <class Frag>
-inline void check_copies(WarpJob* job, const char* file, int line, const char* which, const Frag& f) {
+CUDASIM_INTERNAL inline void check_copies(WarpJob* job, const char* file, int line, const char* which, const Frag& f) {
   using F = frag_traits<Frag>;
   for (int i = F::D; i < F::slots; ++i) {
     if (std::memcmp(&f.x[i], &f.x[i % F::D], sizeof f.x[i]) == 0) continue;
@@ -296,7 +312,7 @@ inline void check_copies(WarpJob* job, const char* file, int line, const char* w
 
 // One lane's part of a load or store: fill in its job and wait for the warp.
 template <class Frag, class Ptr>
-inline void memory_call(void (*run)(WarpJob* const*), const char* name, Frag* frag, Ptr p, unsigned ldm, bool col,
+CUDASIM_INTERNAL inline void memory_call(void (*run)(WarpJob* const*), const char* name, Frag* frag, Ptr p, unsigned ldm, bool col,
                         const char* file, int line) {
   MemJob<Frag, Ptr> job;
   job.run = run;
@@ -322,7 +338,7 @@ struct MmaJob : WarpJob {
 };
 
 template <class FD, class FA, class FB, class FC>
-inline void mma_run(WarpJob* const* lanes) {
+CUDASIM_INTERNAL inline void mma_run(WarpJob* const* lanes) {
   using A = frag_traits<FA>;
   using B = frag_traits<FB>;
   using D = frag_traits<FD>;
@@ -365,7 +381,7 @@ namespace nvcuda {
 namespace wmma {
 
 template <typename Use, int m, int n, int k, typename T, typename L>
-inline void load_matrix_sync(fragment<Use, m, n, k, T, L>& a,
+CUDASIM_INTERNAL inline void load_matrix_sync(fragment<Use, m, n, k, T, L>& a,
                              const typename helper_traits<T>::storage_element_type* p, unsigned ldm,
                              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   static_assert(!std::is_same_v<Use, accumulator>,
@@ -375,21 +391,21 @@ inline void load_matrix_sync(fragment<Use, m, n, k, T, L>& a,
 }
 
 template <int m, int n, int k, typename T>
-inline void load_matrix_sync(fragment<accumulator, m, n, k, T>& a, const T* p, unsigned ldm, layout_t layout,
+CUDASIM_INTERNAL inline void load_matrix_sync(fragment<accumulator, m, n, k, T>& a, const T* p, unsigned ldm, layout_t layout,
                              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   ::cudasim::wmma::memory_call(&::cudasim::wmma::load_run<fragment<accumulator, m, n, k, T>>,
                                "wmma::load_matrix_sync", &a, p, ldm, layout == mem_col_major, file, line);
 }
 
 template <int m, int n, int k, typename T>
-inline void store_matrix_sync(T* p, const fragment<accumulator, m, n, k, T>& a, unsigned ldm, layout_t layout,
+CUDASIM_INTERNAL inline void store_matrix_sync(T* p, const fragment<accumulator, m, n, k, T>& a, unsigned ldm, layout_t layout,
                               const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   ::cudasim::wmma::memory_call(&::cudasim::wmma::store_run<fragment<accumulator, m, n, k, T>>,
                                "wmma::store_matrix_sync", &a, p, ldm, layout == mem_col_major, file, line);
 }
 
 template <int m, int n, int k, typename TD, typename TAB, typename LA, typename LB, typename TC>
-inline void mma_sync(fragment<accumulator, m, n, k, TD>& d, const fragment<matrix_a, m, n, k, TAB, LA>& a,
+CUDASIM_INTERNAL inline void mma_sync(fragment<accumulator, m, n, k, TD>& d, const fragment<matrix_a, m, n, k, TAB, LA>& a,
                      const fragment<matrix_b, m, n, k, TAB, LB>& b, const fragment<accumulator, m, n, k, TC>& c,
                      bool satf = false, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   constexpr bool half_in = std::is_same_v<TAB, __half>;

@@ -1,0 +1,225 @@
+"""Build and load a .cu file on a backend: `load("04_memory_bound")` or `load("my_kernel.cu")`.
+
+Both backends compile the file through torch.utils.cpp_extension with ninja: `cuda` hands it to
+nvcc unchanged; `sim` hands it to the simulator's build (kernels/sim/build.py), which translates it
+and compiles it as C++ for the CPU. What the build reads is walked and scanned once (sources.py);
+builds are cached under build/ext by a hash of everything that changes the library (cache.py),
+loaded only when the stamp written after their build and load still matches, and processes that
+build the same file at once take turns. The nvcc path imports nothing from kernels.sim.
+
+    sources.py    the file and its local headers, their code masks, the TORCH_LIBRARY and pybind11 scans
+    cache.py      the cache key, the stamp, the build lock
+    toolchain.py  cpp_extension, the CUDA toolkit and its tools, compiler versions, GPU architectures
+    extension.py  a loaded file's ops, and the op namespaces this process has
+    errors.py     BuildError and the compiler's errors in the learner's terms
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+
+from .. import backend as _backend
+from ..paths import INCLUDE, REFERENCE, build_root
+from . import cache
+from .errors import BuildError, compiler_errors, demangle, display_path, load_error, relative
+from .extension import Extension, import_library, namespace_clash, remember_namespaces
+from .sources import SourceSet
+from .toolchain import cpp_extension, cuda_arch_flags, cuda_home, missing_toolkit_headers, quiet_cpp_extension
+
+__all__ = ["load", "load_inline", "compile_only", "BuildError", "Extension", "SourceSet", "find_source",
+           "display_path", "build_root", "cuda_home", "demangle"]
+
+# The flags PyTorch's own CUDA build uses are added by cpp_extension; these are ours.
+CUDA_FLAGS = ["-O3", "-lineinfo"]
+
+_loaded: dict[str, object] = {}
+
+
+def find_source(source: str | os.PathLike) -> Path:
+    """A path to a .cu file, or the name of a reference file in kernels/reference ('04' or '04_memory_bound')."""
+    p = Path(source)
+    if p.suffix and p.is_file():
+        return p.resolve()
+    if p.suffix or os.sep in str(source):
+        raise FileNotFoundError(f"no such .cu file: {source} (looked from {Path.cwd().name}/)")
+    matches = sorted(REFERENCE.glob(f"{source}*.cu"))
+    if len(matches) == 1:
+        return matches[0]
+    names = ", ".join(m.stem for m in sorted(REFERENCE.glob("*.cu"))) or "none yet"
+    if not matches:
+        raise FileNotFoundError(f"no reference kernel file matches {source!r}; the reference files are: {names}")
+    raise FileNotFoundError(f"{source!r} matches several reference files ({', '.join(m.stem for m in matches)}): be more precise")
+
+
+def compile_flags(backend: str, extra_cflags: list[str] | None = None, optimise: bool = True) -> list[str]:
+    """The compiler flags of a build: ours, the target GPU architectures (cuda), the caller's.
+    Without `optimise` (a compile check: only validity matters) host code builds unoptimised, much faster."""
+    if backend == "sim":
+        from ..sim.build import FLAGS as base
+    else:
+        base = CUDA_FLAGS + cuda_arch_flags()
+    flags = base + list(extra_cflags or [])
+    return flags if optimise else ["-O0" if f == "-O3" else f for f in flags]
+
+
+def loaded_extensions() -> list[object]:
+    """Every library this process has loaded through `load`, in order."""
+    return list(_loaded.values())
+
+
+def load(source: str | os.PathLike, backend: str | None = None, *, verbose: bool = False,
+         extra_cflags: list[str] | None = None, quiet: bool = False, python_module: bool | None = None):
+    """Build (or find in the cache) and load a .cu file; returns the module or its ops.
+
+    `source` is a path, or a reference file's name such as '04'. `backend` is `cuda` or `sim`
+    (default: $KERNELS_BACKEND, else cuda with a GPU, else sim). A file with PYBIND11_MODULE returns
+    the Python module; a file with TORCH_LIBRARY returns an object whose attributes are its ops.
+    `python_module=False` loads a file with PYBIND11_MODULE as a library all the same (one whose
+    module is not named after the file: the compile check's combined files). Every failure to
+    compile or to load is a BuildError.
+    """
+    return _load(find_source(source), _backend.resolve(backend), verbose=verbose, extra_cflags=extra_cflags,
+                 quiet=quiet, python_module=python_module, optimise=True)
+
+
+def compile_only(source: str | os.PathLike, python_module: bool | None = None) -> Path:
+    """Compile a .cu file as the real CUDA extension with nvcc, GPU or not, host code unoptimised (only
+    validity matters); returns the built library (loaded; `python_module` as for `load`)."""
+    ext = _load(find_source(source), "cuda", verbose=False, extra_cflags=None, quiet=True,
+                python_module=python_module, optimise=False)
+    return Path(getattr(ext, "so", None) or ext.__file__)
+
+
+def key_of(sources: SourceSet, backend: str, flags: list[str]) -> str:
+    """The cache key of a build of these sources for a backend with these flags (see cache.key); a sim
+    build's also covers the simulator's own files."""
+    if backend == "sim":
+        from ..sim.build import key_files
+        backend_files = key_files()
+    else:
+        backend_files = []
+    return cache.key(sources, backend, flags, backend_files)
+
+
+def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None, quiet: bool,
+          python_module: bool | None, optimise: bool):
+    """load() for a resolved file and backend."""
+    sources = SourceSet.of(entry)
+    flags = compile_flags(be, extra_cflags, optimise=optimise)
+    name = cache.ext_name(entry, be, key_of(sources, be, flags))
+    if name in _loaded:
+        return _loaded[name]
+    clash = namespace_clash(sources, name, be)
+    if clash:
+        raise clash
+    out = build_root() / name
+    pybind = sources.is_pybind if python_module is None else python_module
+    after = None
+    with cache.build_lock(out, name):
+        so = cache.cached_library(out, name)
+        if so is None:
+            so, after = _compile(sources, be, flags, out, name, pybind, verbose=verbose, quiet=quiet)
+        try:
+            loaded = import_library(name, so, pybind, sources, be)
+        except (OSError, ImportError, RuntimeError) as e:
+            raise load_error(e, entry, be, so) from None
+        (out / f"{name}.ok").write_text(cache.stamp(so))
+    remember_namespaces(sources, name)
+    _loaded[name] = loaded
+    if after:
+        after()
+    return loaded
+
+
+def _forget_in_process(cpp, name: str) -> None:
+    """Make cpp_extension run the build even if this process built the same extension before (its
+    in-process record would otherwise skip the build and load a library that was removed)."""
+    versioner = getattr(cpp, "JIT_EXTENSION_VERSIONER", None)
+    getattr(versioner, "entries", {}).pop(name, None)
+
+
+def _compile(sources: SourceSet, be: str, flags: list[str], out: Path, name: str, pybind: bool, *,
+             verbose: bool, quiet: bool):
+    """Compile and link the file into out/ (cpp_extension also loads it); returns the library and
+    a follow-up to run once the build lock is released (precompiling headers), or None."""
+    entry = sources.entry
+    cpp = cpp_extension()
+    _forget_in_process(cpp, name)
+    if not quiet:
+        print(f"building {entry.stem} for {be} ...", end="", flush=True)
+    t0 = time.perf_counter()
+    kwargs = dict(name=name, build_directory=str(out), verbose=verbose, is_python_module=pybind)
+    after = None
+    try:
+        with quiet_cpp_extension():
+            if be == "sim":
+                from ..sim.build import compile_sim
+
+                after = compile_sim(cpp, sources, flags, out, kwargs, quiet, lambda: _forget_in_process(cpp, name))
+            else:
+                cpp.load(sources=[str(entry)], extra_include_paths=[str(INCLUDE)] + missing_toolkit_headers(),
+                         extra_cuda_cflags=flags,
+                         extra_cflags=["-O0" if "-O0" in flags else "-O2"], **kwargs)
+    except BuildError:
+        if not quiet:
+            print(" failed")
+        raise
+    except RuntimeError as e:
+        if not quiet:
+            print(" failed")
+        if not str(e).startswith("Error building extension"):  # it compiled; loading it failed
+            raise load_error(e, entry, be, out / f"{name}.so") from None
+        log = str(e)
+        (out / "build.log").write_text(log)
+        raise BuildError(
+            f"building {display_path(entry)} for {be} failed. The compiler said:\n\n{compiler_errors(log)}\n\n"
+            f"(full log: {display_path(out / 'build.log')})") from None
+    except (OSError, ImportError) as e:
+        if not quiet:
+            print(" failed")
+        raise load_error(e, entry, be, out / f"{name}.so") from None
+    if not quiet:
+        print(f" {time.perf_counter() - t0:.1f} s", flush=True)
+    so = out / f"{name}.so"
+    if not so.exists():  # cpp_extension names the library after the extension
+        cands = list(out.glob(f"{name}*.so"))
+        so = cands[0] if cands else so
+    return so, after
+
+
+def load_inline(name: str, cuda_src: str, backend: str | None = None, **kwargs):
+    """Build and load CUDA source held in a Python string, on either backend, cached like a file.
+
+    The string is written to build/inline/<name>-<hash of the string>/<name>.cu (once) and built
+    by `load`, so the same string loads from the cache, on both backends, and a compiler error
+    names the string's own line ("line 12 of the inline source 'gelu'"). Like a file it may
+    include "helpers.cuh" and register ops with TORCH_LIBRARY_FRAGMENT (or TORCH_LIBRARY).
+    """
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise ValueError(f"load_inline's name must be an identifier (letters, digits, _), got {name!r}")
+    if not isinstance(cuda_src, str) or not cuda_src.strip():
+        raise ValueError(f"load_inline's cuda_src must be the CUDA source as a non-empty string, got {cuda_src!r:.60}")
+    digest = hashlib.sha256(cuda_src.encode()).hexdigest()[:10]
+    path = build_root() / "inline" / f"{name}-{digest}" / f"{name}.cu"
+    if not path.exists() or path.read_text() != cuda_src:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(cuda_src)
+        tmp.replace(path)  # atomic: a process building the same string at once never reads half a file
+    try:
+        return load(path, backend, **kwargs)
+    except BuildError as e:
+        raise BuildError(_inline_lines(str(e), path, name)) from None
+
+
+def _inline_lines(message: str, path: Path, name: str) -> str:
+    """A build error's `file:12:5:` and `file(12):` locations as the string's lines (the file may be
+    named absolutely, from the working directory or from the repository)."""
+    names = {str(path), display_path(path), relative(str(path))}
+    where = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    message = re.sub(rf"(?:{where})(?::(\d+)(?::\d+)?:|\((\d+)\):?)",
+                     lambda m: f"line {m.group(1) or m.group(2)} of the inline source {name!r}:", message)
+    return re.sub(where, f"the inline source {name!r}", message)

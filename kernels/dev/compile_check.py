@@ -1,0 +1,297 @@
+"""`make compile-check`: build every .cu of the repository as the real CUDA extension with nvcc.
+
+Nothing runs: this proves that the files the simulator executes are also valid CUDA for nvcc.
+It needs nvcc and a CUDA build of torch, GPU or not; without them it says so and skips.
+
+Almost all of an nvcc build of one of these files is parsing torch's headers, three times (cudafe++,
+cicc for the device, the host compiler): about 25 of its 26 s of compiler time. So the files are
+checked together: each file becomes one part of a combined translation unit, inside a namespace
+of its own (its own TORCH_EXTENSION_NAME, its macros undefined after it, `#line` so errors name
+it), which nvcc compiles for the GPU (device code to SASS) and the host compiler compiles, and which
+is then linked and loaded like any build. The headers are parsed once per group, not per file.
+A group that fails is split in halves until each failure is a file built alone, so a verdict of
+FAILED, and its message, is always the file's own. What a combined unit cannot see: a file that
+forgets an #include (or a macro from a header) that an earlier file of its group brought in; the
+simulator builds each file alone.
+
+`python -m kernels.dev.compile_check --warm [cuda|sim ...]` instead builds every file for the given
+backends (default: the default backend) with the flags the tests and notebooks use, one file per
+core, so that a test run that follows finds every build in the cache. `--jobs N` sets how many
+builds run at a time (default: one per core); `--results FILE` writes the counts and each build's
+time as JSON (what `make test-all`'s summary reads).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+from ..backend import resolve
+from ..build import BuildError, SourceSet, compile_only, display_path, load
+from ..build.sources import code_mask, is_directive
+from ..build.toolchain import cuda_home
+from ..paths import ROOT, build_root
+
+FOLDERS = ("kernels", "lessons", "solutions", "tests")
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a run did: builds that passed and failed, the reason it was skipped, each build's label and seconds."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: str = ""
+    builds: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+    @property
+    def code(self) -> int:
+        return 1 if self.failed else 0
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(self)))
+
+
+def read_outcome(path: Path) -> Outcome | None:
+    """The Outcome a run wrote with --results (None when there is none)."""
+    try:
+        return Outcome(**json.loads(Path(path).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
+
+
+def files() -> list[Path]:
+    out = []
+    for folder in FOLDERS:
+        out += sorted(p for p in (ROOT / folder).rglob("*.cu") if SKIP_MARK not in p.read_text())
+    return out
+
+
+def why_not() -> str | None:
+    """The reason compile checking is impossible here, or None when it can run."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU build (it has no CUDA headers)"
+    home = cuda_home()
+    if not home or not shutil.which("nvcc", path=f"{home}/bin"):
+        return "nvcc was not found (set CUDA_HOME to the CUDA toolkit)"
+    return None
+
+
+def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
+    """Build one file; returns it, the backend, the seconds taken and the error ('' when it built).
+    Any failure is reported, not raised, so that one file cannot stop the check of the others."""
+    path, backend = job
+    t0 = time.perf_counter()
+    try:
+        if backend is None:
+            compile_only(path)
+        else:
+            load(path, backend, quiet=True)
+        return path, backend or "nvcc", time.perf_counter() - t0, ""
+    except Exception as e:  # noqa: BLE001 (a BuildError, or a bug that the report must show, not raise)
+        msg = str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}"
+        return path, backend or "nvcc", time.perf_counter() - t0, msg
+
+
+def _run(todo: list[tuple[Path, str | None]], what: str, jobs: int) -> Outcome:
+    jobs = max(1, min(len(todo), jobs))
+    print(f"{what}: {len(todo)} builds, {jobs} at a time")
+    failed, outcome = [], Outcome()
+    # a compiler uses one core per file: run one file per core, each in its own process
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = pool.map(_compile, todo)
+        done = 0
+        try:
+            for done, (path, be, secs, err) in enumerate(results, 1):
+                label = display_path(path) + ("" if be == "nvcc" else f" ({be})")
+                print(f"[{done}/{len(todo)}] {label} {'ok' if not err else 'FAILED'} ({secs:.0f} s)", flush=True)
+                outcome.builds.append((label, secs))
+                if err:
+                    print(err)
+                    failed.append(path)
+        except BrokenProcessPool:  # a build process died (a crash while loading a library)
+            rest = [p for p, _ in todo[done:]]
+            print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
+            failed += rest
+    outcome.passed, outcome.failed = len(todo) - len(failed), len(failed)
+    print(f"{outcome.passed} passed, {outcome.failed} failed")
+    return outcome
+
+
+_INCLUDE_LINE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"].*$', re.M)
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+_CONDITIONAL_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|endif)\b", re.M)
+
+
+def _part(path: Path, n: int) -> str | None:
+    """`path` as part `n` of a combined translation unit, or None when it must be built alone (an
+    #include inside #if, or after a #define, which could change what the include means).
+
+    Its #includes go before its namespace (headers belong at file scope), with a quoted one that
+    resolves next to the file made absolute; the lines they held stay, blank, so `#line` keeps
+    every later line number the file's own. Each macro the file defines is saved and undefined
+    before it and restored after it (push_macro/pop_macro), so the file defines it as it would
+    alone, and neither the headers nor the next file see its definition."""
+    src = path.read_text()
+    mask = code_mask(src)
+    depth, includes, defines = 0, [], []
+    directives = [*_CONDITIONAL_RE.finditer(src), *_INCLUDE_LINE_RE.finditer(src), *_DEFINE_RE.finditer(src)]
+    for m in sorted(directives, key=lambda m: m.start()):
+        if not is_directive(src, mask, m):
+            continue  # in a comment or a string
+        if m.re is _CONDITIONAL_RE:
+            depth += -1 if m.group(1) == "endif" else 1
+        elif m.re is _DEFINE_RE:
+            defines.append(m.group(1))
+        elif depth or defines:
+            return None
+        else:
+            name = m.group(2).strip()
+            beside = path.parent / name
+            includes.append(f'#include "{beside.resolve()}"' if m.group(1) == '"' and beside.is_file()
+                            else f"#include {m.group(1)}{name}{'>' if m.group(1) == '<' else chr(34)}")
+    body = _INCLUDE_LINE_RE.sub("", src)
+    names = list(dict.fromkeys(defines))
+    save = "".join(f'#pragma push_macro("{d}")\n#undef {d}\n' for d in names)
+    restore = "".join(f'#pragma pop_macro("{d}")\n' for d in names)
+    return (f"// ---- {display_path(path)}\n" + "".join(i + "\n" for i in includes) + save
+            + f"#undef TORCH_EXTENSION_NAME\n#define TORCH_EXTENSION_NAME compile_check_{n}\n"
+            + f"namespace compile_check_{n} {{\n#line 1 \"{path}\"\n{body}\n}}  // namespace compile_check_{n}\n"
+            + restore)
+
+
+def _reaches_torch_api(path: Path) -> bool:
+    """Whether the file includes <torch/extension.h> or another header of all of libtorch's C++ API,
+    which costs several times the headers of the other files to parse."""
+    return SourceSet.of(path).reaches_torch_api()
+
+
+def _combined(group: list[Path], first: int) -> Path:
+    """The combined translation unit of `group` (parts numbered from `first`), written under the
+    build folder; named by its content, so an unchanged group is found in the build cache."""
+    parts = [_part(p, first + i) for i, p in enumerate(group)]
+    text = ("// Generated by kernels/dev/compile_check.py: these files compiled together, each in its own namespace.\n"
+            + "".join(parts))
+    out = build_root() / "compile-check" / f"group_{hashlib.sha256(text.encode()).hexdigest()[:10]}.cu"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
+def groups(paths: list[Path], count: int) -> list[list[Path]]:
+    """The files in groups that compile together: those that reach libtorch's whole C++ API apart from
+    the others, each kind in `count` groups of about equal size; a file that cannot be a part, alone."""
+    alone = [p for p in paths if _part(p, 0) is None]
+    heavy = [p for p in paths if p not in alone and _reaches_torch_api(p)]
+    light = [p for p in paths if p not in alone and p not in heavy]
+    out = [[p] for p in alone]
+    for kind in (light, heavy):
+        k = max(1, min(count, len(kind)))
+        out += [kind[i::k] for i in range(k) if kind[i::k]]
+    return out
+
+
+def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[Path, str]]:
+    """Compile a group; returns it, the seconds taken and the error of each file that failed.
+    A group that fails is split in halves, down to single files built as they are."""
+    group, first = job
+    t0 = time.perf_counter()
+    if len(group) == 1:
+        path, _, _, err = _compile((group[0], None))
+        return group, time.perf_counter() - t0, {path: err} if err else {}
+    try:
+        # loaded as a library: its PYBIND11_MODULEs are named after its parts, not after it
+        compile_only(_combined(group, first), python_module=False)
+        return group, time.perf_counter() - t0, {}
+    except Exception:  # noqa: BLE001 (the halves say which file failed, with its own message)
+        # Said out loud: files that build alone but not together cost a build per half, all the way down.
+        print(f"{len(group)} files failed as one build; building each half ({display_path(group[0])} ...)", flush=True)
+        half = len(group) // 2
+        errors = {}
+        for sub, start in ((group[:half], first), (group[half:], first + half)):
+            errors.update(_check_group((sub, start))[2])
+        return group, time.perf_counter() - t0, errors
+
+
+def check_with_nvcc(paths: list[Path], jobs: int) -> Outcome:
+    """Compile every file with nvcc in groups (see the module's docstring), `jobs` groups at a time."""
+    todo, first = [], 0
+    for g in groups(paths, jobs):
+        todo.append((g, first))
+        first += len(g)
+    jobs = max(1, min(jobs, len(todo)))
+    print(f"compile check with nvcc: {len(paths)} files in {len(todo)} builds, {jobs} at a time")
+    failed: list[Path] = []
+    outcome = Outcome()
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        done = 0
+        try:
+            for done, (group, secs, errors) in enumerate(pool.map(_check_group, todo), 1):
+                names = ", ".join(display_path(p) for p in group)
+                if len(group) > 3:
+                    names = f"{len(group)} files ({display_path(group[0])} ... {display_path(group[-1])})"
+                verdict = "ok" if not errors else f"FAILED: {len(errors)} of {len(group)} files"
+                outcome.builds.append((names, secs))
+                print(f"[{done}/{len(todo)}] {names} {verdict} ({secs:.0f} s)", flush=True)
+                for path, err in errors.items():
+                    print(f"{display_path(path)} FAILED\n{err}")
+                    failed.append(path)
+        except BrokenProcessPool:  # a build process died (a crash while loading a library)
+            rest = [p for g, _ in todo[done:] for p in g]
+            print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
+            failed += rest
+    outcome.passed, outcome.failed = len(paths) - len(failed), len(failed)
+    print(f"{outcome.passed} passed, {outcome.failed} failed")
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kernels.dev.compile_check [--jobs N] [--results FILE] [--warm [BACKEND ...]]`."""
+    p = argparse.ArgumentParser(prog="python -m kernels.dev.compile_check",
+                                description="Build every .cu of the repository with nvcc (the compile check), or "
+                                            "with --warm for the given backends, to fill the build cache.")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="builds at a time (default: one per core)")
+    p.add_argument("--warm", nargs="*", metavar="BACKEND", choices=["cuda", "sim"],
+                   help="build every file for these backends (default: the default backend) instead of checking")
+    p.add_argument("--results", type=Path, help="write the counts and each build's time to this JSON file")
+    a = p.parse_args(argv)
+    if a.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {a.jobs}")
+    if a.warm is not None:
+        backends = [resolve(b) for b in a.warm] or [resolve(None)]
+        # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
+        # fixed namespace (lesson 03's package) cannot be loaded for two backends in one process.
+        outcome = Outcome()
+        for be in backends:
+            one = _run([(f, be) for f in files()], f"warming the build cache for {be}", a.jobs)
+            outcome.passed, outcome.failed = outcome.passed + one.passed, outcome.failed + one.failed
+            outcome.builds += one.builds
+    else:
+        reason = why_not()
+        if reason:
+            print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
+            outcome = Outcome(skipped=reason)
+        else:
+            outcome = check_with_nvcc(files(), a.jobs)
+    if a.results:
+        outcome.write(a.results)
+    return outcome.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""How the simulator builds a file: translate it (translate.py), then compile it as C++ for the CPU with
+torch's cpp_extension and ninja, with the simulator's headers first on the include path.
+
+What makes a sim build take seconds instead of half a minute lives here: precompiled headers (the
+common headers every lesson file includes, once per machine) and the light stand-ins for
+torch/extension.h and torch/all.h (with a record of the files they do not fit, which then go straight
+to the real header). The loader (kernels/build) calls `compile_sim` for a sim build and adds
+`key_files()` to its cache key; nothing on the nvcc path imports this module.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from filelock import FileLock
+
+from ..build.errors import BuildError, display_path
+from ..build.sources import SYSTEM_INCLUDE_RE, SourceSet, code_mask, is_directive
+from ..build.toolchain import cxx_version
+from ..paths import INCLUDE, SIM, SIM_INCLUDE, build_root
+
+# -g1: line tables only, so that a fault in a kernel thread can name its source line (cudasim.h).
+FLAGS = ["-O2", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-unused-variable",
+         "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+         "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
+PCH_SWITCH = "KERNELS_SIM_PCH"  # =0 turns the precompiled headers off
+
+
+def simulator_files() -> list[Path]:
+    """What a sim build's output depends on besides the file: the simulator's Python source (the
+    translator, this strategy) and every header of the simulator."""
+    return sorted(SIM.glob("*.py")) + sorted(f for f in SIM_INCLUDE.rglob("*") if f.is_file())
+
+
+def key_files() -> list[tuple[str, Path]]:
+    """(label, file) of everything a sim build depends on besides the learner's sources, for the cache key."""
+    return [(f.relative_to(SIM.parent).as_posix(), f) for f in simulator_files()]
+
+
+def _pch_enabled() -> bool:
+    return os.environ.get(PCH_SWITCH, "1") != "0"
+
+
+# ---------------------------------------------------------------------------------------------
+# A precompiled header for sim builds. Parsing ATen's and torch/library.h's headers takes about
+# 7 of the 10 s that a one-op sim build takes on a small machine; gcc can load them precompiled
+# instead. The first sim build on a machine compiles normally and then precompiles these headers
+# with exactly the flags ninja used (read back from its build.ninja); later builds include the
+# precompiled file first, and the headers' own include guards make the file's #includes no-ops.
+# gcc checks that the precompiled file fits (same compiler, same flags) and otherwise ignores it
+# and parses the headers as usual, so a stale one costs time, never correctness.
+# KERNELS_SIM_PCH=0 turns it off.
+# Three precompiled headers, since gcc uses one at most: the common one holds only what helpers.cuh
+# (which every kernel file includes) includes itself, so that a file that forgets an #include
+# fails on the simulator as it would with nvcc; files that include torch/extension.h get one that
+# also holds the simulator's light stand-in for it, with or without pybind11 (LIGHT_TORCH_HEADERS).
+def _helpers_includes() -> list[str]:
+    """The <...> headers helpers.cuh includes itself (what every lesson file gets through it), in its order."""
+    text = (INCLUDE / "helpers.cuh").read_text()
+    mask = code_mask(text)
+    return [m.group(1).strip() for m in SYSTEM_INCLUDE_RE.finditer(text) if is_directive(text, mask, m)]
+
+
+PCH_HEADERS = ["cudasim.h", *_helpers_includes()]
+
+# torch/extension.h is all of libtorch's C++ API and pybind11: about 20 s of compiler time in every
+# file that includes it, mostly template instantiation and code generation that no precompiled
+# header saves (torch/all.h, the same without pybind11, about as much). Sim builds include a light
+# stand-in instead: sim/include/cudasim_torch_all.h (tensors, ATen's functions, AT_DISPATCH, the op
+# registry) for torch/all.h and for files that register their ops with TORCH_LIBRARY, and sim/include/cudasim_torch_extension.h, the same plus pybind11, for files that
+# use pybind11 or Python's C API (pybind11 alone generates about 4 s of code in every file that
+# includes it). Each has a precompiled header of its own. A file that uses more (torch::nn,
+# autograd, ...) fails to compile with it and is built again with the real header and the common
+# precompiled header. The simulator's README has the measurements, including why there is no
+# precompiled header of the real torch/extension.h.
+LIGHT_TORCH_OPS = "cudasim_torch_all.h"
+LIGHT_TORCH_PYBIND = "cudasim_torch_extension.h"
+LIGHT_TORCH_HEADERS = (LIGHT_TORCH_OPS, LIGHT_TORCH_PYBIND)
+LIGHT_TORCH_OPS_PCH_HEADERS = PCH_HEADERS + [LIGHT_TORCH_OPS]
+LIGHT_TORCH_PYBIND_PCH_HEADERS = PCH_HEADERS + [LIGHT_TORCH_PYBIND]
+
+
+def light_torch_map(sources: SourceSet) -> dict[str, str]:
+    """The simulator's light stand-ins that these files get: for torch/extension.h, with pybind11 where
+    they use it (or Python's C API), without it where they do not; for torch/all.h (libtorch's C++ API
+    without pybind11, as PyTorch's extension examples include it), without."""
+    return {"torch/extension.h": LIGHT_TORCH_PYBIND if sources.uses_python else LIGHT_TORCH_OPS,
+            "torch/all.h": LIGHT_TORCH_OPS}
+
+
+def pch_headers(sources: SourceSet, light_torch: bool = True) -> list[str]:
+    """The headers of the precompiled header for a build of these files, with or without a light
+    torch/extension.h (light_torch_map)."""
+    reached = sources.system_includes if light_torch else set()
+    if "torch/extension.h" in reached:
+        return PCH_HEADERS + [light_torch_map(sources)["torch/extension.h"]]
+    return PCH_HEADERS + [LIGHT_TORCH_OPS] if "torch/all.h" in reached else PCH_HEADERS
+
+
+def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
+    """Where the precompiled header of these headers for these flags lives (it may not exist yet)."""
+    import torch
+
+    h = hashlib.sha256()
+    for part in (torch.__version__, torch.__file__, sys.version, " ".join(flags), " ".join(headers), cxx_version()):
+        h.update(part.encode())
+    for f in simulator_files():
+        h.update(f.read_bytes())
+    return build_root() / "sim-pch" / h.hexdigest()[:12] / "sim_pch.h"
+
+
+def make_pch(header: Path, headers: list[str], ninja_file: Path) -> bool:
+    """Precompile `headers` with the flags of a finished sim build; never fatal.
+    Returns whether a precompiled header is there now."""
+    if not _pch_enabled() or not ninja_file.exists():
+        return False
+    text = ninja_file.read_text()
+    cxx = re.search(r"^cxx = (.+)$", text, re.M)
+    cflags = re.search(r"^cflags = (.+)$", text, re.M)
+    if not cxx or not cflags:
+        return False
+    flags = [f for f in shlex.split(cflags.group(1)) if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    header.parent.mkdir(parents=True, exist_ok=True)
+    gch, failed = header.with_suffix(".h.gch"), header.with_suffix(".failed")
+    with FileLock(header.parent / "lock"):  # parallel builds: one precompiles, the others wait and reuse it
+        if gch.exists() or failed.exists():
+            return gch.exists()
+        header.write_text("// Headers that sim builds include, precompiled once (kernels/sim/build.py).\n"
+                          + "".join(f"#include <{h}>\n" for h in headers))
+        tmp = gch.with_suffix(f".tmp{os.getpid()}")
+        run = subprocess.run([*shlex.split(cxx.group(1)), *flags, "-x", "c++-header", str(header), "-o", str(tmp)],
+                             capture_output=True, text=True)
+        if run.returncode == 0:
+            tmp.replace(gch)
+        else:
+            tmp.unlink(missing_ok=True)
+            failed.write_text(run.stderr[-4000:])
+        return gch.exists()
+
+
+# A file that the light torch/extension.h does not fit would compile twice at every edit (the light
+# attempt, then the real header). After a failed light attempt, build_root()/light-torch-misfits/
+# keeps, per file path, the hash of the file's sources, the names the compiler could not find (from
+# "'nn' is not a member of 'torch'" and the like) and the log. A later build of the same file goes
+# straight to the real header when its sources are unchanged, or when they still use one of those
+# names; an edit that drops them, or a change of the light header, tries the light header again.
+_MISSING_NAME_RE = re.compile(  # gcc quotes with ' or, in a UTF-8 locale, with ‘ and ’
+    r"error: (?:[‘']([\w:]+)[’'] (?:is not a member of|was not declared in this scope|has not been declared)"
+    r"|[^\n]*?[‘']([\w:]+)[’'] (?:in namespace [‘'][\w:]+[’'] )?does not name a (?:type|template type))")
+
+
+def _light_torch_record(entry: Path) -> Path:
+    """Where the note that the light torch/extension.h does not fit this file lives (it may not exist)."""
+    return build_root() / "light-torch-misfits" / f"{hashlib.sha256(str(entry).encode()).hexdigest()[:16]}.json"
+
+
+def _light_header_hash() -> str:
+    """A hash of the light torch/extension.h: a change to it may make it fit files it did not."""
+    h = hashlib.sha256()
+    for light in LIGHT_TORCH_HEADERS:
+        h.update(light.encode())
+        h.update((SIM_INCLUDE / light).read_bytes())
+    return h.hexdigest()
+
+
+def missing_names(log: str) -> list[str]:
+    """The names a failed compile could not find, last part only (`torch::nn` gives `nn`), in order."""
+    found = (a or b for a, b in _MISSING_NAME_RE.findall(log))
+    return list(dict.fromkeys(name.rsplit("::", 1)[-1] for name in found))
+
+
+def _remember_light_torch_misfit(sources: SourceSet, log: str) -> None:
+    """Note that the light torch/extension.h failed for this file (see light_torch_misfit); never fatal."""
+    record = _light_torch_record(sources.entry)
+    note = {"sources": sources.digest(), "light": _light_header_hash(), "names": missing_names(log), "log": log}
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(note))
+        tmp.replace(record)
+    except OSError:
+        pass
+
+
+def light_torch_misfit(sources: SourceSet) -> str | None:
+    """The log of the light torch/extension.h's last failure on this file when it would fail again: the
+    same sources, or sources that still use a name it could not find; else None (try the light header)."""
+    try:
+        note = json.loads(_light_torch_record(sources.entry).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or note.get("light") != _light_header_hash():
+        return None
+    if note.get("sources") == sources.digest():
+        return note.get("log", "")
+    names = note.get("names") or []
+    if any(sources.uses(rf"\b{re.escape(name)}\b") for name in names):
+        return note.get("log", "")
+    return None
+
+
+class _LightTorchFailed(Exception):
+    """A sim build with the light torch/extension.h failed to compile; `log` is what the compiler said."""
+
+    def __init__(self, log: str):
+        super().__init__("the light torch/extension.h build failed")
+        self.log = log
+
+
+def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, forget):
+    """Translate the file and compile it for the simulator, with the light torch/extension.h where the
+    file includes it and with the real one if that fails (or failed for this file before: see
+    light_torch_misfit); returns what precompiles the headers afterwards when this build had no
+    precompiled header to use, else None. `forget()` makes cpp_extension build again in this process."""
+    known = light_torch_misfit(sources)
+    if known is not None:
+        (out / "light_torch.log").write_text(known)
+        if not quiet:
+            print(" with the full torch/extension.h (the light one lacked what this file uses last time) ...",
+                  end="", flush=True)
+        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=False)
+    try:
+        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=True)
+    except _LightTorchFailed as e:
+        log = e.log
+        (out / "light_torch.log").write_text(log)
+        if not quiet:
+            print(" the simulator's light torch/extension.h lacks what this file uses: building it with the full "
+                  "header ...", end="", flush=True)
+    forget()
+    after = _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=False)
+    _remember_light_torch_misfit(sources, log)  # only once the real header built it: the file itself was fine
+    return after
+
+
+def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, *,
+                        light_torch: bool):
+    """One attempt of compile_sim; raises _LightTorchFailed when the light header was used and the
+    compiler failed."""
+    from .translate import TranslateError, translate_tree
+
+    entry = sources.entry
+    try:
+        main = translate_tree(sources, out / "sim_src", display_path, light_torch_map(sources) if light_torch else None)
+    except TranslateError as e:
+        raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
+    headers = pch_headers(sources, light_torch)
+    pch = pch_path(flags, headers)
+    use_pch = ["-include", str(pch)] if _pch_enabled() and pch.with_suffix(".h.gch").exists() else []
+    try:
+        cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
+                 extra_cflags=flags + use_pch, **kwargs)
+    except RuntimeError as e:
+        if headers != PCH_HEADERS and str(e).startswith("Error building extension"):
+            raise _LightTorchFailed(str(e)) from None
+        raise
+    if use_pch or not _pch_enabled() or flags != FLAGS:
+        return None
+
+    def precompile():
+        t0 = time.perf_counter()
+        if not quiet:
+            print("precompiling the common headers once, so later sim builds take seconds ...", end="", flush=True)
+        made = make_pch(pch, headers, out / "build.ninja")
+        if not quiet:
+            print(f" {time.perf_counter() - t0:.1f} s" if made else " skipped", flush=True)
+    return precompile

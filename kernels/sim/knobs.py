@@ -1,0 +1,96 @@
+"""The simulator's knobs: the CUDASIM_* environment variables that cudasim.h reads at every launch.
+
+    with knobs.set(order="reverse", shuffle_blocks=True, seed=11):
+        ext.sum3(x, out)
+
+This module owns their names and the values each takes, refuses a value the simulator would refuse
+(cudasim.h's read_knobs refuses it too, at the launch: a test keeps the two lists in step), and is the
+only Python code that writes them. `set` restores what it found when its block ends, so a caller's
+own setting (`CUDASIM_ORDER=reverse make test`) comes back afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+ORDER = "CUDASIM_ORDER"
+SHUFFLE_BLOCKS = "CUDASIM_SHUFFLE_BLOCKS"
+SEED = "CUDASIM_SEED"
+STACK_KB = "CUDASIM_STACK_KB"
+NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB)
+
+# The orders in which a block's threads run, as cudasim.h's kOrderNames lists them (same order: the
+# index is what the simulator stores).
+ORDERS = ("forward", "reverse", "random")
+STACK_KB_RANGE = (16, 1024 * 1024)
+
+
+def order_value(order: str) -> str:
+    """`order` when it is one of ORDERS, else a ValueError that lists them."""
+    if order not in ORDERS:
+        raise ValueError(f"{ORDER}={order} is not a thread order; use one of: {', '.join(ORDERS)}")
+    return order
+
+
+def shuffle_value(shuffle: bool | int | str) -> str:
+    """'1' (blocks in random order) or '0' (in order); a ValueError for anything else."""
+    if shuffle in (True, 1, "1"):
+        return "1"
+    if shuffle in (False, 0, "0"):
+        return "0"
+    raise ValueError(f"{SHUFFLE_BLOCKS}={shuffle} is not a switch; use 1 (blocks in random order) or 0 (in order)")
+
+
+def seed_value(seed: int | str) -> str:
+    """The seed as the simulator reads it: a whole number from 0 up."""
+    text = str(seed)
+    if isinstance(seed, bool) or not text.isdigit():
+        raise ValueError(f"{SEED}={seed} is not a seed; use a whole number from 0 up")
+    return text
+
+
+def stack_kb_value(kb: int | str) -> str:
+    """A fiber's stack in KB, from 16 to 1048576."""
+    low, high = STACK_KB_RANGE
+    text = str(kb)
+    if isinstance(kb, bool) or not text.isdigit() or not low <= int(text) <= high:
+        raise ValueError(f"{STACK_KB} must be a number of KB from {low} to {high}, got {kb!r}")
+    return text
+
+
+def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,
+           stack_kb: int | None = None) -> dict[str, str]:
+    """The environment entries for the knobs given (None leaves a knob as it is), each value checked."""
+    out = {}
+    if order is not None:
+        out[ORDER] = order_value(order)
+    if shuffle_blocks is not None:
+        out[SHUFFLE_BLOCKS] = shuffle_value(shuffle_blocks)
+    if seed is not None:
+        out[SEED] = seed_value(seed)
+    if stack_kb is not None:
+        out[STACK_KB] = stack_kb_value(stack_kb)
+    return out
+
+
+@contextlib.contextmanager
+def set(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,  # noqa: A001
+        stack_kb: int | None = None) -> Iterator[None]:
+    """Run the block with these knobs (None: as they are); what was there before comes back after it."""
+    new = values(order, shuffle_blocks, seed, stack_kb)
+    old = {k: os.environ.get(k) for k in new}
+    os.environ.update(new)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def current() -> dict[str, str]:
+    """The knobs set in this process's environment now, by name."""
+    return {k: os.environ[k] for k in NAMES if k in os.environ}

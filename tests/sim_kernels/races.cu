@@ -1,0 +1,302 @@
+// races.cu: kernels with the races and out-of-range accesses that the simulator's race and bounds check
+// must find, each beside its correct form, which it must pass. tests/test_sim_races.py runs them on the
+// simulator with the check on; the correct forms run on cuda too where a GPU is (the racy ones give
+// wrong answers there only some of the time: that is the point of finding them without a GPU).
+//
+//   op               bug = false                                  bug = true
+//   column_sums      8 warps combine their column sums through    8 warps `+=` into the same sums in global
+//                    shared memory, then one warp stores them     memory (lesson 08's mistake)
+//   block_total      thread 0 of each block atomicAdds its sum    thread 0 of each block `+=` its sum into out[0]
+//   wmma_tiles       a WMMA matmul through shared tiles, a        the barrier after the multiply left out: the
+//                    barrier after each step's multiply            next step's loads overwrite tiles still read
+//   reverse_block    each block reverses its slice through         the barrier between the writes and the
+//                    shared memory, a barrier between              reads left out
+//   warp_swap        a warp swaps values through shared memory     the __syncwarp() left out
+//                    with __syncwarp() between
+//   flag_any         every positive element's thread sets a flag   each sets it to its own index (two writes
+//                    to 1 (the same value: a harmless race)        of different values)
+//   last_block       the CUDA samples' "last block" sum: plain     (no bug form)
+//                    partial sums, __threadfence(), an atomic
+//                    ticket, the last block adds the partials
+//   fill_tiles       64x64 tiles written to a rows x cols output,  the guard left out: a ragged edge is
+//                    each element guarded                          written far past the end
+//   row_sums_window  rows summed in windows of 64 rows, the last  the last window read in full, past the last
+//                    window cut at the last row                    row (lesson 08's loop without its min)
+#include "helpers.cuh"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+// ---------------------------------------------------------------------------------------------
+// column_sums: block (32 columns) x 8 warps; warp w adds rows w, w + 8, ... of its lane's column.
+__global__ void column_sums_kernel(const float* x, float* sums, int rows, int cols, bool bug) {
+  __shared__ float part[8][32];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+  float s = 0.0f;
+  if (c < cols)
+    for (int r = w; r < rows; r += 8) s += x[static_cast<int64_t>(r) * cols + c];
+  if (bug) {
+    if (c < cols) sums[c] += s;  // eight warps read-modify-write one element: a race
+    return;
+  }
+  part[w][lane] = s;
+  __syncthreads();  // every warp's part is written
+  if (w == 0 && c < cols) {
+    float t = 0.0f;
+    for (int k = 0; k < 8; ++k) t += part[k][lane];
+    sums[c] = t;
+  }
+}
+
+at::Tensor column_sums(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  const int rows = static_cast<int>(x.size(0)), cols = static_cast<int>(x.size(1));
+  auto sums = at::zeros({cols}, x.options());
+  if (cols == 0) return sums;
+  column_sums_kernel<<<ceil_div(cols, 32), 256>>>(x.data_ptr<float>(), sums.data_ptr<float>(), rows, cols, bug);
+  CHECK_LAUNCH();
+  return sums;
+}
+
+// ---------------------------------------------------------------------------------------------
+// block_total: each block of 256 sums its slice in shared memory; thread 0 adds it into out[0].
+__global__ void block_total_kernel(const float* x, float* out, int64_t n, bool bug) {
+  __shared__ float s[256];
+  const int64_t i = blockIdx.x * 256ll + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (int k = 128; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();  // this level's sums are written before the next level reads them
+  }
+  if (threadIdx.x == 0) {
+    if (bug) out[0] += s[0];  // every block's thread 0 read-modify-writes one element: a race
+    else atomicAdd(out, s[0]);
+  }
+}
+
+at::Tensor block_total(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  auto out = at::zeros({1}, x.options());
+  const int64_t n = x.numel();
+  if (n == 0) return out;
+  block_total_kernel<<<ceil_div(n, 256), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n, bug);
+  CHECK_LAUNCH();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// wmma_tiles: C = A B for n x n fp16 (n a multiple of 32); a block of 4 warps owns a 32x32 tile of C,
+// warp (wy, wx) its 16x16 quarter; each step stages 32x16 of A and 16x32 of B in shared memory.
+__global__ void wmma_tiles_kernel(const __half* a, const __half* b, float* c, int n, bool bug) {
+  using namespace nvcuda;
+  __shared__ alignas(32) __half as[32 * 16];
+  __shared__ alignas(32) __half bs[16 * 32];
+  const int warp = threadIdx.x / 32, wy = warp / 2, wx = warp % 2;
+  const int row0 = blockIdx.y * 32, col0 = blockIdx.x * 32;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::fill_fragment(acc, 0.0f);
+  for (int k0 = 0; k0 < n; k0 += 16) {
+    for (int e = threadIdx.x; e < 32 * 16; e += blockDim.x) {
+      as[e] = a[static_cast<int64_t>(row0 + e / 16) * n + k0 + e % 16];
+      bs[e] = b[static_cast<int64_t>(k0 + e / 32) * n + col0 + e % 32];
+    }
+    __syncthreads();  // the tiles are loaded
+    wmma::load_matrix_sync(fa, as + wy * 16 * 16, 16);
+    wmma::load_matrix_sync(fb, bs + wx * 16, 32);
+    wmma::mma_sync(acc, fa, fb, acc);
+    if (!bug) __syncthreads();  // every warp is done with the tiles before the next step overwrites them
+  }
+  wmma::store_matrix_sync(c + static_cast<int64_t>(row0 + wy * 16) * n + col0 + wx * 16, acc, n, wmma::mem_row_major);
+}
+
+at::Tensor wmma_tiles(const at::Tensor& a, const at::Tensor& b, bool bug) {
+  CHECK_INPUT(a);
+  CHECK_INPUT(b);
+  CHECK_DTYPE(a, at::kHalf);
+  CHECK_DTYPE(b, at::kHalf);
+  const int n = static_cast<int>(a.size(0));
+  TORCH_CHECK(n % 32 == 0 && a.size(1) == n && b.size(0) == n && b.size(1) == n,
+              "wmma_tiles: expected two square matrices whose size is a multiple of 32");
+  auto c = at::empty({n, n}, a.options().dtype(at::kFloat));
+  wmma_tiles_kernel<<<dim3(n / 32, n / 32), 128>>>(reinterpret_cast<const __half*>(a.data_ptr()),
+                                                   reinterpret_cast<const __half*>(b.data_ptr()),
+                                                   c.data_ptr<float>(), n, bug);
+  CHECK_LAUNCH();
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// reverse_block: out[i] is x at the mirrored place of i's block of 256 (zero past the end).
+__global__ void reverse_block_kernel(const float* x, float* out, int64_t n, bool bug) {
+  __shared__ float s[256];
+  const int64_t i = blockIdx.x * 256ll + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.0f;
+  if (!bug) __syncthreads();  // every thread's value is in place before any is read
+  if (i < n) out[i] = s[255 - threadIdx.x];
+}
+
+at::Tensor reverse_block(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  auto out = at::empty({x.numel()}, x.options());
+  const int64_t n = x.numel();
+  if (n == 0) return out;
+  reverse_block_kernel<<<ceil_div(n, 256), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n, bug);
+  CHECK_LAUNCH();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// warp_swap: one warp; out[lane] = x[31 - lane], passed through shared memory.
+__global__ void warp_swap_kernel(const float* x, float* out, bool bug) {
+  __shared__ float s[32];
+  s[threadIdx.x] = x[threadIdx.x];
+  if (!bug) __syncwarp();  // the warp's writes are done (and visible) before its reads
+  out[threadIdx.x] = s[31 - threadIdx.x];
+}
+
+at::Tensor warp_swap(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.numel() == 32, "warp_swap: expected 32 floats");
+  auto out = at::empty({32}, x.options());
+  warp_swap_kernel<<<1, 32>>>(x.data_ptr<float>(), out.data_ptr<float>(), bug);
+  CHECK_LAUNCH();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// flag_any: a flag set by every thread whose element is positive.
+__global__ void flag_any_kernel(const float* x, int* flag, int64_t n, bool bug) {
+  const int64_t i = blockIdx.x * 64ll + threadIdx.x;
+  if (i < n && x[i] > 0.0f) *flag = bug ? static_cast<int>(i) + 1 : 1;
+}
+
+at::Tensor flag_any(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  auto flag = at::zeros({1}, x.options().dtype(at::kInt));
+  const int64_t n = x.numel();
+  if (n == 0) return flag;
+  flag_any_kernel<<<ceil_div(n, 64), 64>>>(x.data_ptr<float>(), flag.data_ptr<int>(), n, bug);
+  CHECK_LAUNCH();
+  return flag;
+}
+
+// ---------------------------------------------------------------------------------------------
+// last_block: the CUDA samples' threadFenceReduction. Every block writes its partial sum with a plain
+// store; the last block to take a ticket adds them all.
+__device__ unsigned int blocks_done = 0;
+
+__global__ void last_block_kernel(const float* x, float* partial, float* out, int64_t n) {
+  __shared__ float s[256];
+  __shared__ bool last;
+  const int64_t i = blockIdx.x * 256ll + threadIdx.x;
+  s[threadIdx.x] = i < n ? x[i] : 0.0f;
+  __syncthreads();
+  for (int k = 128; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    partial[blockIdx.x] = s[0];
+    __threadfence();  // the partial is visible to every block before the ticket is taken
+    const unsigned ticket = atomicInc(&blocks_done, gridDim.x);
+    last = ticket == gridDim.x - 1;
+  }
+  __syncthreads();  // every thread sees `last`
+  if (last && threadIdx.x == 0) {
+    float t = 0.0f;
+    for (unsigned b = 0; b < gridDim.x; ++b) t += partial[b];
+    out[0] = t;
+    blocks_done = 0;  // atomicInc wrapped it already; reset for the next launch
+  }
+}
+
+at::Tensor last_block(const at::Tensor& x) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  const int64_t n = x.numel();
+  auto out = at::zeros({1}, x.options());
+  if (n == 0) return out;
+  const int64_t blocks = ceil_div(n, 256);
+  auto partial = at::empty({blocks}, x.options());
+  last_block_kernel<<<blocks, 256>>>(x.data_ptr<float>(), partial.data_ptr<float>(), out.data_ptr<float>(), n);
+  CHECK_LAUNCH();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// fill_tiles: out[r][c] = r * cols + c, in 64x64 tiles of 256 threads (16 elements each).
+__global__ void fill_tiles_kernel(float* out, int rows, int cols, bool bug) {
+  const int r0 = blockIdx.y * 64, c0 = blockIdx.x * 64;
+  for (int e = threadIdx.x; e < 64 * 64; e += 256) {
+    const int r = r0 + e / 64, c = c0 + e % 64;
+    if (bug || (r < rows && c < cols)) out[static_cast<int64_t>(r) * cols + c] = static_cast<float>(r * cols + c);
+  }
+}
+
+at::Tensor fill_tiles(int64_t rows, int64_t cols, bool bug) {
+  auto out = at::empty({rows, cols}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+  if (rows == 0 || cols == 0) return out;
+  fill_tiles_kernel<<<dim3(ceil_div(cols, 64), ceil_div(rows, 64)), 256>>>(out.data_ptr<float>(), rows, cols, bug);
+  CHECK_LAUNCH();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// row_sums_window: out[r] = the sum of row r; block b sums rows 64b .. 64b + 63, one thread per row.
+__global__ void row_sums_window_kernel(const float* x, float* out, int rows, int cols, bool bug) {
+  const int r0 = blockIdx.x * 64;
+  const int r1 = bug ? r0 + 64 : min(r0 + 64, rows);  // the window ends at the last row
+  const int r = r0 + threadIdx.x;
+  if (r >= r1) return;
+  float s = 0.0f;
+  for (int c = 0; c < cols; ++c) s += x[static_cast<int64_t>(r) * cols + c];
+  if (r < rows) out[r] = s;
+}
+
+at::Tensor row_sums_window(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  const int rows = static_cast<int>(x.size(0)), cols = static_cast<int>(x.size(1));
+  auto out = at::empty({rows}, x.options());
+  if (rows == 0) return out;
+  row_sums_window_kernel<<<ceil_div(rows, 64), 64>>>(x.data_ptr<float>(), out.data_ptr<float>(), rows, cols, bug);
+  CHECK_LAUNCH();
+  return out;
+}
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("column_sums(Tensor x, bool bug) -> Tensor");
+  m.def("block_total(Tensor x, bool bug) -> Tensor");
+  m.def("wmma_tiles(Tensor a, Tensor b, bool bug) -> Tensor");
+  m.def("reverse_block(Tensor x, bool bug) -> Tensor");
+  m.def("warp_swap(Tensor x, bool bug) -> Tensor");
+  m.def("flag_any(Tensor x, bool bug) -> Tensor");
+  m.def("last_block(Tensor x) -> Tensor");
+  m.def("fill_tiles(int rows, int cols, bool bug) -> Tensor");
+  m.def("row_sums_window(Tensor x, bool bug) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
+  m.impl("column_sums", &column_sums);
+  m.impl("block_total", &block_total);
+  m.impl("wmma_tiles", &wmma_tiles);
+  m.impl("reverse_block", &reverse_block);
+  m.impl("warp_swap", &warp_swap);
+  m.impl("flag_any", &flag_any);
+  m.impl("last_block", &last_block);
+  m.impl("row_sums_window", &row_sums_window);
+}
+
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CompositeExplicitAutograd, m) {
+  m.impl("fill_tiles", &fill_tiles);  // no tensor argument: the dispatcher has no device to go by
+}
