@@ -133,6 +133,14 @@ CUDASIM_INTERNAL inline MBarrier& find_barrier(const Site& s, Space sp, Addr a) 
           "(and make the other threads wait for it: fence.mbarrier_init or __syncthreads) before using it");
 }
 
+// For the race check of an instrumented build, an arrival and a completed wait are atomics on the
+// barrier's 8 bytes: what a thread did before it arrived is ordered before what a thread that saw
+// the phase complete does after (cudasim_check.h's rule for atomics).
+CUDASIM_INTERNAL inline void ordering_point(const MBarrier& b) {
+  CUDASIM_EVENT(atomic_access(arena + b.off, 8, __builtin_return_address(0)));
+  (void)b;
+}
+
 CUDASIM_INTERNAL inline std::string describe(const MBarrier& b) {
   char buf[400];
   std::snprintf(buf, sizeof buf, "the barrier (initialised at %s with %u arrivals) is in phase %llu (parity %llu): %u "
@@ -195,6 +203,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
 }
 
 CUDASIM_INTERNAL inline void mbar_init(const Site& s, Space sp, Addr a, uint32_t count) {
+  SimScope scope;
   unsigned char* p = resolve(s, sp == Space::Generic ? Space::Generic : Space::Shared, a, 8, 8, "mbarrier address");
   if (!in_window(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
   if (count == 0 || count > (1u << 20) - 1)
@@ -219,6 +228,7 @@ CUDASIM_INTERNAL inline void mbar_init(const Site& s, Space sp, Addr a, uint32_t
 }
 
 CUDASIM_INTERNAL inline void mbar_inval(const Site& s, Space sp, Addr a) {
+  SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
   if (!b.inflight.empty())
     fail_at(s, "mbarrier.inval while copies that complete on it are still in flight (" + describe(b) + ")");
@@ -234,6 +244,7 @@ CUDASIM_INTERNAL inline void add_tx(const Site& s, MBarrier& b, long long bytes)
 
 CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, uint32_t count, uint32_t tx, bool drop,
                                              bool no_complete) {
+  SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
   if (count == 0 || count > (1u << 20) - 1) fail_at(s, "the arrival count must be 1 to 2^20 - 1, got " + std::to_string(count));
   if (b.pending == 0) settle(s, b);  // the phase's arrivals are in: it must complete before new ones count
@@ -246,6 +257,7 @@ CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, ui
             std::to_string(b.pending) + " more in this phase (" + describe(b) + ")");
   if (tx) add_tx(s, b, tx);
   uint64_t token = kTokenTag | (b.phase & 0xFFFFFFFFFFFFull);
+  ordering_point(b);
   b.pending -= count;
   if (drop) b.count -= count;
   if (no_complete && b.pending == 0)
@@ -257,12 +269,16 @@ CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, ui
 }
 
 CUDASIM_INTERNAL inline void mbar_expect_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
+  SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
+  ordering_point(b);
   add_tx(s, b, tx);
   stamp(b);
 }
 CUDASIM_INTERNAL inline void mbar_complete_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
+  SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
+  ordering_point(b);
   b.tx -= tx;
   b.delivered += tx;
   b.copy = s;
@@ -310,6 +326,7 @@ CUDASIM_INTERNAL inline std::string other_waits(const Thread& self) {
 }
 
 CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool parity, uint64_t value, bool is_try) {
+  SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
   settle(s, b);
   bool done;
@@ -325,6 +342,7 @@ CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool par
   if (done) {
     ps.idle = 0;
     ps.waiting = false;
+    ordering_point(b);
     return true;
   }
   (void)is_try;
@@ -349,6 +367,7 @@ CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool par
 // cp.async (sm_80): the queue of __pipeline_memcpy_async (cuda_pipeline_primitives.h)
 CUDASIM_INTERNAL inline void cp_async(const Site& s, bool cg, Addr dst, Addr src, uint32_t size, long long src_size,
                                       bool ignore_src) {
+  SimScope scope;
   if (size != 4 && size != 8 && size != 16) fail_at(s, "cp-size must be 4, 8 or 16, got " + std::to_string(size));
   if (cg && size != 16) fail_at(s, "cp.async.cg copies 16 bytes, got " + std::to_string(size));
   long long n = ignore_src ? 0 : src_size < 0 ? size : src_size;
@@ -356,7 +375,7 @@ CUDASIM_INTERNAL inline void cp_async(const Site& s, bool cg, Addr dst, Addr src
     fail_at(s, "src-size (" + std::to_string(n) + ") must be at most cp-size (" + std::to_string(size) + ")");
   PipelineState& p = my_pipeline(s.op, s.file, s.line);
   unsigned char* d = resolve(s, Space::Shared, dst, size, size, "destination");
-  AsyncCopy c{d, {}, size, p.committed};
+  AsyncCopy c{d, {}, size, p.committed, s.file, s.line};
   if (n > 0) {
     const unsigned char* from = resolve(s, Space::Global, src, static_cast<uint64_t>(n), size, "source");
     note_read(from, static_cast<size_t>(n), s.file, s.line);
@@ -364,28 +383,37 @@ CUDASIM_INTERNAL inline void cp_async(const Site& s, bool cg, Addr dst, Addr src
   }
   std::memset(c.bytes + n, 0, size - static_cast<size_t>(n));  // the bytes past src-size are zeros
   check_async_readers(s, d, size, "this cp.async");
-  note_write(d, size, s.file, s.line);
-  std::memset(d, kPoison, size);
+  std::memset(d, kPoison, size);  // not there until the thread's wait: that notes the write
   p.queued.push_back(c);
 }
 
-CUDASIM_INTERNAL inline void cp_async_commit(const Site& s) { my_pipeline(s.op, s.file, s.line).committed += 1; }
+CUDASIM_INTERNAL inline void cp_async_commit(const Site& s) {
+  SimScope scope;
+  my_pipeline(s.op, s.file, s.line).committed += 1;
+}
 
 CUDASIM_INTERNAL inline void cp_async_land(PipelineState& p, unsigned long long below) {
+  SimScope scope;
   size_t kept = 0;
   for (AsyncCopy& c : p.queued) {
-    if (c.group < below) std::memcpy(c.dst, c.bytes, c.size);
-    else p.queued[kept++] = c;
+    if (c.group < below) {
+      note_write(c.dst, c.size, c.file, c.line);  // the copy lands now, as the waiting thread's write
+      std::memcpy(c.dst, c.bytes, c.size);
+    } else {
+      p.queued[kept++] = c;
+    }
   }
   p.queued.resize(kept);
 }
 
 CUDASIM_INTERNAL inline void cp_async_wait(const Site& s, uint32_t n) {
+  SimScope scope;
   PipelineState& p = my_pipeline(s.op, s.file, s.line);
   cp_async_land(p, p.committed > n ? p.committed - n : 0);
 }
 
 CUDASIM_INTERNAL inline void cp_async_wait_all(const Site& s) {
+  SimScope scope;
   PipelineState& p = my_pipeline(s.op, s.file, s.line);
   p.committed += 1;
   cp_async_land(p, p.committed);
@@ -394,6 +422,7 @@ CUDASIM_INTERNAL inline void cp_async_wait_all(const Site& s) {
 // cp.async.mbarrier.arrive{.noinc}: the thread's cp.async copies so far complete on the barrier
 // (they leave the thread's groups); .noinc makes their completion one of the phase's arrivals.
 CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, Addr a, bool noinc) {
+  SimScope scope;
   PipelineState& p = my_pipeline(s.op, s.file, s.line);
   MBarrier& b = find_barrier(s, sp, a);
   Delivery d{arena, {}, 0, 1, s, true};  // an arrive-on carrying the copies
@@ -409,6 +438,7 @@ CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, A
     // without .noinc the arrive-on is added to the phase's count before it happens: no net arrival
     b.pending += 1;
   }
+  ordering_point(b);
   b.inflight.push_back(std::move(d));
   stamp(b);
   moved_on();
@@ -416,6 +446,7 @@ CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, A
 
 // ---------------------------------------------------------------------------------------------
 // Bulk copies and TMA.
+// A copy lands: its bytes reach shared memory now, as a write of the thread whose wait landed it.
 CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d) {
   (void)s;
   if (d.records) {
@@ -424,19 +455,20 @@ CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d) {
       unsigned char* dst;
       std::memcpy(&dst, &d.data[k], sizeof dst);
       size_t n = d.data[k + sizeof dst];
+      note_write(dst, n, d.site.file, d.site.line);
       std::memcpy(dst, &d.data[k + sizeof dst + 1], n);
       k += sizeof dst + 1 + n;
     }
     return;
   }
   check_async_readers(d.site, d.dst, d.bytes, "this copy, landing now,");
+  note_write(d.dst, d.data.size(), d.site.file, d.site.line);
   std::memcpy(d.dst, d.data.data(), d.data.size());
 }
 
 CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned char* dst, std::vector<unsigned char>&& data) {
   uint32_t n = static_cast<uint32_t>(data.size());
   check_async_readers(s, dst, n, "this copy");
-  note_write(dst, n, s.file, s.line);
   std::memset(dst, kPoison, n);  // not there until the barrier's phase completes
   b.inflight.push_back(Delivery{dst, std::move(data), n, 0, s, false});
   stamp(b);
@@ -445,6 +477,7 @@ CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned cha
 
 // cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
 CUDASIM_INTERNAL inline void bulk_load(const Site& s, Addr dst, Addr src, uint32_t size, Addr bar) {
+  SimScope scope;
   if (size == 0 || size % 16) fail_at(s, "the size must be a non-zero multiple of 16 bytes, got " + std::to_string(size));
   unsigned char* d = resolve(s, Space::Shared, dst, size, 16, "destination");
   const unsigned char* from = resolve(s, Space::Global, src, size, 16, "source");
@@ -461,6 +494,7 @@ struct BulkGroups {
 inline PerBlock<BulkGroups> bulk_groups;
 
 CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint32_t size) {
+  SimScope scope;
   if (size == 0 || size % 16) fail_at(s, "the size must be a non-zero multiple of 16 bytes, got " + std::to_string(size));
   const unsigned char* from = resolve(s, Space::Shared, src, size, 16, "source");
   unsigned char* to = resolve(s, Space::Global, dst, size, 16, "destination");
@@ -471,11 +505,13 @@ CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint3
 }
 
 CUDASIM_INTERNAL inline void bulk_commit(const Site& s) {
+  SimScope scope;
   BulkGroups& bg = bulk_groups.at(static_cast<size_t>(me(s).linear));
   bg.committed += 1;
   bg.open = 0;
 }
 CUDASIM_INTERNAL inline void bulk_wait(const Site& s, uint32_t n, bool read) {
+  SimScope scope;
   (void)n, (void)read;
   me(s);
 }
@@ -531,6 +567,7 @@ CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dim
 
 // cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {c}], [mbar]
 CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr map, const int32_t* coords, Addr bar) {
+  SimScope scope;
   const tma::Map m = tensor_map(s, map);
   check_tma(s, m, dims);
   unsigned char* d = resolve(s, Space::Shared, dst, m.box_bytes, 128, "destination");
@@ -557,6 +594,7 @@ CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr ma
 // cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c}], [src]: elements outside
 // the tensor are not written.
 CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const int32_t* coords, Addr src) {
+  SimScope scope;
   const tma::Map m = tensor_map(s, map);
   check_tma(s, m, dims);
   const unsigned char* from = resolve(s, Space::Shared, src, m.box_bytes, 128, "source");

@@ -77,6 +77,7 @@ CUDASIM_INTERNAL inline std::string called_from(const Site& s) {
 }
 
 [[noreturn]] CUDASIM_INTERNAL inline void fail_at(const Site& s, const std::string& what) {
+  SimScope scope;
   fail(std::string(s.op) + " at " + base_name(s.file) + ":" + std::to_string(s.line) + called_from(s) + ": " + what);
 }
 
@@ -382,6 +383,7 @@ struct PerBlock {
 constexpr int kIdleRounds = 2000;
 template <class Done, class Why>
 CUDASIM_INTERNAL inline void wait_until(const Site& s, Done done, Why why) {
+  SimScope scope;
   unsigned long long seen = g.progress;
   int idle = 0;
   while (!done()) {

@@ -50,16 +50,16 @@ CUDASIM_INTERNAL inline uint32_t vote_sync(const Site& s, Vote mode, bool a, uin
 enum class Redux { add_, min_, max_, and_, or_, xor_ };
 CUDASIM_INTERNAL inline uint32_t redux_sync(const Site& s, Redux op, bool is_signed, uint32_t a, uint32_t mask) {
   switch (op) {
-    case Redux::add_: return reduce_<uint32_t>(WarpOp::ReduceAdd, mask, a, s.file, s.line);
-    case Redux::and_: return reduce_<uint32_t>(WarpOp::ReduceAnd, mask, a, s.file, s.line);
-    case Redux::or_: return reduce_<uint32_t>(WarpOp::ReduceOr, mask, a, s.file, s.line);
-    case Redux::xor_: return reduce_<uint32_t>(WarpOp::ReduceXor, mask, a, s.file, s.line);
+    case Redux::add_: return reduce_any<uint32_t>(WarpOp::ReduceAdd, mask, a, s.file, s.line);
+    case Redux::and_: return reduce_any<uint32_t>(WarpOp::ReduceAnd, mask, a, s.file, s.line);
+    case Redux::or_: return reduce_any<uint32_t>(WarpOp::ReduceOr, mask, a, s.file, s.line);
+    case Redux::xor_: return reduce_any<uint32_t>(WarpOp::ReduceXor, mask, a, s.file, s.line);
     case Redux::min_:
-      return is_signed ? static_cast<uint32_t>(reduce_<int>(WarpOp::ReduceMin, mask, static_cast<int>(a), s.file, s.line))
-                       : reduce_<uint32_t>(WarpOp::ReduceMin, mask, a, s.file, s.line);
+      return is_signed ? static_cast<uint32_t>(reduce_any<int>(WarpOp::ReduceMin, mask, static_cast<int>(a), s.file, s.line))
+                       : reduce_any<uint32_t>(WarpOp::ReduceMin, mask, a, s.file, s.line);
     default:
-      return is_signed ? static_cast<uint32_t>(reduce_<int>(WarpOp::ReduceMax, mask, static_cast<int>(a), s.file, s.line))
-                       : reduce_<uint32_t>(WarpOp::ReduceMax, mask, a, s.file, s.line);
+      return is_signed ? static_cast<uint32_t>(reduce_any<int>(WarpOp::ReduceMax, mask, static_cast<int>(a), s.file, s.line))
+                       : reduce_any<uint32_t>(WarpOp::ReduceMax, mask, a, s.file, s.line);
   }
 }
 
@@ -87,6 +87,7 @@ struct NamedBarrier {
 inline PerBlock<NamedBarrier> named_barriers;
 
 CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint32_t id, uint32_t count, bool has_count) {
+  SimScope scope;
   if (id > 15) fail_at(s, "the barrier id must be 0 to 15, got " + std::to_string(id));
   if (has_count && (count == 0 || count % 32 || count > static_cast<uint32_t>(g.nthreads) + 31))
     fail_at(s, "the thread count must be a non-zero multiple of 32 up to the block's threads, got " +
@@ -114,6 +115,7 @@ CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint
   if (b.arrived >= b.expected) {
     b.arrived = 0;
     b.generation += 1;
+    CUDASIM_EVENT(barrier_released());  // for the race check: orders the block's accesses, as a barrier
     return;
   }
   if (arrive_only) return;

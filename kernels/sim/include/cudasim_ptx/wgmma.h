@@ -141,6 +141,7 @@ CUDASIM_INTERNAL inline void check_async_readers(const Site& s, const unsigned c
 }
 
 CUDASIM_INTERNAL inline void wgmma_fence(const Site& s) {
+  SimScope scope;
   Thread& t = me(s);
   wg_warp(s, t.linear / 32).fenced |= 1u << (t.linear & 31);
 }
@@ -231,6 +232,7 @@ CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
 
 CUDASIM_INTERNAL inline void wgmma_mma(const Site& s, int n, Ty dt, Ty at, bool a_regs, Acc* accs, const uint32_t* a,
                                        uint64_t adesc, uint64_t bdesc, bool scale_d, int sa, int sb, int ta, int tb) {
+  SimScope scope;
   if (sa != 1 && sa != -1) fail_at(s, "imm-scale-a must be 1 or -1");
   if (sb != 1 && sb != -1) fail_at(s, "imm-scale-b must be 1 or -1");
   if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1)) fail_at(s, "imm-trans-a and imm-trans-b must be 0 or 1");
@@ -269,6 +271,7 @@ CUDASIM_INTERNAL inline void wgmma_commit_run(WarpJob* const* lanes) {
 }
 
 CUDASIM_INTERNAL inline void wgmma_commit(const Site& s) {
+  SimScope scope;
   WgSimpleJob job;
   job.run = &wgmma_commit_run;
   job.name = s.op;
@@ -308,7 +311,7 @@ CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
   Desc db = decode_desc(op.bdesc);
   for (int k = 0; k < 16; ++k)
     for (int c = 0; c < n; ++c) b[static_cast<size_t>(k * n + c)] = elem16(op.at, arena + desc_elem(db, op.tb, c, k));
-  note_read(arena + op.reads.back().lo, op.reads.back().hi - op.reads.back().lo, op.site.file, op.site.line);
+  for (const Range& r : op.reads) note_read(arena + r.lo, r.hi - r.lo, op.site.file, op.site.line);
   // gather D (16 x n) from the lanes: f32 register r of lane l is (row gid + 8 * ((r >> 1) & 1),
   // column 8 * (r >> 2) + 2 * tig + (r & 1)); an f16 register holds two such elements
   auto place = [&](int lane, int idx) { return ((lane >> 2) + 8 * ((idx >> 1) & 1)) * n + 8 * (idx >> 2) + 2 * (lane & 3) + (idx & 1); };
@@ -410,6 +413,7 @@ CUDASIM_INTERNAL inline void wgmma_wait_run(WarpJob* const* lanes) {
 }
 
 CUDASIM_INTERNAL inline void wgmma_wait(const Site& s, uint32_t n) {
+  SimScope scope;
   if (n > 7) fail_at(s, "the group count must be 0 to 7, got " + std::to_string(n));
   Thread& t = me(s);
   const int warp = t.linear / 32, first = warp / 4 * 4, last = std::min(first + 4, (g.nthreads + 31) / 32);
