@@ -321,7 +321,7 @@ constexpr size_t kFileRegion = kOptinSharedLimit;
 // All shared memory lives at one fixed address, so that a file-scope `extern __shared__` array
 // or `__shared__` variable can be bound once, when the library loads:
 // [dynamic, canary | function-scope static, from static_base | file-scope static]
-alignas(128) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
+alignas(1024) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
 constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
@@ -974,7 +974,8 @@ CUDASIM_INTERNAL inline T& shared_var(SharedSlot& slot, const char* name) {
   if (!g.running) fail(std::string("__shared__ variable '") + name + "' used outside a kernel");
   if (slot.gen != g.block_gen) {
     size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
-    size_t off = (g.static_used + align - 1) / align * align;
+    // aligned in the shared window (static_base is only 128-aligned): a 1024-aligned tile for a swizzle
+    size_t off = (g.static_base + g.static_used + align - 1) / align * align - g.static_base;
     if (g.file_static_used + off + sizeof(T) > g.static_limit) {
       char buf[400];
       std::snprintf(buf, sizeof buf,
@@ -1287,6 +1288,9 @@ CUDASIM_INTERNAL inline std::string fault_line(const void* pc, const void* sp, c
   fail(buf);
 }
 
+// Checks other headers run when a block has finished normally (cudasim_ptx.h: a wgmma still in flight).
+inline std::vector<void (*)()> block_end_checks;
+
 CUDASIM_INTERNAL inline void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
   g.block_gen += 1;
@@ -1337,6 +1341,7 @@ CUDASIM_INTERNAL inline void run_block(unsigned bx, unsigned by, unsigned bz) {
                     "launch) at byte %zu", g.dyn_bytes, g.dyn_bytes + i);
       fail(buf);
     }
+  for (auto check : block_end_checks) check();
 }
 
 template <class Body>
@@ -1770,7 +1775,7 @@ inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::malloc(n ? n : 1);
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));  // 256-byte aligned, as CUDA's
   if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
   CUDASIM_EVENT(device_alloc(*p, n));  // memory a kernel may use (the bounds check)
   return cudaSuccess;
