@@ -7,7 +7,7 @@
 #   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator
 #   make profile LESSON=04 KERNEL=scale_add4   Nsight Compute on one variant, on a GPU (report in build/profile/)
 #   make sanitize LESSON=05       your exercise's self-check under compute-sanitizer (GPU) or the simulator's orders
-# Other targets: setup test bench doctor compile-check clean (README.md says what each does).
+# Other targets: setup test test-arm64 bench doctor compile-check clean (README.md says what each does).
 #
 # By default everything runs in .venv, which `make setup` creates (`make setup TORCH=cpu`: the
 # smaller CPU-only torch, for a machine without an NVIDIA GPU). In an environment that already
@@ -34,7 +34,7 @@ ifneq ($(filter-out cpu,$(TORCH)),)
 $(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
 endif
 
-.PHONY: help setup lessons lab test test-all test-toolkit check hint bench profile sanitize doctor compile-check nbval nbval-lessons clean
+.PHONY: help setup lessons lab test test-all test-toolkit test-arm64 check hint bench profile sanitize doctor compile-check nbval nbval-lessons clean
 
 help:
 	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
@@ -93,6 +93,12 @@ test-all: setup
 # (the build cache under concurrency and crashes, precompiled headers, an installed wheel, the test runner).
 test-toolkit: setup
 	$(PYTHON) -m kernels.dev.all_tests --toolkit
+
+# The simulator on arm64 Linux, emulated with qemu-user (x86-64 Linux, apt-get as root the first time):
+# lesson 04's check and the simulator's fiber and fault tests; ARM64=full for all of tests/test_sim.py.
+# kernels/sim/README.md ("Platforms") says what it sets up and how long it takes.
+test-arm64: setup
+	PY=$(PYTHON) bash tests/arm64/run.sh $(ARM64)
 
 check: setup
 	@test -n "$(LESSON)" || (echo "which lesson? make check LESSON=04"; exit 2)

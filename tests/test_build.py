@@ -1,5 +1,6 @@
 """The loader: both binding styles, readable build errors, caching, and input checks."""
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -188,7 +189,8 @@ def test_the_first_build_with_a_light_torch_header_gets_its_precompiled_header_f
     kind in a run, made a header no build then used)."""
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))  # from scratch: no header is made yet
     monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
-    load(HERE / "vector_add.cu", "sim", quiet=True)
+    shutil.copy(HERE / "vector_add.cu", tmp_path)  # a copy: this process may have loaded the file itself already
+    load(tmp_path / "vector_add.cu", "sim", quiet=True)
     assert sim_build.pch_command(sim_build.FLAGS) is not None
     pybind = sim_build.pch_path(sim_build.FLAGS, sim_build.LIGHT_TORCH_PYBIND_PCH_HEADERS)
     assert not sim_build.pch_file(pybind).exists()
@@ -529,7 +531,7 @@ def test_a_torch_extension_file_gets_pybind11_only_when_its_code_uses_python(tmp
     ext.write_text(f"#include <torch/extension.h>\n{code}\n")
     assert sim_build.light_torch_map(SourceSet.of(ext)) == {
         "torch/extension.h": LIGHT_TORCH_PYBIND if pybind else LIGHT_TORCH_OPS,
-        "torch/all.h": LIGHT_TORCH_OPS}  # no pybind11 in the real one either
+        "torch/all.h": LIGHT_TORCH_OPS, "torch/types.h": LIGHT_TORCH_OPS}  # no pybind11 in the real ones either
     assert sim_build.pch_headers(SourceSet.of(ext)) == (with_pybind if pybind else without)
     ext.write_text('#include <torch/extension.h>\n#include "bind.h"\n')
     (tmp_path / "bind.h").write_text(f"#pragma once\n{code}\n")
@@ -541,6 +543,8 @@ def test_a_torch_extension_file_gets_pybind11_only_when_its_code_uses_python(tmp
 NN_LOG = ("sim_0_t.cpp: In function 'at::Tensor f(at::Tensor)':\n"
           "t.cu:4:10: error: 'nn' is not a member of 'torch'\n"
           "    4 |   torch::nn::Linear linear(3, 4);\n")
+SYNTAX_LOG = ("Error building extension 't':\nt.cu:4:13: error: expected ';' before 'return'\n"
+              "    4 |   x = x * 2\n")
 
 
 @pytest.fixture
@@ -556,6 +560,8 @@ def sim_attempts(tmp_path, monkeypatch):
         state["tried"].append(light_torch)
         if light_torch and "torch::nn" in sources.entry.read_text():
             raise build._LightTorchFailed(NN_LOG)
+        if "x * 2\n" in sources.entry.read_text():  # the file's own syntax error: fails with either header
+            raise build._LightTorchFailed(SYNTAX_LOG) if light_torch else BuildError("the real header failed too")
         if not light_torch and state["real_fails"]:
             raise BuildError("the real header failed too")
 
@@ -608,6 +614,26 @@ def test_a_changed_light_header_is_tried_again_on_a_file_it_did_not_fit(tmp_path
         (include / light).write_text((build.SIM_INCLUDE / light).read_text() + "namespace torch::nn {}\n")
     monkeypatch.setattr(build, "SIM_INCLUDE", include)
     assert sim_attempts(f) == [True, False]
+
+
+def test_the_files_own_syntax_error_is_reported_after_one_compile_with_the_light_header(tmp_path, sim_attempts):
+    f = _nn_file(tmp_path, "x = x * 2")
+    with pytest.raises(RuntimeError, match="expected ';' before 'return'") as err:
+        sim_attempts(f)
+    assert str(err.value).startswith("Error building extension")  # the loader reports it as any compile error
+    assert sim_attempts.state["tried"] == [True]
+
+
+@pytest.mark.parametrize("log, own", [
+    (SYNTAX_LOG, True),
+    (NN_LOG, False),  # a missing name: the real header may have it
+    ("t.cu:5:7: error: 'class at::Tensor' has no member named 'foo'\n", False),  # names PyTorch's type
+    ("t.cu:5:7: error: invalid use of incomplete type 'struct torch::Thing'\n", False),
+    ("t.cu:9:1: warning: unused variable 'x'\n", False),  # no error at all
+    (SYNTAX_LOG + "t.cu:5:7: error: 'n' was not declared in this scope\n", True),  # the first error is the cause
+])
+def test_only_a_failure_that_names_nothing_of_pytorchs_counts_as_the_files_own(log, own):
+    assert sim_build.own_error(log) == own
 
 
 def test_nothing_is_remembered_when_the_real_header_fails_too(tmp_path, sim_attempts):

@@ -151,10 +151,16 @@ def test_extern_shared_becomes_the_dynamic_buffer():
     assert "using cudasim_t_buf = float; cudasim_t_buf* buf = ::cudasim::dynamic_shared<cudasim_t_buf>()" in out
 
 
-@pytest.mark.parametrize("decl", ["float buf[4]", "float rows[8][]", "float rows[][]", "float v"])
+@pytest.mark.parametrize("decl", ["float buf[4]", "float rows[8][]", "float rows[][]"])
 def test_extern_shared_whose_first_size_is_given_or_a_later_one_missing_is_refused(decl):
     with pytest.raises(TranslateError, match="extern __shared__ must be an array whose first size is left out"):
         _tr(f"__global__ void k() {{ extern __shared__ {decl}; }}")
+
+
+def test_extern_shared_object_is_the_dynamic_buffer_seen_as_that_object():
+    # nvcc accepts it, and Hopper kernels use it for a struct of tiles (fast.cu's SMem)
+    out = _tr("__global__ void k() { extern __shared__ Tiles<64, 32> s; }")
+    assert "using cudasim_t_s = Tiles<64, 32>; cudasim_t_s& s = *::cudasim::dynamic_shared<cudasim_t_s>()" in out
 
 
 def test_extern_shared_rows_of_a_fixed_size_are_a_pointer_to_rows():
@@ -234,10 +240,10 @@ def test_return_in_a_kernel_notes_where_the_thread_left():
     assert out.count("\n") == src.count("\n")
 
 
-def test_pragma_unroll_and_cuda_dispatch_key_are_rewritten():
+def test_pragma_unroll_is_dropped_and_the_dispatch_key_is_left_to_the_simulators_torch_library_h():
     out = _tr("#pragma unroll 4\nfor(;;){}\nTORCH_LIBRARY_IMPL(ns, CUDA, m) {}\n")
     assert "pragma" not in out
-    assert "TORCH_LIBRARY_IMPL(ns, CPU, m)" in out
+    assert "TORCH_LIBRARY_IMPL(ns, CUDA, m)" in out  # include/torch/library.h maps the key, however it arrives
 
 
 # ---------------------------------------------------------------------------------------------
@@ -716,8 +722,8 @@ def test_shuffle_naming_an_exited_lane_raises_with_the_exit_and_the_shuffle(unde
     for order in ("forward", "reverse"):
         with knobs.set(order=order):
             with pytest.raises(RuntimeError, match=re.escape(
-                    f"__shfl_xor_sync at undefined.cu:{shfl_line} with mask 0xffffffff names lane 20 (thread (20,0,0)), "
-                    f"which has exited (returned at undefined.cu:{exit_line})") + ".*undefined on a GPU.*"
+                    f"__shfl_xor_sync at undefined.cu:{shfl_line} with mask 0xffffffff: lane 4 reads lane 20 "
+                    f"(thread (20,0,0)), which has exited (returned at undefined.cu:{exit_line})") + ".*undefined on a GPU.*"
                     r"kernel exited_lane_max_kernel"):
                 undefined.exited_lane_max(x, 20)
 
@@ -729,11 +735,11 @@ def test_shuffle_over_lanes_that_all_stay_still_works(undefined):
 
 
 @sim_only
-def test_shuffle_naming_a_lane_beyond_a_partial_warp_raises(undefined):
+def test_shuffle_reading_a_lane_beyond_a_partial_warp_raises(undefined):
     line = _line_of("MISSING-LINE", UNDEFINED)
     with pytest.raises(RuntimeError, match=re.escape(
-            f"__shfl_down_sync at undefined.cu:{line} with mask 0xffffffff names lane 8 of warp 1, which does not "
-            "exist: the block has 40 threads, so its last warp has 8 lanes")):
+            f"__shfl_down_sync at undefined.cu:{line}: lane 0 reads lane 16 of warp 1, which does not exist: the "
+            "block has 40 threads, so its last warp has 8 lanes")):
         undefined.missing_lane_sum(torch.randn(40))
 
 
@@ -826,6 +832,40 @@ def test_a_write_past_the_end_into_unmapped_memory_is_an_error_naming_thread_lin
     room = torch.zeros(1001)
     undefined.write_one_past_end(room[:1000])
     assert room.tolist() == [1.0] * 1001
+
+
+@contextmanager
+def _floats_before_a_page_past_the_end_of_a_file(n: int, tmp_path: Path):
+    """A float32 tensor of n elements ending at a page of a file mapping that lies past the file's end:
+    an access there raises SIGBUS (Linux), the signal macOS raises for a page with no access."""
+    import ctypes
+    import mmap
+
+    page = mmap.PAGESIZE
+    backing = tmp_path / "one_page"
+    backing.write_bytes(b"\0" * page)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    with open(backing, "r+b") as f:
+        addr = libc.mmap(None, 2 * page, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, f.fileno(), 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+    try:
+        yield torch.frombuffer((ctypes.c_float * n).from_address(addr + page - 4 * n), dtype=torch.float32)
+    finally:
+        libc.munmap(addr, 2 * page)
+
+
+@sim_only
+def test_a_write_that_raises_sigbus_is_an_error_naming_the_line_as_for_unmapped_memory(undefined, tmp_path):
+    line = _line_of("OOB-LINE", UNDEFINED)
+    with _floats_before_a_page_past_the_end_of_a_file(100, tmp_path) as out:
+        with pytest.raises(RuntimeError) as err:
+            undefined.write_one_past_end(out)
+        assert out.tolist() == [1.0] * 100
+    assert re.search(rf"cudasim: illegal memory access at undefined.cu:{line}: .*kernel write_one_past_end_kernel, "
+                     r"block \(0,0,0\), thread \(100,0,0\)", str(err.value)), str(err.value)
 
 
 @sim_only

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kernels import load
-from kernels.sim.translate import TranslateError, translate_source
+from kernels.sim.translate import translate_source
 
 HERE = Path(__file__).parent / "sim_kernels"
 WMMA = HERE / "wmma.cu"
@@ -299,18 +299,7 @@ def test_wmma_misuse_is_refused_naming_the_rule_and_line(misuse, case):
 
 
 # ---------------------------------------------------------------------------------------------
-# inline PTX stays unsupported, with a message from the translator (no build)
-@pytest.mark.parametrize("code", [
-    'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 ..." : : );',
-    'unsigned lane; asm("mov.u32 %0, %%laneid;" : "=r"(lane));',
-    '__asm__ __volatile__ ("cp.async.commit_group;");',
-])
-def test_inline_asm_is_refused_by_the_translator_naming_the_line(code):
-    src = "__global__ void k() {\n  " + code + "\n}\n"
-    with pytest.raises(TranslateError, match=r"t\.cu:2: inline assembly \(asm\) is not supported.*nvcuda::wmma"):
-        translate_source(src, "t.cu")
-
-
+# inline PTX runs through the translator's PTX support (tests/test_sim_ptx.py); what it leaves alone
 @pytest.mark.parametrize("code", [
     '// asm("mma.sync") in a comment\nconst char* s = "asm(";',
     "int asm_count(int); int y = asm_count(1);",

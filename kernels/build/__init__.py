@@ -153,6 +153,7 @@ def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None
         except (OSError, ImportError, RuntimeError) as e:
             raise load_error(e, entry, be, so) from None
         (out / f"{name}.ok").write_text(cache.stamp(so))
+    loaded.extra_cflags = list(extra_cflags or [])  # the simulator's instrumented twin is built with them too
     remember_namespaces(sources, name, suffix)
     _loaded[name] = loaded
     if after:

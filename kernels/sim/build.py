@@ -111,9 +111,10 @@ LIGHT_TORCH_PYBIND_PCH_HEADERS = PCH_HEADERS + [LIGHT_TORCH_PYBIND]
 def light_torch_map(sources: SourceSet) -> dict[str, str]:
     """The simulator's light stand-ins that these files get: for torch/extension.h, with pybind11 where
     they use it (or Python's C API), without it where they do not; for torch/all.h (libtorch's C++ API
-    without pybind11, as PyTorch's extension examples include it), without."""
+    without pybind11, as PyTorch's extension examples include it) and torch/types.h (torch::'s names
+    for at::, which the light header gives itself), without."""
     return {"torch/extension.h": LIGHT_TORCH_PYBIND if sources.uses_python else LIGHT_TORCH_OPS,
-            "torch/all.h": LIGHT_TORCH_OPS}
+            "torch/all.h": LIGHT_TORCH_OPS, "torch/types.h": LIGHT_TORCH_OPS}
 
 
 def pch_headers(sources: SourceSet, light_torch: bool = True) -> list[str]:
@@ -122,7 +123,7 @@ def pch_headers(sources: SourceSet, light_torch: bool = True) -> list[str]:
     reached = sources.system_includes if light_torch else set()
     if "torch/extension.h" in reached:
         return PCH_HEADERS + [light_torch_map(sources)["torch/extension.h"]]
-    return PCH_HEADERS + [LIGHT_TORCH_OPS] if "torch/all.h" in reached else PCH_HEADERS
+    return PCH_HEADERS + [LIGHT_TORCH_OPS] if reached & {"torch/all.h", "torch/types.h"} else PCH_HEADERS
 
 
 def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
@@ -307,6 +308,20 @@ def missing_names(log: str) -> list[str]:
     return list(dict.fromkeys(name.rsplit("::", 1)[-1] for name in found))
 
 
+# What in an error line may be the light header's doing rather than the file's: a name of PyTorch's
+# or pybind11's, or a type the light header leaves incomplete.
+_TORCH_IN_ERROR_RE = re.compile(r"error:.*(?:\b(?:torch|at|c10|pybind11|py)::|incomplete type)")
+
+
+def own_error(log: str) -> bool:
+    """Whether a failed build with the light torch header failed on the file's own mistake: its first
+    error (the cause; later ones often follow from it) is a syntax or type error that names nothing of
+    PyTorch's and no missing name, which the real header would only repeat, more slowly. Then it is
+    reported at once instead of compiling the file again."""
+    first = next((line for line in log.splitlines() if "error:" in line), "")
+    return bool(first) and not missing_names(first) and not _TORCH_IN_ERROR_RE.search(first)
+
+
 def _remember_light_torch_misfit(sources: SourceSet, log: str) -> None:
     """Note that the light torch/extension.h failed for this file (see light_torch_misfit); never fatal."""
     record = _light_torch_record(sources.entry)
@@ -361,6 +376,8 @@ def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: di
         return _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=True)
     except _LightTorchFailed as e:
         log = e.log
+        if own_error(log):
+            raise RuntimeError(log) from None  # the loader reports the compiler's errors
         (out / "light_torch.log").write_text(log)
         if not quiet:
             print(" the simulator's light torch/extension.h lacks what this file uses: building it with the full "

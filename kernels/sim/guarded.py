@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import platform
+import sys
 import weakref
 
 import torch
@@ -19,7 +21,11 @@ GUARD = 64 << 20  # bytes of no access on each side: more than a tile's overshoo
 ALIGN = 256       # the data of a tensor carved from the buffer starts at a multiple of this
 
 _PROT_NONE, _PROT_RW = 0, mmap.PROT_READ | mmap.PROT_WRITE
-_MAP_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0x4000)
+# Linux: MAP_NORESERVE, so the guards' address space is not counted against memory (Python 3.11's mmap
+# lacks the name; 0x4000 on x86-64 and arm64). macOS has no such flag (0x4000 means another thing there)
+# and commits nothing for pages with no access anyway.
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if platform.machine() in ("x86_64", "aarch64") else 0)
+_MAP_FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (_NORESERVE if sys.platform.startswith("linux") else 0)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p

@@ -85,7 +85,8 @@ _twins: dict[str, Twin] = {}  # by the plain library's file and kind
 
 
 def _key(plain) -> str:
-    return str(getattr(plain, "path", "")) + ("|module" if isinstance(plain, types.ModuleType) else "|ops")
+    return (str(getattr(plain, "path", "")) + ("|module" if isinstance(plain, types.ModuleType) else "|ops")
+            + "|" + " ".join(getattr(plain, "extra_cflags", [])))
 
 
 def build_beside(path: Path) -> subprocess.Popen | None:
@@ -144,7 +145,8 @@ def twin_of(plain) -> Twin:
         problem = compiler_problem()
         if problem:
             raise RuntimeError(problem)
-        _twins[key] = Twin(load(plain.path, "sim", extra_cflags=instrumented_flags(), quiet=True))
+        flags = [*getattr(plain, "extra_cflags", []), *instrumented_flags()]  # the plain build's own flags too
+        _twins[key] = Twin(load(plain.path, "sim", extra_cflags=flags, quiet=True))
     return _twins[key]
 
 

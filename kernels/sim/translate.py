@@ -1,8 +1,9 @@
-"""Translate CUDA C++ into C++ for the simulator: launches, __shared__, #pragma unroll, dispatch keys.
+"""Translate CUDA C++ into C++ for the simulator: launches, __shared__, #pragma unroll, the CUDA device.
 
-Only five things change (the fifth: a `return;` in a kernel first notes its line); everything
-else is the learner's code, and `#line` directives plus newline-preserving rewrites keep compiler
-errors pointing at the learner's own file and line.
+Only six things change (the fifth: a `return;` in a kernel first notes its line; the sixth: an
+`asm` statement becomes calls of the simulator's PTX, see ptx.py); everything else is the
+learner's code, and `#line` directives plus newline-preserving rewrites keep compiler errors
+pointing at the learner's own file and line.
 """
 from __future__ import annotations
 
@@ -41,11 +42,16 @@ def _match_forward(src: str, mask: bytearray, start: int, closer: str) -> int:
     return -1
 
 
+def _skip_space_back(src: str, i: int) -> int:
+    """Where the blanks before `i` start, line continuations included (a launch split over a macro's lines)."""
+    while i > 0 and (src[i - 1].isspace() or (src[i - 1] == "\\" and i < len(src) and src[i] in "\r\n")):
+        i -= 1
+    return i
+
+
 def _kernel_name_start(src: str, mask: bytearray, end: int) -> int:
     """Scan back from `end` over `ns::name<template, args>` and return where the name starts."""
-    i = end
-    while i > 0 and src[i - 1].isspace():
-        i -= 1
+    i = _skip_space_back(src, end)
     while True:
         if i > 0 and src[i - 1] == ">":  # a template argument list: find its '<'
             depth, j = 0, i - 1
@@ -60,15 +66,17 @@ def _kernel_name_start(src: str, mask: bytearray, end: int) -> int:
                 j -= 1
             if j < 0:
                 return -1
-            i = j
-            while i > 0 and src[i - 1].isspace():
-                i -= 1
+            i = _skip_space_back(src, j)
         j = i
         while j > 0 and (src[j - 1].isalnum() or src[j - 1] == "_"):
             j -= 1
         if j == i:
             return -1
         i = j
+        paste = _skip_space_back(src, i)
+        if src[max(0, paste - 2):paste] == "##":  # a name pasted in a macro: elu_##type##_kernel
+            i = _skip_space_back(src, paste - 2)
+            continue
         if src[max(0, i - 2):i] == "::":
             i -= 2
             continue
@@ -101,7 +109,9 @@ class _Edit:
 
 
 def _keep_newlines(old: str, new: str) -> str:
-    return new + "\n" * (old.count("\n") - new.count("\n"))
+    """`new` followed by the line breaks of `old` that it lacks; inside a macro they stay continuations."""
+    breaks = [m.group(1) for m in re.finditer(r"(\\?)\r?\n", old)][new.count("\n"):]
+    return new + "".join(" \\\n" if b else "\n" for b in breaks)
 
 
 def _launch_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
@@ -128,14 +138,16 @@ def _launch_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
         start = _kernel_name_start(src, mask, k)
         if start < 0:
             raise TranslateError(f"{path}:{line_of(src, k)}: cannot find the kernel's name before '<<<'")
-        name = src[start:k].strip()
+        name = re.sub(r"\\\r?\n", " ", src[start:k])  # a macro's line continuations are blanks
         cfg = src[k + 3:close]
         args = src[j + 1:rparen]
         n_cfg = len(_split_top(cfg))
         if not 2 <= n_cfg <= 4:
             raise TranslateError(f"{path}:{line_of(src, k)}: a launch takes 2 to 4 values between <<< and >>>, got {n_cfg}")
         flat_name = " ".join(name.split())
-        call = (f'::cudasim::launch("{flat_name}", __FILE__, __LINE__, ::cudasim::config({cfg}), '
+        # a name pasted together in a macro is known once the macro expands: stringify it then
+        quoted = f"CUDASIM_STRINGIFY({flat_name})" if "##" in flat_name else f'"{flat_name}"'
+        call = (f'::cudasim::launch({quoted}, __FILE__, __LINE__, ::cudasim::config({cfg}), '
                 f"[&](auto&... cudasim_a) {{ {flat_name}(cudasim_a...); }}"
                 + (f", {args})" if args.strip() else ")"))
         edits.append(_Edit(start, rparen + 1, _keep_newlines(src[start:rparen + 1], call)))
@@ -249,11 +261,16 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
         if not dm:
             raise TranslateError(f"{path}:{line}: cannot read this __shared__ declaration: {decl.strip()!r}")
         typ, name, dims = dm.group("type").strip(), dm.group("name"), "".join(dm.group("dims").split())
-        if extern:
+        if extern and not dims:  # extern __shared__ Tile s; (dynamic shared memory seen as one object)
+            new = (f"using cudasim_t_{name} = {typ}; "
+                   + ("static " if file_scope else "")
+                   + f"cudasim_t_{name}& {name} = *::cudasim::{'file_' if file_scope else ''}dynamic_shared<cudasim_t_{name}>()")
+        elif extern:
             if not dims.startswith("[]") or "[]" in dims[2:]:
                 raise TranslateError(
                     f"{path}:{line}: extern __shared__ must be an array whose first size is left out, such as "
-                    "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`")
+                    "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`, or one object "
+                    "(`extern __shared__ Tiles s;`)")
             # buf[] is a T*; rows[][64] (the CUDA samples' idiom) a pointer to rows of 64
             elem = f"cudasim_t_{name}"
             new = f"using {elem} = {typ}{dims[2:]}; "
@@ -308,7 +325,6 @@ def _kernel_return_edits(src: str, mask: bytearray) -> list[_Edit]:
 
 
 _PRAGMA_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", re.M)
-_IMPL_RE = re.compile(r"\b(TORCH_LIBRARY_IMPL\w*\s*\(\s*[^,()]+,\s*)CUDA(\s*,)")
 
 
 def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_Edit]:
@@ -390,22 +406,18 @@ def _gpu_only_lines(src: str) -> set[int]:
     return lines
 
 
-def _refuse_asm(src: str, mask: bytearray, path: str) -> None:
-    """Inline assembly (PTX such as mma.sync, ldmatrix, cp.async) cannot run on the CPU: say so."""
-    gpu_only = None
-    for m in _ASM_RE.finditer(src):
-        if not mask[m.start()]:
-            continue
-        line = line_of(src, m.start())
-        if gpu_only is None:
-            gpu_only = _gpu_only_lines(src)
-        if line in gpu_only:
-            continue
-        raise TranslateError(
-            f"{path}:{line}: inline assembly (asm) is not supported by the simulator: PTX such as mma.sync, "
-            "ldmatrix or cp.async has no CPU translation. Use the CUDA C++ API instead (nvcuda::wmma from "
-            "<mma.h> for tensor cores, __shfl_sync, __ldg, ...), or keep the asm under "
-            "#if defined(__CUDA_ARCH__) with a C++ fallback for the simulator")
+def _asm_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
+    """Inline PTX (asm statements) becomes calls of the simulator's PTX (kernels/sim/ptx.py); an
+    instruction it does not run is an error naming the line, unless the preprocessor may hide the
+    statement from the simulator (an #if on __CUDA_ARCH__ or CUDASIM)."""
+    if not any(mask[m.start()] for m in _ASM_RE.finditer(src)):
+        return []
+    from .ptx import asm_edits
+
+    return [_Edit(a, b, text) for a, b, text in asm_edits(src, mask, path, _gpu_only_lines(src))]
+
+
+_PTX_NAMES_RE = re.compile(r"\b__cvta_\w+|\b__is(?:Shared|Global)\b|\b__cluster_dims__\b")
 
 
 # TORCH_LIBRARY(ns, m), TORCH_LIBRARY_FRAGMENT(ns, m) and TORCH_LIBRARY_IMPL(ns, ...) with a namespace the file
@@ -423,10 +435,9 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     if namespace_suffix:
         src = _renamed_namespaces(src, namespace_suffix)
     mask = code_mask(src)
-    _refuse_asm(src, mask, path)
-    edits = _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
+    asm = _asm_edits(src, mask, path)
+    edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
-    edits += _simple_edits(src, mask, _IMPL_RE, lambda m: m.group(1) + "CPU" + m.group(2))
     if include_map:
         edits += _simple_edits(src, mask, _INCLUDE_RE,
                                lambda m: f'#include "{include_map[m.group(1)]}"' if m.group(1) in include_map else m.group(0))
@@ -442,7 +453,8 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
         out.append(e.text)
         last = e.end
     out.append(src[last:])
-    return f'#include <cudasim.h>\n#line 1 "{path}"\n' + "".join(out)
+    ptx = asm or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
+    return "#include <cudasim.h>\n" + ("#include <cudasim_ptx.h>\n" if ptx else "") + f'#line 1 "{path}"\n' + "".join(out)
 
 
 def translate_tree(sources: SourceSet, out_dir: Path, display=lambda p: str(p),

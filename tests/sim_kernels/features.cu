@@ -537,11 +537,14 @@ __global__ void partial_warp_kernel(const float* x, float* out, int64_t* masks) 
   masks[2 * t] = active;
   masks[2 * t + 1] = __ballot_sync(active, x[t] > 0.0f);
   float v = x[t];
-  // sum over the lanes that exist: a butterfly needs whole warps, so shuffle down with bounds
+  // sum over the lanes that exist: a butterfly needs whole warps, so each lane reads the lane
+  // `offset` above it only where that lane exists (reading one that does not is undefined, even
+  // if the value were thrown away)
   int lanes = __popc(active);
   for (int offset = 16; offset > 0; offset /= 2) {
-    float other = __shfl_down_sync(active, v, offset);
-    if (lane + offset < lanes) v += other;
+    int src = lane + offset < lanes ? lane + offset : lane;
+    float other = __shfl_sync(active, v, src);
+    if (src != lane) v += other;
   }
   out[t] = __shfl_sync(active, v, 0);
 }

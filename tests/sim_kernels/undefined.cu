@@ -3,9 +3,10 @@
 // Simulator tests only: on a GPU the refused ops return whatever the hardware happens to give.
 //
 //   op                  what it exercises
-//   exited_lane_max     a full-mask shuffle after `if (lane >= n) return;` (refused)
-//   missing_lane_sum    a full-mask shuffle in a block of 40 threads: lanes 8-31 of warp 1 do
-//                       not exist (refused)
+//   exited_lane_max     a full-mask shuffle after `if (lane >= n) return;`: lanes read lanes that
+//                       have exited (refused)
+//   missing_lane_sum    a full-mask shuffle down in a block of 40 threads: lanes of warp 1 read
+//                       lanes 8-31, which do not exist (refused)
 //   exited_lane_vote    a full-mask ballot and __syncwarp after some lanes returned (defined:
 //                       votes wait for the lanes that have not exited and count only those)
 //   deep_recursion      a recursive device function with an 8 KB local array per call, deeper

@@ -1,11 +1,13 @@
 // cooperative_groups.h for the simulator: the block- and warp-level groups.
 //
-// thread_block, thread_block_tile<N> (N = 1, 2, 4, ..., 32) from tiled_partition<N>, the
-// type-erased thread_group, coalesced_threads() and grid_group. Every collective goes through the
-// runtime's barrier and warp operations, so it keeps their checks: a divergent block.sync() or a
-// tile shuffle that waits for a lane stuck elsewhere is an error naming the line of the call.
+// thread_block, thread_block_tile<N> (N = 1, 2, 4, ..., 32, and 64 ... 512 threads: several warps)
+// from tiled_partition<N>, the type-erased thread_group, coalesced_threads() and grid_group. Every
+// collective goes through the runtime's barrier and warp operations, so it keeps their checks: a
+// divergent block.sync() or a tile shuffle that waits for a lane stuck elsewhere is an error naming
+// the line of the call. Tiles of several warps meet at a barrier of their own (multi_warp_sync).
 // Grid-wide synchronisation (this_grid().sync()) raises an error: blocks run one at a time here,
-// so no block can wait for another. cg::reduce and its operators are in cooperative_groups/reduce.h.
+// so no block can wait for another. cg::reduce and its operators are in cooperative_groups/reduce.h,
+// inclusive_scan and exclusive_scan in cooperative_groups/scan.h.
 #pragma once
 #include "cudasim.h"
 
@@ -203,23 +205,208 @@ class warp_group : public thread_group {
   unsigned meta_rank_, meta_size_;
 };
 
-// A tile of N consecutive threads of the block (N a power of two up to 32), from tiled_partition<N>.
-template <unsigned int N, class Parent = void>
-class thread_block_tile;
+// Tiles of 64 to 512 threads: several whole warps. Their sync() is a barrier of the tile's threads
+// alone (threads that have exited are not waited for); shfl, any, all, cg::reduce and the scans
+// exchange values through the simulator's scratch, between two such barriers, as CUDA's exchange
+// them through the block's scratch memory.
+namespace details {
+struct MultiWarpTiles {
+  unsigned long long gen = ~0ull;  // the block these belong to (g.block_gen)
+  std::vector<unsigned> arrived, epoch;     // per tile: threads at its barrier, barriers passed
+  std::vector<unsigned long long> slots;    // per thread: the value it put in for an exchange
+  std::vector<unsigned> stamps;             // per thread: the tile's epoch when it put it in
+};
+inline MultiWarpTiles multi_warp_tiles[4];  // tiles of 64, 128, 256 and 512 threads
 
+CUDASIM_INTERNAL inline MultiWarpTiles& tiles_of(unsigned n) {
+  MultiWarpTiles& s = multi_warp_tiles[__builtin_ctz(n) - 6];
+  if (s.gen != ::cudasim::g.block_gen) {
+    const unsigned threads = static_cast<unsigned>(::cudasim::g.nthreads), tiles = (threads + n - 1) / n;
+    s.arrived.assign(tiles, 0);
+    s.epoch.assign(tiles, 0);
+    s.slots.assign(threads, 0);
+    s.stamps.assign(threads, ~0u);
+    s.gen = ::cudasim::g.block_gen;
+  }
+  return s;
+}
+
+// The race check orders accesses on either side of a barrier of the block; a tile's barrier orders
+// them for its own threads only, and counts here as one of the block's (erring towards no report).
+CUDASIM_INTERNAL inline void tile_barrier_released() {
+#ifdef CUDASIM_INSTRUMENTED
+  if (::cudasim::check::S.on) ::cudasim::check::S.epoch += 1;
+#endif
+}
+
+CUDASIM_INTERNAL inline void multi_warp_sync(unsigned n, const char* file, int line) {
+  using ::cudasim::g;
+  ::cudasim::SimScope scope;
+  const ::cudasim::Thread& t = me("sync()");
+  MultiWarpTiles& s = tiles_of(n);
+  const unsigned tile = static_cast<unsigned>(t.linear) / n, first = tile * n;
+  const unsigned last = std::min<unsigned>(first + n, static_cast<unsigned>(g.nthreads));
+  const unsigned mine = s.epoch[tile];
+  s.arrived[tile] += 1;
+  g.progress += 1;
+  unsigned long long seen = g.progress, idle = 0;
+  for (;;) {
+    if (s.epoch[tile] != mine) return;  // released by the last to arrive
+    unsigned running = 0;
+    for (unsigned i = first; i < last; ++i) running += g.threads[i].state != ::cudasim::State::Done;
+    if (s.arrived[tile] >= running) {
+      s.arrived[tile] = 0;
+      s.epoch[tile] += 1;
+      g.progress += 1;
+      tile_barrier_released();
+      return;
+    }
+    if (g.progress != seen) {
+      seen = g.progress;
+      idle = 0;
+    } else if (++idle > 4ull * static_cast<unsigned>(g.nthreads) + 64) {  // nothing else in the block can move
+      std::string elsewhere;
+      for (unsigned i = first; i < last && elsewhere.size() < 300; ++i) {
+        const ::cudasim::Thread& o = g.threads[i];
+        if (o.state == ::cudasim::State::Barrier || o.state == ::cudasim::State::Warp)
+          elsewhere += (elsewhere.empty() ? "" : ", ") + std::to_string(i) +
+                       (o.state == ::cudasim::State::Barrier ? " (at __syncthreads, " : " (in a warp operation, ") +
+                       ::cudasim::base_name(o.state == ::cudasim::State::Barrier ? o.bar_file : o.wfile) + ":" +
+                       std::to_string(o.state == ::cudasim::State::Barrier ? o.bar_line : o.wline) + ")";
+      }
+      char buf[300];
+      std::snprintf(buf, sizeof buf, "deadlock: thread_block_tile<%u>::sync() at %s:%d waits for threads of its tile "
+                    "(threads %u-%u of the block) that never arrive: %u of %u have", n,
+                    ::cudasim::base_name(file).c_str(), line, first, last - 1, s.arrived[tile], running);
+      ::cudasim::fail(buf + (elsewhere.empty() ? std::string() : "; waiting elsewhere: threads " + elsewhere));
+    }
+    ::cudasim::yield_thread();
+  }
+}
+
+// Every thread of the tile puts in `v`; each gets back the values of the threads that put one in,
+// by rank in the tile (`have` says which). Values of at most 8 bytes, as in CUDA.
+template <class T>
+CUDASIM_INTERNAL inline void multi_warp_exchange(unsigned n, const T& v, T* all, bool* have, const char* file,
+                                                 int line) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>,
+                "a tile of more than 32 threads exchanges values of at most 8 bytes (as in CUDA)");
+  multi_warp_sync(n, file, line);  // the last exchange's values have been read
+  {
+    ::cudasim::SimScope scope;
+    MultiWarpTiles& s = tiles_of(n);
+    const unsigned me_ = static_cast<unsigned>(::cudasim::g.cur->linear), tile = me_ / n;
+    std::memcpy(&s.slots[me_], &v, sizeof(T));
+    s.stamps[me_] = s.epoch[tile];
+  }
+  multi_warp_sync(n, file, line);  // every value is in
+  ::cudasim::SimScope scope;
+  MultiWarpTiles& s = tiles_of(n);
+  const unsigned tile = static_cast<unsigned>(::cudasim::g.cur->linear) / n, first = tile * n;
+  for (unsigned r = 0; r < n; ++r) {
+    const unsigned id = first + r;
+    have[r] = id < s.slots.size() && s.stamps[id] == s.epoch[tile] - 1;
+    if (have[r]) std::memcpy(&all[r], &s.slots[id], sizeof(T));
+  }
+}
+
+// The common part of tiles of several warps.
 template <unsigned int N>
-class thread_block_tile<N, void> : public warp_group {
-  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0,
-                "thread_block_tile<N>: N must be 1, 2, 4, 8, 16 or 32 (larger tiles are not simulated)");
+class multi_warp_tile {
+  static_assert(N == 64 || N == 128 || N == 256 || N == 512,
+                "thread_block_tile<N>: N must be 1, 2, 4, 8, 16, 32, 64, 128, 256 or 512");
 
  public:
   static constexpr unsigned int num_threads() { return N; }
   static constexpr unsigned int size() { return N; }
-  static unsigned int thread_rank() { return static_cast<unsigned>(details::me("thread_rank()").linear) & (N - 1); }
+  static unsigned int thread_rank() { return static_cast<unsigned>(me("thread_rank()").linear) & (N - 1); }
+  unsigned int meta_group_rank() const { return meta_rank_; }
+  unsigned int meta_group_size() const { return meta_size_; }
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const { multi_warp_sync(N, file, line); }
+  template <class T>
+  plain<T> shfl(T&& var, unsigned src_rank, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    plain<T> all[N];
+    bool have[N];
+    multi_warp_exchange<plain<T>>(N, var, all, have, file, line);
+    unsigned r = src_rank % N;
+    if (!have[r]) {
+      char buf[240];
+      std::snprintf(buf, sizeof buf, "thread_block_tile<%u>::shfl at %s:%d reads rank %u, a thread that has exited or "
+                    "does not exist (the block has %d threads): what it would read is undefined on a GPU", N,
+                    ::cudasim::base_name(file).c_str(), line, r, ::cudasim::g.nthreads);
+      ::cudasim::fail(buf);
+    }
+    return all[r];
+  }
+  int any(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    return count(pred, file, line) > 0;
+  }
+  int all(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    int vals[N];
+    bool have[N];
+    multi_warp_exchange<int>(N, pred != 0, vals, have, file, line);
+    for (unsigned r = 0; r < N; ++r)
+      if (have[r] && !vals[r]) return 0;
+    return 1;
+  }
+  // What cg::reduce and the scans need: the values of the tile's running threads in rank order.
+  template <class T>
+  unsigned gather(const T& v, T* all, const char* file, int line) const {
+    bool have[N];
+    multi_warp_exchange<T>(N, v, all, have, file, line);
+    unsigned k = 0;
+    for (unsigned r = 0; r < N; ++r)
+      if (have[r]) all[k++] = all[r];
+    return k;
+  }
 
  protected:
-  thread_block_tile(unsigned meta_rank, unsigned meta_size)
-      : warp_group(N == 32 ? 0xFFFFFFFFu : ((1u << N) - 1u) << (details::lane() & ~(N - 1)), meta_rank, meta_size) {}
+  multi_warp_tile(unsigned meta_rank, unsigned meta_size) : meta_rank_(meta_rank), meta_size_(meta_size) {}
+  int count(int pred, const char* file, int line) const {
+    int vals[N];
+    bool have[N];
+    multi_warp_exchange<int>(N, pred != 0, vals, have, file, line);
+    int c = 0;
+    for (unsigned r = 0; r < N; ++r) c += have[r] && vals[r];
+    return c;
+  }
+  unsigned meta_rank_, meta_size_;
+};
+
+// A tile of one warp or less (warp_group) or of several warps (multi_warp_tile).
+template <unsigned int N, bool Multi = (N > 32)>
+class tile_base;
+
+template <unsigned int N>
+class tile_base<N, false> : public warp_group {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0,
+                "thread_block_tile<N>: N must be 1, 2, 4, 8, 16, 32, 64, 128, 256 or 512");
+
+ public:
+  static constexpr unsigned int num_threads() { return N; }
+  static constexpr unsigned int size() { return N; }
+  static unsigned int thread_rank() { return static_cast<unsigned>(me("thread_rank()").linear) & (N - 1); }
+
+ protected:
+  tile_base(unsigned meta_rank, unsigned meta_size)
+      : warp_group(N == 32 ? 0xFFFFFFFFu : ((1u << N) - 1u) << (lane() & ~(N - 1)), meta_rank, meta_size) {}
+};
+
+template <unsigned int N>
+class tile_base<N, true> : public multi_warp_tile<N> {
+ protected:
+  tile_base(unsigned meta_rank, unsigned meta_size) : multi_warp_tile<N>(meta_rank, meta_size) {}
+};
+}  // namespace details
+
+// A tile of N consecutive threads of the block (N a power of two up to 512), from tiled_partition<N>.
+template <unsigned int N, class Parent = void>
+class thread_block_tile;
+
+template <unsigned int N>
+class thread_block_tile<N, void> : public details::tile_base<N> {
+ protected:
+  thread_block_tile(unsigned meta_rank, unsigned meta_size) : details::tile_base<N>(meta_rank, meta_size) {}
 };
 
 template <unsigned int N, class Parent>
@@ -227,6 +414,13 @@ class thread_block_tile : public thread_block_tile<N, void> {
  public:
   thread_block_tile(unsigned meta_rank, unsigned meta_size) : thread_block_tile<N, void>(meta_rank, meta_size) {}
 };
+
+namespace details {
+template <class Group>
+inline constexpr bool is_multi_warp = false;
+template <unsigned int N, class Parent>
+inline constexpr bool is_multi_warp<thread_block_tile<N, Parent>> = (N > 32);
+}  // namespace details
 
 // Split a block (or a larger tile) into tiles of N threads; meta_group_rank() says which tile.
 template <unsigned int N, class Parent>

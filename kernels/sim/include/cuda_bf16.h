@@ -1,16 +1,22 @@
-// cuda_bf16.h for the simulator: __nv_bfloat16 with CUDA's layout, names and rounding.
+// cuda_bf16.h for the simulator: __nv_bfloat16 and __nv_bfloat162 with CUDA's layout, names and
+// rounding, and cuda_bf16.h's API (cudasim_half_api.h, shared with cuda_fp16.h). As with nvcc, the
+// implicit conversions are off when PyTorch's build defines __CUDA_NO_BFLOAT16_CONVERSIONS__ (llm.c
+// builds with -U__CUDA_NO_BFLOAT16_CONVERSIONS__), the operators with __CUDA_NO_BFLOAT16_OPERATORS__
+// and __CUDA_NO_BFLOAT162_OPERATORS__.
 #pragma once
 #include "cuda_fp16.h"
 
+#define __CUDA_BF16_TYPES_EXIST__
+
 namespace cudasim {
-inline unsigned short float_to_bf16_bits(float f) {
+CUDASIM_INTERNAL inline unsigned short float_to_bf16_bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   if ((x & 0x7F800000u) == 0x7F800000u && (x & 0x7FFFFFu)) return static_cast<unsigned short>((x >> 16) | 0x40u);
   x += 0x7FFFu + ((x >> 16) & 1u);  // round to nearest even
   return static_cast<unsigned short>(x >> 16);
 }
-inline float bf16_bits_to_float(unsigned short h) {
+CUDASIM_INTERNAL inline float bf16_bits_to_float(unsigned short h) {
   uint32_t x = static_cast<uint32_t>(h) << 16;
   float f;
   std::memcpy(&f, &x, 4);
@@ -19,64 +25,49 @@ inline float bf16_bits_to_float(unsigned short h) {
 }  // namespace cudasim
 
 struct __nv_bfloat16_raw { unsigned short x; };
-struct alignas(2) __nv_bfloat16 {
-  unsigned short __x;
-  __nv_bfloat16() = default;
-  constexpr __nv_bfloat16(const __nv_bfloat16_raw& r) : __x(r.x) {}
-  operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
-#if !defined(__CUDA_NO_BFLOAT16_CONVERSIONS__)
-  __nv_bfloat16(float f) : __x(::cudasim::float_to_bf16_bits(f)) {}
-  __nv_bfloat16(double f) : __x(::cudasim::float_to_bf16_bits(static_cast<float>(f))) {}
-  operator float() const { return ::cudasim::bf16_bits_to_float(__x); }
+struct __nv_bfloat162_raw { unsigned short x, y; };
+
+#define CUDASIM_T __nv_bfloat16
+#define CUDASIM_T2 __nv_bfloat162
+#define CUDASIM_RAW __nv_bfloat16_raw
+#define CUDASIM_RAW2 __nv_bfloat162_raw
+#define CUDASIM_NAME bfloat16
+#define CUDASIM_FORMAT ::cudasim::kBf16Format
+#define CUDASIM_TO_FLOAT(bits) ::cudasim::bf16_bits_to_float(bits)
+#define CUDASIM_FROM_FLOAT(f) ::cudasim::float_to_bf16_bits(f)
+#define CUDASIM_OTHER __half
+#if defined(__CUDA_NO_BFLOAT16_CONVERSIONS__)
+#define CUDASIM_CONVERSIONS 0
+#else
+#define CUDASIM_CONVERSIONS 1
 #endif
-};
+#if defined(__CUDA_NO_BFLOAT16_OPERATORS__)
+#define CUDASIM_OPERATORS 0
+#else
+#define CUDASIM_OPERATORS 1
+#endif
+#if defined(__CUDA_NO_BFLOAT162_OPERATORS__)
+#define CUDASIM_OPERATORS2 0
+#else
+#define CUDASIM_OPERATORS2 1
+#endif
+#include "cudasim_half_api.h"  // undefines the CUDASIM_ parameters above
+
 typedef __nv_bfloat16 nv_bfloat16;
-struct alignas(4) __nv_bfloat162 {
-  __nv_bfloat16 x, y;
-  __nv_bfloat162() = default;
-  constexpr __nv_bfloat162(const __nv_bfloat16& a, const __nv_bfloat16& b) : x(a), y(b) {}
-};
 typedef __nv_bfloat162 nv_bfloat162;
 
-inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short v) { return __nv_bfloat16(__nv_bfloat16_raw{v}); }
-inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
-inline __nv_bfloat16 __float2bfloat16(float f) { return __ushort_as_bfloat16(::cudasim::float_to_bf16_bits(f)); }
-inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
-inline float __bfloat162float(__nv_bfloat16 h) { return ::cudasim::bf16_bits_to_float(h.__x); }
-inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return __nv_bfloat162(__float2bfloat16(a), __float2bfloat16(b)); }
-inline float2 __bfloat1622float2(__nv_bfloat162 h) { return make_float2(__bfloat162float(h.x), __bfloat162float(h.y)); }
-inline float __low2float(__nv_bfloat162 h) { return __bfloat162float(h.x); }
-inline float __high2float(__nv_bfloat162 h) { return __bfloat162float(h.y); }
-
-#define CUDASIM_B1(name, expr) inline __nv_bfloat16 name(__nv_bfloat16 a, __nv_bfloat16 b) { float x = __bfloat162float(a), y = __bfloat162float(b); return __float2bfloat16(expr); }
-CUDASIM_B1(__hadd, x + y)
-CUDASIM_B1(__hsub, x - y)
-CUDASIM_B1(__hmul, x * y)
-CUDASIM_B1(__hdiv, x / y)
-CUDASIM_B1(__hmax, fmaxf(x, y))
-CUDASIM_B1(__hmin, fminf(x, y))
-#undef CUDASIM_B1
-inline __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
-  return __float2bfloat16(fmaf(__bfloat162float(a), __bfloat162float(b), __bfloat162float(c)));
-}
-inline __nv_bfloat16 __hneg(__nv_bfloat16 a) { return __ushort_as_bfloat16(static_cast<unsigned short>(a.__x ^ 0x8000u)); }
-inline __nv_bfloat16 hexp(__nv_bfloat16 a) { return __float2bfloat16(expf(__bfloat162float(a))); }
-
-inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) { __nv_bfloat16 o = *p; *p = __hadd(o, v); return o; }
-
-#if !defined(__CUDA_NO_BFLOAT16_OPERATORS__)
-inline __nv_bfloat16 operator+(__nv_bfloat16 a, __nv_bfloat16 b) { return __hadd(a, b); }
-inline __nv_bfloat16 operator-(__nv_bfloat16 a, __nv_bfloat16 b) { return __hsub(a, b); }
-inline __nv_bfloat16 operator*(__nv_bfloat16 a, __nv_bfloat16 b) { return __hmul(a, b); }
-inline __nv_bfloat16 operator/(__nv_bfloat16 a, __nv_bfloat16 b) { return __hdiv(a, b); }
-inline __nv_bfloat16& operator+=(__nv_bfloat16& a, __nv_bfloat16 b) { return a = __hadd(a, b); }
-inline __nv_bfloat16& operator*=(__nv_bfloat16& a, __nv_bfloat16 b) { return a = __hmul(a, b); }
+// The explicit conversions between the two 16-bit types, rounded to nearest even.
+#if !defined(__CUDA_NO_HALF_CONVERSIONS__)
+inline __half::__half(const __nv_bfloat16 f) : __x(__float2half_rn(__bfloat162float(f)).__x) {}
+#endif
+#if !defined(__CUDA_NO_BFLOAT16_CONVERSIONS__)
+inline __nv_bfloat16::__nv_bfloat16(const __half f) : __x(__float2bfloat16_rn(__half2float(f)).__x) {}
 #endif
 
-// CUDA's headers give these shuffle overloads (__shfl*_sync): cudasim.h's shfl_ takes them.
-namespace cudasim {
-template <>
-inline constexpr bool shuffle_class<__nv_bfloat16> = true;
-template <>
-inline constexpr bool shuffle_class<__nv_bfloat162> = true;
-}  // namespace cudasim
+#define CUDART_INF_BF16 __ushort_as_bfloat16((unsigned short)0x7F80U)
+#define CUDART_NAN_BF16 __ushort_as_bfloat16((unsigned short)0x7FFFU)
+#define CUDART_MIN_DENORM_BF16 __ushort_as_bfloat16((unsigned short)0x0001U)
+#define CUDART_MAX_NORMAL_BF16 __ushort_as_bfloat16((unsigned short)0x7F7FU)
+#define CUDART_NEG_ZERO_BF16 __ushort_as_bfloat16((unsigned short)0x8000U)
+#define CUDART_ZERO_BF16 __ushort_as_bfloat16((unsigned short)0x0000U)
+#define CUDART_ONE_BF16 __ushort_as_bfloat16((unsigned short)0x3F80U)

@@ -42,16 +42,9 @@
 #include <vector>
 
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
-#if !(defined(__x86_64__) && defined(__linux__))
-#define CUDASIM_UCONTEXT 1
-#endif
-#ifdef CUDASIM_UCONTEXT
-#include <ucontext.h>
-#endif
 
 // Instrumented builds (kernels.profile, and the check's race and bounds pass: -DCUDASIM_INSTRUMENTED
 // -fsanitize=thread) make every load and store of the learner's code call a hook
@@ -89,6 +82,8 @@
 #else
 #define CUDASIM_RT CUDASIM_INTERNAL inline
 #endif
+
+#include "cudasim_platform.h"  // the fiber switch and the fault handler's registers, per CPU and OS
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.
@@ -150,10 +145,22 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidPitchValue = 12,
+  cudaErrorInvalidSymbol = 13,
+  cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInvalidDeviceFunction = 98,
   cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700,
   cudaErrorLaunchOutOfResources = 701,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
+  cudaErrorAssert = 710,
+  cudaErrorIllegalInstruction = 715,
   cudaErrorLaunchFailure = 719,
+  cudaErrorNotSupported = 801,
+  cudaErrorUnknown = 999,
 };
 typedef cudaError_t cudaError;
 inline const char* cudaGetErrorString(cudaError_t e) {
@@ -162,10 +169,22 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidPitchValue: return "invalid pitch argument";
+    case cudaErrorInvalidSymbol: return "invalid device symbol";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+    case cudaErrorAssert: return "device-side assert triggered";
+    case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorUnknown: return "unknown error";
   }
   return "unknown error";
 }
@@ -175,10 +194,22 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
+    case cudaErrorInvalidSymbol: return "cudaErrorInvalidSymbol";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
+    case cudaErrorAssert: return "cudaErrorAssert";
+    case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorUnknown: return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
 }
@@ -191,12 +222,6 @@ enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDe
                       cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
                          cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
-struct cudaDeviceProp {
-  char name[256];
-  size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor;
-  int regsPerBlock, warpSize, maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3];
-  int major, minor, multiProcessorCount, maxThreadsPerMultiProcessor, l2CacheSize;
-};
 
 namespace cudasim {
 
@@ -206,27 +231,11 @@ constexpr size_t kCanary = 64;                     // guard bytes after dynamic 
 constexpr unsigned char kPoison = 0xFF;            // a NaN in every float type, -1 in integers
 
 // ---------------------------------------------------------------------------------------------
-// Fibers. On x86-64 Linux a hand-written switch saves the six callee-saved registers (about
-// 17 ns); elsewhere ucontext is used (a system call per switch, about 10x slower).
+// Fibers. On x86-64 and arm64 (Linux and macOS) a hand-written switch saves the callee-saved
+// registers (cudasim_platform.h; about 17 ns on x86-64); on other CPUs ucontext is used (a system
+// call per switch, about 10x slower).
 #ifndef CUDASIM_UCONTEXT
-__attribute__((naked, noinline)) static void switch_stack(void** save_sp, void* load_sp) {
-  asm volatile(
-      "pushq %rbp\n\t"
-      "pushq %rbx\n\t"
-      "pushq %r12\n\t"
-      "pushq %r13\n\t"
-      "pushq %r14\n\t"
-      "pushq %r15\n\t"
-      "movq %rsp, (%rdi)\n\t"
-      "movq %rsi, %rsp\n\t"
-      "popq %r15\n\t"
-      "popq %r14\n\t"
-      "popq %r13\n\t"
-      "popq %r12\n\t"
-      "popq %rbx\n\t"
-      "popq %rbp\n\t"
-      "ret\n\t");
-}
+using platform::switch_stack;
 #endif
 
 enum class State : unsigned char { Ready, Barrier, Warp, Yield, Done };
@@ -347,7 +356,7 @@ constexpr size_t kFileRegion = kOptinSharedLimit;
 // All shared memory lives at one fixed address, so that a file-scope `extern __shared__` array
 // or `__shared__` variable can be bound once, when the library loads:
 // [dynamic, canary | function-scope static, from static_base | file-scope static]
-alignas(128) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
+alignas(1024) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
 constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
@@ -502,14 +511,7 @@ CUDASIM_RT void start_fiber(Thread& t) {
   t.uc.uc_link = nullptr;
   makecontext(&t.uc, fiber_entry_uc, 0);
 #else
-  // Build the frame that switch_stack pops: six registers, then fiber_main as the return
-  // address, then a dummy return address so fiber_main starts with the ABI's alignment.
-  uintptr_t top = (reinterpret_cast<uintptr_t>(t.stack) + kGuardBytes + g.stack_bytes) & ~uintptr_t(15);
-  void** sp = reinterpret_cast<void**>(top);
-  *--sp = nullptr;                                          // fiber_main's return address
-  *--sp = reinterpret_cast<void*>(&fiber_main);             // where `ret` goes
-  for (int i = 0; i < 6; ++i) *--sp = nullptr;              // rbp rbx r12 r13 r14 r15
-  t.sp = sp;
+  t.sp = platform::first_frame(t.stack + kGuardBytes + g.stack_bytes, fiber_main);  // starts in fiber_main
 #endif
 }
 
@@ -627,8 +629,8 @@ CUDASIM_RT void resolve_block() {
 // Warp operations: the lanes named in the mask meet; the last to arrive computes every lane's
 // result. Lanes that have exited or do not exist (a partial last warp) are not waited for: votes,
 // __reduce_*_sync and __syncwarp count only the lanes that take part, as PTX defines them. A
-// shuffle whose mask names such a lane is an error: what it reads from there is undefined on a
-// GPU. A shuffle reading a live lane outside its mask gets poison (0xFF bytes, a NaN).
+// shuffle in which a lane reads a lane that has exited, does not exist or is outside the mask is an
+// error: what it reads from there is undefined on a GPU.
 CUDASIM_INTERNAL inline int lane_id() { return g.cur->linear & 31; }
 
 // The translator puts this in front of every `return;` in a kernel's body, so that an error
@@ -655,32 +657,63 @@ CUDASIM_RT std::string exit_place(const Thread& o) {
   return "returned at " + base_name(o.exit_file) + ":" + std::to_string(o.exit_line);
 }
 
-// A shuffle's mask may name only lanes that exist and are still running.
-CUDASIM_RT void check_shuffle_lanes(int warp, const Thread& t) {
+// The lane a shuffle's lane reads: the same lane when the source falls outside its segment of
+// `width` lanes (the value is then the lane's own, as on a GPU).
+CUDASIM_INTERNAL inline int shuffle_source(WarpOp op, int lane, int arg, int width) {
+  const int base = lane & ~(width - 1);
+  switch (op) {
+    case WarpOp::ShflIdx: return base + (arg & (width - 1));
+    case WarpOp::ShflUp: return lane - arg >= base ? lane - arg : lane;
+    case WarpOp::ShflDown: return lane + arg < base + width ? lane + arg : lane;
+    default: return (lane ^ arg) < base + width ? (lane ^ arg) : lane;
+  }
+}
+
+// What a shuffle reads must be defined: a lane that exists, is still running and is in the mask. A
+// mask may name lanes that have exited or do not exist (a partial last warp) as long as no lane reads
+// them: they are not waited for, as PTX defines it.
+CUDASIM_RT void check_shuffle_lanes(int warp, unsigned present) {
   for (int lane = 0; lane < 32; ++lane) {
-    if (!(t.wmask >> lane & 1u)) continue;
-    int id = warp * 32 + lane;
-    char buf[600];
+    if (!(present >> lane & 1u)) continue;
+    const Thread& t = g.threads[warp * 32 + lane];
+    const int src = shuffle_source(t.wop, lane, t.warg, t.wwidth);
+    if (src == lane) continue;
+    const int id = warp * 32 + src;
+    char buf[700];
     if (id >= g.nthreads) {
       std::snprintf(buf, sizeof buf,
-                    "%s at %s:%d with mask 0x%08x names lane %d of warp %d, which does not exist: the block has "
-                    "%d threads, so its last warp has %d lanes. Reading a lane that does not exist is undefined "
-                    "on a GPU; shuffle with a mask of the lanes that exist (__activemask() or "
-                    "__ballot_sync(0xffffffff, threadIdx.x < n) taken where all lanes are present)",
-                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, warp, g.nthreads,
+                    "%s at %s:%d: lane %d reads lane %d of warp %d, which does not exist: the block has %d threads, "
+                    "so its last warp has %d lanes. What a shuffle reads from a lane that does not exist is "
+                    "undefined on a GPU; keep the source inside the warp's lanes (check the offset against the "
+                    "number of lanes) or give the block a multiple of 32 threads",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, lane, src, warp, g.nthreads,
                     g.nthreads - warp * 32);
+      g.cur = &g.threads[warp * 32 + lane];
       fail(buf);
     }
     const Thread& o = g.threads[id];
-    if (o.state != State::Done) continue;
-    std::string exit_at = exit_place(o);
-    std::snprintf(buf, sizeof buf,
-                  "%s at %s:%d with mask 0x%08x names lane %d (thread (%u,%u,%u)), which has exited (%s). What a "
-                  "shuffle reads from an exited lane is undefined on a GPU; leave exited lanes out of the mask "
-                  "(take it with __ballot_sync before the return) or keep every lane until the shuffle",
-                  shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, o.idx.x, o.idx.y, o.idx.z,
-                  exit_at.c_str());
-    fail(buf);
+    if (o.state == State::Done) {
+      std::string exit_at = exit_place(o);
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d with mask 0x%08x: lane %d reads lane %d (thread (%u,%u,%u)), which has exited (%s). "
+                    "What a shuffle reads from an exited lane is undefined on a GPU; leave exited lanes out of the "
+                    "mask (take it with __ballot_sync before the return) or keep every lane until the shuffle",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, src, o.idx.x, o.idx.y,
+                    o.idx.z, exit_at.c_str());
+      g.cur = &g.threads[warp * 32 + lane];
+      fail(buf);
+    }
+    if (!(t.wmask >> src & 1u)) {
+      std::snprintf(buf, sizeof buf,
+                    "%s at %s:%d with mask 0x%08x: lane %d reads lane %d (thread (%u,%u,%u)), which is not in the "
+                    "mask. What a shuffle reads from a lane outside its mask is undefined on a GPU (that lane need "
+                    "not take part), even when the value goes unused; put every lane that is read in the mask, or "
+                    "shuffle only from lanes in it",
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, t.wmask, lane, src, o.idx.x, o.idx.y,
+                    o.idx.z);
+      g.cur = &g.threads[warp * 32 + lane];
+      fail(buf);
+    }
   }
 }
 
@@ -739,7 +772,6 @@ CUDASIM_RT void complete_warp(int warp, unsigned mask) {
   }
   const Thread& any = g.threads[ids[__builtin_ctz(present)]];
   WarpOp op = any.wop;
-  if (is_shuffle(op)) check_shuffle_lanes(warp, any);
   for (int lane = 0; lane < 32; ++lane) {
     if (!(present >> lane & 1u)) continue;
     const Thread& t = g.threads[ids[lane]];
@@ -749,6 +781,7 @@ CUDASIM_RT void complete_warp(int warp, unsigned mask) {
            "with the same mask");
     }
   }
+  if (is_shuffle(op)) check_shuffle_lanes(warp, present);
   if (op == WarpOp::Collective) {
     WarpJob* jobs[32];
     for (int lane = 0; lane < 32; ++lane) {
@@ -798,13 +831,7 @@ CUDASIM_RT void complete_warp(int warp, unsigned mask) {
       case WarpOp::ReduceUMin: t.wres = rumin; break;
       case WarpOp::ReduceUMax: t.wres = rumax; break;
       default: {
-        int w = t.wwidth;
-        int base = lane & ~(w - 1);
-        int src = lane;
-        if (op == WarpOp::ShflIdx) src = base + (t.warg & (w - 1));
-        if (op == WarpOp::ShflUp) src = (lane - t.warg >= base) ? lane - t.warg : lane;
-        if (op == WarpOp::ShflDown) src = (lane + t.warg < base + w) ? lane + t.warg : lane;
-        if (op == WarpOp::ShflXor) src = ((lane ^ t.warg) < base + w) ? (lane ^ t.warg) : lane;
+        int src = shuffle_source(op, lane, t.warg, t.wwidth);
         if (src >= 0 && src < 32 && (present >> src & 1u))
           std::memcpy(t.wout, g.threads[ids[src]].wval, sizeof t.wout);
         else
@@ -986,7 +1013,8 @@ CUDASIM_INTERNAL inline T& shared_var(SharedSlot& slot, const char* name) {
   if (!g.running) fail(std::string("__shared__ variable '") + name + "' used outside a kernel");
   if (slot.gen != g.block_gen) {
     size_t align = std::max<size_t>(Align, std::max<size_t>(alignof(T), 16));
-    size_t off = (g.static_used + align - 1) / align * align;
+    // aligned in the shared window (static_base is only 128-aligned): a 1024-aligned tile for a swizzle
+    size_t off = (g.static_base + g.static_used + align - 1) / align * align - g.static_base;
     if (g.file_static_used + off + sizeof(T) > g.static_limit) {
       char buf[400];
       std::snprintf(buf, sizeof buf,
@@ -1059,13 +1087,12 @@ CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, size_t smem
   c.smem = smem;
   return c;
 }
+// Any integer or enumerator (the CUDA samples' `enum { SHMEM_SZ = ... }`) is a byte count.
 template <class G, class B, class S>
 CUDASIM_INTERNAL inline Config config(const G& grid, const B& block, S smem, cudaStream_t stream = nullptr) {
-  if constexpr (std::is_integral_v<S>) {
-    return config<G, B>(grid, block, static_cast<size_t>(smem), stream);
-  } else {
-    return config<G, B>(grid, block, size_t(0), stream);
-  }
+  static_assert(std::is_enum_v<S> || std::is_convertible_v<S, size_t>,
+                "the third value of <<<...>>> is the dynamic shared memory size, a number of bytes");
+  return config<G, B>(grid, block, static_cast<size_t>(smem), stream);
 }
 
 CUDASIM_RT std::string strip_name(const std::string& s) {
@@ -1133,14 +1160,17 @@ CUDASIM_RT cudaError_t record(cudaError_t e) {
 // Faults in a kernel thread. Fiber stacks are small (CUDASIM_STACK_KB, 256 KB by default), and a
 // deep recursion or a large local array runs into the guard below the stack; an index far out of
 // range or a bad pointer reads or writes memory that is not mapped. While a launch runs, a SIGSEGV
-// handler on its own stack checks whether the running fiber faulted, in its guard or in this
-// library's code (the kernel's own code, not a library it calls); if so it notes where, abandons
-// the fiber and switches to the scheduler, which raises the error. Any other fault goes to the
-// handler that was installed before (the process dies as it would have). The faulting access
-// never happened, so nothing was corrupted by it. The source line comes from the library's line
-// tables (sim builds use -g1) through addr2line.
+// and SIGBUS handler (macOS raises SIGBUS for an access to a page with no access, such as the guard)
+// on its own stack checks whether the running fiber faulted, in its guard or in this library's code
+// (the kernel's own code, not a library it calls); if so it notes where and returns into
+// leave_faulted_fiber, which abandons the fiber and switches to the scheduler, which raises the
+// error. Any other fault goes to the handler that was installed before (the process dies as it
+// would have). The faulting access never happened, so nothing was corrupted by it. The source line
+// comes from the library's line tables (sim builds use -g1) through addr2line. The registers are
+// read per CPU and OS (cudasim_platform.h); elsewhere faults are not caught.
+constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS};
 struct FaultGuard {
-  struct sigaction old_action {};
+  struct sigaction old_action[2] {};
   stack_t old_stack{};
   bool installed = false;
   uintptr_t code_lo = 0, code_hi = 0;  // this library's executable segment
@@ -1148,39 +1178,37 @@ struct FaultGuard {
 inline FaultGuard fault_guard;
 alignas(16) inline char signal_stack[64 * 1024];
 
-CUDASIM_RT int find_code_range(struct dl_phdr_info* info, size_t, void* want) {
-  if (reinterpret_cast<void*>(info->dlpi_addr) != want) return 0;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const auto& ph = info->dlpi_phdr[i];
-    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
-      fault_guard.code_lo = info->dlpi_addr + ph.p_vaddr;
-      fault_guard.code_hi = fault_guard.code_lo + ph.p_memsz;
-      return 1;
-    }
-  }
-  return 0;
+// Where the handler returns to, on the top of the signal stack (free again once the handler has
+// returned): the faulting fiber never runs again (it is restarted at the next block).
+[[noreturn]] CUDASIM_RT void leave_faulted_fiber() {
+  switch_stack(&g.cur->sp, g.sched_sp);
+  __builtin_trap();
+}
+
+CUDASIM_RT void note_code_segment(uintptr_t lo, uintptr_t hi, bool executable, bool) {
+  if (executable && !fault_guard.code_hi) fault_guard.code_lo = lo, fault_guard.code_hi = hi;
 }
 
 CUDASIM_RT void on_segv(int sig, siginfo_t* info, void* uctx) {
   Thread* t = g.cur;
   char* addr = static_cast<char*>(info->si_addr);
-#ifndef CUDASIM_UCONTEXT
-  const auto& regs = static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs;
-  uintptr_t pc = static_cast<uintptr_t>(regs[REG_RIP]);
+#ifdef CUDASIM_FAULT_REGS
+  uintptr_t pc = platform::fault_pc(uctx);
   bool in_guard = t && t->stack && addr >= t->stack && addr < t->stack + kGuardBytes;
   if (t && g.running && (in_guard || (pc >= fault_guard.code_lo && pc < fault_guard.code_hi))) {
     g.fault_overflow = in_guard;
     g.fault_addr = addr;
     g.fault_code = info->si_code;
     g.fault_pc = reinterpret_cast<const void*>(pc);
-    g.fault_sp = reinterpret_cast<const void*>(regs[REG_RSP]);
+    g.fault_sp = reinterpret_cast<const void*>(platform::fault_sp(uctx));
     g.fault_thread = t->linear;
     t->state = State::Done;
-    switch_stack(&t->sp, g.sched_sp);  // never comes back: the fiber is restarted at the next block
+    platform::fault_resume(uctx, leave_faulted_fiber, signal_stack + sizeof signal_stack);
+    return;
   }
 #endif
   // not ours: hand it to the previous handler, or let the default action end the process
-  const struct sigaction& old = fault_guard.old_action;
+  const struct sigaction& old = fault_guard.old_action[sig == SIGSEGV ? 0 : 1];
   if (old.sa_flags & SA_SIGINFO) {
     if (old.sa_sigaction) { old.sa_sigaction(sig, info, uctx); return; }
   } else if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) {
@@ -1191,10 +1219,7 @@ CUDASIM_RT void on_segv(int sig, siginfo_t* info, void* uctx) {
 }
 
 CUDASIM_RT void install_fault_guard() {
-  if (!fault_guard.code_hi) {
-    Dl_info self{};
-    if (dladdr(reinterpret_cast<void*>(&on_segv), &self)) dl_iterate_phdr(find_code_range, self.dli_fbase);
-  }
+  if (!fault_guard.code_hi) platform::image_segments(reinterpret_cast<const void*>(&on_segv), note_code_segment);
   stack_t ss{};
   ss.ss_sp = signal_stack;
   ss.ss_size = sizeof signal_stack;
@@ -1204,13 +1229,13 @@ CUDASIM_RT void install_fault_guard() {
   sa.sa_sigaction = on_segv;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-  sigaction(SIGSEGV, &sa, &fault_guard.old_action);
+  for (int i = 0; i < 2; ++i) sigaction(kFaultSignals[i], &sa, &fault_guard.old_action[i]);
   fault_guard.installed = true;
 }
 
 CUDASIM_RT void remove_fault_guard() {
   if (!fault_guard.installed) return;
-  sigaction(SIGSEGV, &fault_guard.old_action, nullptr);
+  for (int i = 0; i < 2; ++i) sigaction(kFaultSignals[i], &fault_guard.old_action[i], nullptr);
   sigaltstack(&fault_guard.old_stack, nullptr);
   fault_guard.installed = false;
 }
@@ -1279,10 +1304,6 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
 [[noreturn]] CUDASIM_RT void report_fault() {
   g.cur = &g.threads[g.fault_thread];
   g.fault_thread = -1;
-  sigset_t segv;  // the handler never returned: make sure SIGSEGV is not left blocked
-  sigemptyset(&segv);
-  sigaddset(&segv, SIGSEGV);
-  pthread_sigmask(SIG_UNBLOCK, &segv, nullptr);
   // the words above the stack pointer, kept inside the fiber's stack (after an overflow it points
   // into the guard, which cannot be read)
   uintptr_t lo = reinterpret_cast<uintptr_t>(g.cur->stack) + kGuardBytes, hi = lo + g.cur->stack_size;
@@ -1315,6 +1336,9 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
   }
   fail(buf);
 }
+
+// Checks other headers run when a block has finished normally (cudasim_ptx.h: a wgmma still in flight).
+inline std::vector<void (*)()> block_end_checks;
 
 CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
@@ -1369,6 +1393,7 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
                     "launch) at byte %zu", g.dyn_bytes, g.dyn_bytes + i);
       fail(buf);
     }
+  for (auto check : block_end_checks) check();
 }
 
 template <class Body>
@@ -1721,7 +1746,9 @@ inline float __sinf(float x) { return sinf(x); }
 inline float __cosf(float x) { return cosf(x); }
 inline float __tanf(float x) { return tanf(x); }
 inline float __powf(float x, float y) { return powf(x, y); }
+#if !defined(__APPLE__)  // macOS's <math.h> defines the same function (one call, both results)
 inline void __sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+#endif
 inline float __fdividef(float x, float y) { return x / y; }
 inline float fdividef(float x, float y) { return x / y; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -1810,39 +1837,8 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
-  std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "cudasim (CPU simulator)");
-  p->totalGlobalMem = 1ull << 34;
-  p->sharedMemPerBlock = ::cudasim::kStaticSharedLimit;
-  p->sharedMemPerBlockOptin = ::cudasim::kOptinSharedLimit;
-  p->sharedMemPerMultiprocessor = 228 * 1024;
-  p->regsPerBlock = 65536;
-  p->warpSize = 32;
-  p->maxThreadsPerBlock = 1024;
-  p->maxThreadsDim[0] = 1024; p->maxThreadsDim[1] = 1024; p->maxThreadsDim[2] = 64;
-  p->maxGridSize[0] = 0x7FFFFFFF; p->maxGridSize[1] = 65535; p->maxGridSize[2] = 65535;
-  p->major = 9; p->minor = 0;
-  p->multiProcessorCount = 132;
-  p->maxThreadsPerMultiProcessor = 2048;
-  p->l2CacheSize = 50 * 1024 * 1024;
-  return cudaSuccess;
-}
-enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMaxSharedMemoryPerBlock = 8,
-                      cudaDevAttrWarpSize = 10, cudaDevAttrMultiProcessorCount = 16,
-                      cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
-inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  switch (a) {
-    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *v = static_cast<int>(::cudasim::kStaticSharedLimit); break;
-    case cudaDevAttrWarpSize: *v = 32; break;
-    case cudaDevAttrMultiProcessorCount: *v = 132; break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = static_cast<int>(::cudasim::kOptinSharedLimit); break;
-  }
-  return cudaSuccess;
-}
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::malloc(n ? n : 1);
+  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));  // 256-byte aligned, as CUDA's
   if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
   CUDASIM_EVENT(device_alloc(*p, n));  // memory a kernel may use (the bounds check)
   return cudaSuccess;
@@ -1865,12 +1861,8 @@ inline cudaError_t cudaMemcpyToSymbol(T& sym, const void* src, size_t n, size_t 
   std::memcpy(reinterpret_cast<char*>(&sym) + off, src, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 
+#include "cudasim_runtime.h"  // the rest of the runtime API: devices, streams, events, host memory, ...
 #include "cuda_fp16.h"
 #include "cuda_bf16.h"
 #include "cudasim_torch.h"

@@ -13,7 +13,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <link.h>
 
 #include "cudasim_profile.h"
 #include "cudasim_check.h"

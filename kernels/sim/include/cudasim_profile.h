@@ -20,7 +20,6 @@
 #pragma once
 
 #include <dlfcn.h>
-#include <link.h>
 
 #if defined(CUDASIM_PREBUILT_RUNTIME) && !defined(__clang__)
 #define CUDASIM_PROF_FN CUDASIM_RT  // gcc: noinline conflicts with gnu_inline (cudasim.h)
@@ -239,23 +238,15 @@ CUDASIM_PROF_INLINE void note(const void* a, unsigned size, unsigned flags, void
   push(log, Event{reinterpret_cast<uintptr_t>(ret), x, size, flags});
 }
 
-// The address range of this library's writable segments (its static variables), from its program headers.
-CUDASIM_PROF_FN int image_segments(dl_phdr_info* info, size_t, void* base) {
-  if (info->dlpi_addr != reinterpret_cast<uintptr_t>(base)) return 0;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const auto& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_W)) continue;
-    uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
-    P.image_lo = P.image_lo ? std::min(P.image_lo, lo) : lo;
-    P.image_hi = std::max(P.image_hi, hi);
-  }
-  return 1;
+// The address range of this library's writable segments (its static variables), from its program
+// headers (ELF) or load commands (Mach-O): cudasim_platform.h.
+CUDASIM_PROF_FN void add_image_segment(uintptr_t lo, uintptr_t hi, bool, bool writable) {
+  if (!writable) return;
+  P.image_lo = P.image_lo ? std::min(P.image_lo, lo) : lo;
+  P.image_hi = std::max(P.image_hi, hi);
 }
 
-CUDASIM_PROF_FN void find_image() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&P), &info) && info.dli_fbase) dl_iterate_phdr(image_segments, info.dli_fbase);
-}
+CUDASIM_PROF_FN void find_image() { platform::image_segments(&P, add_image_segment); }
 
 }  // namespace prof
 

@@ -1,0 +1,614 @@
+// cudasim_ptx/async.h: memory instructions. ld/st (any state space, .v2/.v4, cache qualifiers),
+// cp.async (sm_80) with its groups, and Hopper's asynchronous proxy: mbarrier objects (phases,
+// arrival counts, transaction counts), cp.async.bulk (1-D) and cp.async.bulk.tensor (TMA, through a
+// tensor map) in both directions.
+//
+// Faithful timing of arrival: nothing an asynchronous copy writes into shared memory is there when
+// the copy is issued. A cp.async lands at its thread's cp.async.wait_group / wait_all (as
+// __pipeline_wait_prior, whose queue it shares); a copy that completes on an mbarrier (TMA,
+// cp.async.bulk, cp.async.mbarrier.arrive) lands when a thread polls that barrier (test_wait or
+// try_wait) after all of the phase's arrivals have come, and the phase completes when its
+// transaction count returns to zero. Until then the destination holds poison (0xFF bytes, a NaN),
+// so a kernel that reads a tile before its barrier says so computes with NaN. Sources are read
+// when the copy is issued.
+#pragma once
+#include "mma.h"
+#include "tensormap.h"
+#include "../cuda_pipeline_primitives.h"
+
+#include <cstdlib>
+#include <deque>
+
+namespace cudasim {
+namespace ptx {
+
+// ---------------------------------------------------------------------------------------------
+// ld / st
+template <int Size, bool Signed, class D>
+CUDASIM_INTERNAL inline void load_one(D& d, const unsigned char* p) {
+  static_assert(sizeof(D) >= Size && !std::is_same_v<D, bool>, "ld into a register narrower than its type");
+  using T = std::conditional_t<Size == 1, uint8_t, std::conditional_t<Size == 2, uint16_t,
+            std::conditional_t<Size == 4, uint32_t, uint64_t>>>;
+  T v;
+  std::memcpy(&v, p, Size);
+  if constexpr (Signed) put_wide<std::make_signed_t<T>>(d, static_cast<std::make_signed_t<T>>(v));
+  else put_wide<T>(d, v);
+}
+
+template <Space Sp, int Size, bool Signed, class... D>
+CUDASIM_INTERNAL inline void ld(const Site& s, Addr a, D&... outs) {
+  constexpr int n = sizeof...(D);
+  const unsigned char* p = resolve(s, Sp, a, Size * n, Size * n);
+  note_read(p, Size * n, s.file, s.line);
+  int k = 0;
+  ((load_one<Size, Signed>(outs, p + Size * k++)), ...);
+}
+
+template <int Size, class V>
+CUDASIM_INTERNAL inline void store_one(unsigned char* p, const V& v) {
+  if constexpr (is_imm<V>) {
+    uint64_t bits = as<uint64_t>(v);
+    std::memcpy(p, &bits, Size);
+  } else {
+    static_assert(sizeof(V) >= Size && !std::is_same_v<V, bool>, "st from a register narrower than its type");
+    std::memcpy(p, &v, Size);  // the low bytes
+  }
+}
+
+template <Space Sp, int Size, class... V>
+CUDASIM_INTERNAL inline void st(const Site& s, Addr a, const V&... vals) {
+  constexpr int n = sizeof...(V);
+  unsigned char* p = resolve(s, Sp, a, Size * n, Size * n);
+  if (in_window(p)) check_async_readers(s, p, Size * n, "this store");
+  note_write(p, Size * n, s.file, s.line);
+  int k = 0;
+  ((store_one<Size>(p + Size * k++, vals)), ...);
+}
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier: a 64-bit object in shared memory. The simulator keeps its state beside the 8 bytes
+// (which hold a token that changes with every operation, so a plain store over a live barrier is
+// noticed); a new block starts with none.
+struct Delivery {
+  unsigned char* dst;  // nullptr once landed
+  std::vector<unsigned char> data;
+  uint32_t bytes;     // counted against the transaction count
+  uint32_t arrivals;  // an arrive-on that comes with it (cp.async.mbarrier.arrive)
+  Site site;
+  bool records = false;  // data holds (pointer, size, bytes) records of cp.async copies, not one block
+};
+
+struct MBarrier {
+  uint64_t off = 0;
+  bool valid = false;
+  uint32_t count = 0, pending = 0;
+  long long tx = 0;
+  uint64_t phase = 0;
+  uint64_t token = 0;
+  std::vector<Delivery> inflight;
+  Site init{}, expect{}, copy{};
+  long long expected = 0, delivered = 0;  // this phase's bytes, for messages
+};
+
+struct MBarriers {
+  unsigned long long gen = ~0ull;
+  std::deque<MBarrier> all;  // a deque: a thread that yields keeps a valid reference to its barrier
+};
+inline MBarriers mbarriers;
+
+constexpr uint64_t kTokenTag = 0x6D62'0000'0000'0000ull;  // in a state token from mbarrier.arrive
+
+CUDASIM_INTERNAL inline std::string at_line(const Site& s) {
+  return s.file ? base_name(s.file) + ":" + std::to_string(s.line) : std::string("?");
+}
+
+CUDASIM_INTERNAL inline std::deque<MBarrier>& barriers_now() {
+  if (mbarriers.gen != g.block_gen) {
+    mbarriers.gen = g.block_gen;
+    mbarriers.all.clear();
+  }
+  return mbarriers.all;
+}
+
+CUDASIM_INTERNAL inline void stamp(MBarrier& b) {
+  b.token = 0x4D42'0000'0000'0000ull ^ (b.phase << 24) ^ (static_cast<uint64_t>(b.pending) << 2) ^ (b.tx & 0xFFFFFF);
+  std::memcpy(arena + b.off, &b.token, 8);
+}
+
+CUDASIM_INTERNAL inline MBarrier& find_barrier(const Site& s, Space sp, Addr a) {
+  unsigned char* p = resolve(s, sp == Space::Generic ? Space::Generic : Space::Shared, a, 8, 8, "mbarrier address");
+  if (!in_window(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
+  uint64_t off = window_offset(p);
+  for (MBarrier& b : barriers_now()) {
+    if (b.off != off || !b.valid) continue;
+    uint64_t now;
+    std::memcpy(&now, p, 8);
+    if (now != b.token)
+      fail_at(s, "the mbarrier at shared address " + hex(off) + " (initialised at " + at_line(b.init) + ") was "
+              "overwritten by an ordinary store while it was in use: its 8 bytes belong to the barrier until "
+              "mbarrier.inval");
+    return b;
+  }
+  fail_at(s, "no mbarrier is initialised at shared address " + hex(off) + " in this block: call mbarrier.init "
+          "(and make the other threads wait for it: fence.mbarrier_init or __syncthreads) before using it");
+}
+
+// For the race check of an instrumented build, an arrival and a completed wait are atomics on the
+// barrier's 8 bytes: what a thread did before it arrived is ordered before what a thread that saw
+// the phase complete does after (cudasim_check.h's rule for atomics).
+CUDASIM_INTERNAL inline void ordering_point(const MBarrier& b) {
+  CUDASIM_EVENT(atomic_access(arena + b.off, 8, __builtin_return_address(0)));
+  (void)b;
+}
+
+CUDASIM_INTERNAL inline std::string describe(const MBarrier& b) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf, "the barrier (initialised at %s with %u arrivals) is in phase %llu (parity %llu): %u "
+                "of %u arrivals still to come and a transaction count of %lld byte(s)",
+                at_line(b.init).c_str(), b.count, static_cast<unsigned long long>(b.phase),
+                static_cast<unsigned long long>(b.phase & 1), b.pending, b.count, b.tx);
+  std::string out = buf;
+  if (b.expected || b.delivered)
+    out += " (expect_tx " + std::string(b.expect.file ? "at " + at_line(b.expect) + " " : "") + "announced " +
+           std::to_string(b.expected) + " bytes this phase, copies delivered " + std::to_string(b.delivered) + ")";
+  if (!b.inflight.empty()) out += "; " + std::to_string(b.inflight.size()) + " copy(ies) in flight";
+  return out;
+}
+
+CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d);
+
+// Land what is in flight (all of it once the phase's arrivals are in; before that only the
+// arrive-ons of cp.async, which are arrivals themselves), then complete the phase if it is done.
+CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
+  bool any = false;
+  for (auto& d : b.inflight)
+    if (d.arrivals && d.dst != nullptr) {
+      land(s, d);
+      if (d.arrivals > b.pending)
+        fail_at(d.site, "the cp.async.mbarrier.arrive.noinc arrival is one more than " + describe(b));
+      b.pending -= d.arrivals;
+      d.dst = nullptr;
+      any = true;
+    }
+  if (b.pending == 0) {
+    for (auto& d : b.inflight)
+      if (d.dst) {
+        land(s, d);
+        b.tx -= d.bytes;
+        b.delivered += d.bytes;
+        b.copy = d.site;
+        d.dst = nullptr;
+        any = true;
+      }
+    b.inflight.clear();
+    if (b.tx < 0)
+      fail_at(b.copy, "the copies that complete on this mbarrier brought " + std::to_string(b.delivered) +
+              " bytes, more than the " + std::to_string(b.expected) + " bytes that expect_tx announced" +
+              (b.expect.file ? " at " + at_line(b.expect) : std::string()) +
+              ": the transaction count went below zero (" + describe(b) + ")");
+    if (b.tx == 0) {
+      b.phase += 1;
+      b.pending = b.count;
+      b.expected = b.delivered = 0;
+      any = true;
+    }
+  } else if (any) {
+    size_t k = 0;
+    for (auto& d : b.inflight)
+      if (d.dst) b.inflight[k++] = std::move(d);
+    b.inflight.resize(k);
+  }
+  stamp(b);
+  if (any) moved_on();
+}
+
+CUDASIM_INTERNAL inline void mbar_init(const Site& s, Space sp, Addr a, uint32_t count) {
+  SimScope scope;
+  unsigned char* p = resolve(s, sp == Space::Generic ? Space::Generic : Space::Shared, a, 8, 8, "mbarrier address");
+  if (!in_window(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
+  if (count == 0 || count > (1u << 20) - 1)
+    fail_at(s, "the expected arrival count must be 1 to 2^20 - 1, got " + std::to_string(count));
+  uint64_t off = window_offset(p);
+  auto& all = barriers_now();
+  MBarrier* b = nullptr;
+  for (MBarrier& x : all)
+    if (x.off == off) b = &x;
+  if (b && b->valid && (b->pending != b->count || !b->inflight.empty() || b->tx))
+    fail_at(s, "mbarrier.init on the barrier at " + hex(off) + " while it is in use (" + describe(*b) +
+            "): invalidate it with mbarrier.inval first, and only once nothing is in flight");
+  if (!b) b = &all.emplace_back();
+  *b = MBarrier{};
+  b->off = off;
+  b->valid = true;
+  b->count = b->pending = count;
+  b->init = s;
+  stamp(*b);
+  note_write(p, 8, s.file, s.line);
+  moved_on();
+}
+
+CUDASIM_INTERNAL inline void mbar_inval(const Site& s, Space sp, Addr a) {
+  SimScope scope;
+  MBarrier& b = find_barrier(s, sp, a);
+  if (!b.inflight.empty())
+    fail_at(s, "mbarrier.inval while copies that complete on it are still in flight (" + describe(b) + ")");
+  b.valid = false;
+}
+
+CUDASIM_INTERNAL inline void add_tx(const Site& s, MBarrier& b, long long bytes) {
+  if (bytes > (1 << 20) - 1) fail_at(s, "a transaction count must be below 2^20, got " + std::to_string(bytes));
+  b.tx += bytes;
+  b.expected += bytes;
+  b.expect = s;
+}
+
+CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, uint32_t count, uint32_t tx, bool drop,
+                                             bool no_complete) {
+  SimScope scope;
+  MBarrier& b = find_barrier(s, sp, a);
+  if (count == 0 || count > (1u << 20) - 1) fail_at(s, "the arrival count must be 1 to 2^20 - 1, got " + std::to_string(count));
+  if (b.pending == 0) settle(s, b);  // the phase's arrivals are in: it must complete before new ones count
+  if (b.pending == 0)
+    fail_at(s, "an arrival on an mbarrier whose phase has all its arrivals but has not completed: " + describe(b) +
+            ". Each phase takes exactly the count given to mbarrier.init; this arrival is one too many (or the "
+            "copies of this phase never brought the bytes expect_tx announced)");
+  if (count > b.pending)
+    fail_at(s, "an arrival of " + std::to_string(count) + " on an mbarrier that expects only " +
+            std::to_string(b.pending) + " more in this phase (" + describe(b) + ")");
+  if (tx) add_tx(s, b, tx);
+  uint64_t token = kTokenTag | (b.phase & 0xFFFFFFFFFFFFull);
+  ordering_point(b);
+  b.pending -= count;
+  if (drop) b.count -= count;
+  if (no_complete && b.pending == 0)
+    fail_at(s, "mbarrier.arrive.noComplete made the phase's last arrival, which PTX leaves undefined");
+  if (b.pending == 0 && b.inflight.empty() && b.tx == 0) settle(s, b);
+  else stamp(b);
+  moved_on();
+  return token;
+}
+
+CUDASIM_INTERNAL inline void mbar_expect_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
+  SimScope scope;
+  MBarrier& b = find_barrier(s, sp, a);
+  ordering_point(b);
+  add_tx(s, b, tx);
+  stamp(b);
+}
+CUDASIM_INTERNAL inline void mbar_complete_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
+  SimScope scope;
+  MBarrier& b = find_barrier(s, sp, a);
+  ordering_point(b);
+  b.tx -= tx;
+  b.delivered += tx;
+  b.copy = s;
+  if (b.pending == 0) settle(s, b);
+  else stamp(b);
+  moved_on();
+}
+
+// Polls that see nothing in the block move on, per thread: a wait that can never end is reported,
+// with every other thread that waits on an mbarrier then.
+struct PollState {
+  unsigned long long progress = 0;
+  int idle = 0;
+  bool waiting = false;  // in a wait that has not seen its phase complete
+  Site site{};
+  uint64_t bar = 0, want = 0;
+  bool parity = false;
+};
+inline PerBlock<PollState> polls;
+
+CUDASIM_INTERNAL inline std::string waited_for(bool parity, uint64_t value) {
+  return parity ? "the phase of parity " + std::to_string(value & 1)
+                : "phase " + std::to_string(value & 0xFFFFFFFFFFFFull);
+}
+
+// The other threads that wait on mbarriers, grouped by where they wait and for what.
+CUDASIM_INTERNAL inline std::string other_waits(const Thread& self) {
+  std::vector<std::pair<std::string, int>> groups;
+  for (const Thread& t : g.threads) {
+    if (&t == &self || t.linear >= g.nthreads || t.state == State::Done) continue;
+    const PollState& p = polls.at(static_cast<size_t>(t.linear));
+    if (!p.waiting) continue;
+    std::string what = at_line(p.site) + " for " + waited_for(p.parity, p.want) + " of the barrier at " + hex(p.bar);
+    for (const MBarrier& b : barriers_now())
+      if (b.valid && b.off == p.bar) what += " (" + describe(b) + ")";
+    bool found = false;
+    for (auto& gr : groups)
+      if (gr.first == what) gr.second += 1, found = true;
+    if (!found) groups.emplace_back(what, 1);
+  }
+  std::string out;
+  for (auto& gr : groups)
+    out += "; " + std::to_string(gr.second) + " other thread(s) wait at " + gr.first;
+  return out;
+}
+
+CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool parity, uint64_t value, bool is_try) {
+  SimScope scope;
+  MBarrier& b = find_barrier(s, sp, a);
+  settle(s, b);
+  bool done;
+  if (parity) {
+    done = (b.phase & 1) != (value & 1);
+  } else {
+    if ((value & 0xFFFF'0000'0000'0000ull) != kTokenTag)
+      fail_at(s, "the state operand " + hex(value) + " is not a state returned by mbarrier.arrive on this barrier");
+    done = b.phase != (value & 0xFFFFFFFFFFFFull);
+  }
+  Thread& self = me(s);
+  PollState& ps = polls.at(static_cast<size_t>(self.linear));
+  if (done) {
+    ps.idle = 0;
+    ps.waiting = false;
+    ordering_point(b);
+    return true;
+  }
+  (void)is_try;
+  ps.waiting = true;
+  ps.site = s;
+  ps.bar = b.off;
+  ps.want = value;
+  ps.parity = parity;
+  yield_thread();  // let the threads that arrive or copy run
+  if (g.progress != ps.progress) {
+    ps.progress = g.progress;
+    ps.idle = 0;
+  } else if (++ps.idle > kIdleRounds) {
+    fail_at(s, "deadlock: this wait for " + waited_for(parity, value) + " to complete can never end: " + describe(b) +
+            ", and no other thread of the block can move it on" + other_waits(self) + ". A wait on the wrong parity, "
+            "an arrival or an expect_tx too few or too many, or a copy never issued each look like this");
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cp.async (sm_80): the queue of __pipeline_memcpy_async (cuda_pipeline_primitives.h)
+CUDASIM_INTERNAL inline void cp_async(const Site& s, bool cg, Addr dst, Addr src, uint32_t size, long long src_size,
+                                      bool ignore_src) {
+  SimScope scope;
+  if (size != 4 && size != 8 && size != 16) fail_at(s, "cp-size must be 4, 8 or 16, got " + std::to_string(size));
+  if (cg && size != 16) fail_at(s, "cp.async.cg copies 16 bytes, got " + std::to_string(size));
+  long long n = ignore_src ? 0 : src_size < 0 ? size : src_size;
+  if (n > size)
+    fail_at(s, "src-size (" + std::to_string(n) + ") must be at most cp-size (" + std::to_string(size) + ")");
+  PipelineState& p = my_pipeline(s.op, s.file, s.line);
+  unsigned char* d = resolve(s, Space::Shared, dst, size, size, "destination");
+  AsyncCopy c{d, {}, size, p.committed, s.file, s.line};
+  if (n > 0) {
+    const unsigned char* from = resolve(s, Space::Global, src, static_cast<uint64_t>(n), size, "source");
+    note_read(from, static_cast<size_t>(n), s.file, s.line);
+    std::memcpy(c.bytes, from, static_cast<size_t>(n));
+  }
+  std::memset(c.bytes + n, 0, size - static_cast<size_t>(n));  // the bytes past src-size are zeros
+  check_async_readers(s, d, size, "this cp.async");
+  std::memset(d, kPoison, size);  // not there until the thread's wait: that notes the write
+  p.queued.push_back(c);
+}
+
+CUDASIM_INTERNAL inline void cp_async_commit(const Site& s) {
+  SimScope scope;
+  my_pipeline(s.op, s.file, s.line).committed += 1;
+}
+
+CUDASIM_INTERNAL inline void cp_async_land(PipelineState& p, unsigned long long below) {
+  SimScope scope;
+  size_t kept = 0;
+  for (AsyncCopy& c : p.queued) {
+    if (c.group < below) {
+      note_write(c.dst, c.size, c.file, c.line);  // the copy lands now, as the waiting thread's write
+      std::memcpy(c.dst, c.bytes, c.size);
+    } else {
+      p.queued[kept++] = c;
+    }
+  }
+  p.queued.resize(kept);
+}
+
+CUDASIM_INTERNAL inline void cp_async_wait(const Site& s, uint32_t n) {
+  SimScope scope;
+  PipelineState& p = my_pipeline(s.op, s.file, s.line);
+  cp_async_land(p, p.committed > n ? p.committed - n : 0);
+}
+
+CUDASIM_INTERNAL inline void cp_async_wait_all(const Site& s) {
+  SimScope scope;
+  PipelineState& p = my_pipeline(s.op, s.file, s.line);
+  p.committed += 1;
+  cp_async_land(p, p.committed);
+}
+
+// cp.async.mbarrier.arrive{.noinc}: the thread's cp.async copies so far complete on the barrier
+// (they leave the thread's groups); .noinc makes their completion one of the phase's arrivals.
+CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, Addr a, bool noinc) {
+  SimScope scope;
+  PipelineState& p = my_pipeline(s.op, s.file, s.line);
+  MBarrier& b = find_barrier(s, sp, a);
+  Delivery d{arena, {}, 0, 1, s, true};  // an arrive-on carrying the copies
+  for (AsyncCopy& c : p.queued) {
+    size_t at = d.data.size();
+    d.data.resize(at + sizeof(unsigned char*) + 1 + c.size);
+    std::memcpy(&d.data[at], &c.dst, sizeof(unsigned char*));
+    d.data[at + sizeof(unsigned char*)] = static_cast<unsigned char>(c.size);
+    std::memcpy(&d.data[at + sizeof(unsigned char*) + 1], c.bytes, c.size);
+  }
+  p.queued.clear();
+  if (!noinc) {
+    // without .noinc the arrive-on is added to the phase's count before it happens: no net arrival
+    b.pending += 1;
+  }
+  ordering_point(b);
+  b.inflight.push_back(std::move(d));
+  stamp(b);
+  moved_on();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bulk copies and TMA.
+// A copy lands: its bytes reach shared memory now, as a write of the thread whose wait landed it.
+CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d) {
+  (void)s;
+  if (d.records) {
+    size_t k = 0;
+    while (k < d.data.size()) {
+      unsigned char* dst;
+      std::memcpy(&dst, &d.data[k], sizeof dst);
+      size_t n = d.data[k + sizeof dst];
+      note_write(dst, n, d.site.file, d.site.line);
+      std::memcpy(dst, &d.data[k + sizeof dst + 1], n);
+      k += sizeof dst + 1 + n;
+    }
+    return;
+  }
+  check_async_readers(d.site, d.dst, d.bytes, "this copy, landing now,");
+  note_write(d.dst, d.data.size(), d.site.file, d.site.line);
+  std::memcpy(d.dst, d.data.data(), d.data.size());
+}
+
+CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned char* dst, std::vector<unsigned char>&& data) {
+  uint32_t n = static_cast<uint32_t>(data.size());
+  check_async_readers(s, dst, n, "this copy");
+  std::memset(dst, kPoison, n);  // not there until the barrier's phase completes
+  b.inflight.push_back(Delivery{dst, std::move(data), n, 0, s, false});
+  stamp(b);
+  moved_on();
+}
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]
+CUDASIM_INTERNAL inline void bulk_load(const Site& s, Addr dst, Addr src, uint32_t size, Addr bar) {
+  SimScope scope;
+  if (size == 0 || size % 16) fail_at(s, "the size must be a non-zero multiple of 16 bytes, got " + std::to_string(size));
+  unsigned char* d = resolve(s, Space::Shared, dst, size, 16, "destination");
+  const unsigned char* from = resolve(s, Space::Global, src, size, 16, "source");
+  MBarrier& b = find_barrier(s, Space::Shared, bar);
+  note_read(from, size, s.file, s.line);
+  issue_copy(s, b, d, std::vector<unsigned char>(from, from + size));
+}
+
+// cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size: the global bytes are written
+// when the copy is issued (what reads them in the same kernel must wait for the group anyway).
+struct BulkGroups {
+  unsigned long long committed = 0, open = 0;
+};
+inline PerBlock<BulkGroups> bulk_groups;
+
+CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint32_t size) {
+  SimScope scope;
+  if (size == 0 || size % 16) fail_at(s, "the size must be a non-zero multiple of 16 bytes, got " + std::to_string(size));
+  const unsigned char* from = resolve(s, Space::Shared, src, size, 16, "source");
+  unsigned char* to = resolve(s, Space::Global, dst, size, 16, "destination");
+  note_read(from, size, s.file, s.line);
+  note_write(to, size, s.file, s.line);
+  std::memcpy(to, from, size);
+  bulk_groups.at(static_cast<size_t>(me(s).linear)).open += 1;
+}
+
+CUDASIM_INTERNAL inline void bulk_commit(const Site& s) {
+  SimScope scope;
+  BulkGroups& bg = bulk_groups.at(static_cast<size_t>(me(s).linear));
+  bg.committed += 1;
+  bg.open = 0;
+}
+CUDASIM_INTERNAL inline void bulk_wait(const Site& s, uint32_t n, bool read) {
+  SimScope scope;
+  (void)n, (void)read;
+  me(s);
+}
+
+// The swizzle of shared-memory addresses that TMA and wgmma share: bits [4, 4+b) of the address
+// XOR bits [7, 7+b), b = 1, 2, 3 for the 32, 64 and 128-byte modes (a pattern that repeats every
+// 256, 512, 1024 bytes).
+CUDASIM_INTERNAL inline uint64_t swizzle(uint64_t a, int bits) {
+  if (!bits) return a;
+  uint64_t mask = (1u << bits) - 1;
+  return a ^ (((a >> 7) & mask) << 4);
+}
+CUDASIM_INTERNAL inline int tma_swizzle_bits(int mode) { return mode; }  // NONE 0, 32B 1, 64B 2, 128B 3
+
+CUDASIM_INTERNAL inline const tma::Map tensor_map(const Site& s, Addr a) {
+  const void* p = reinterpret_cast<const void*>(a.v);
+  if (in_window(p)) fail_at(s, "the tensor map operand points into shared memory; pass the address of the CUtensorMap "
+                               "(a __grid_constant__ kernel parameter, or global or constant memory)");
+  if (!p || a.v % 64) fail_at(s, "the tensor map address " + hex(a.v) + " is not 64-byte aligned");
+  tma::Map m;
+  if (!tma::decode(*static_cast<const CUtensorMap*>(p), m))
+    fail_at(s, "the tensor map operand does not point to a CUtensorMap made by cuTensorMapEncodeTiled");
+  return m;
+}
+
+// Walk a box: f(smem byte offset, global byte offset or -1 outside the tensor).
+template <class F>
+CUDASIM_INTERNAL inline void box_walk(const tma::Map& m, const int32_t* c, int dims, F f) {
+  uint32_t i[5] = {0, 0, 0, 0, 0};
+  uint64_t sm = 0;
+  const uint64_t total = m.box_bytes / m.elem;
+  for (uint64_t e = 0; e < total; ++e) {
+    bool inside = true;
+    uint64_t go = 0;
+    for (int d = 0; d < dims; ++d) {
+      long long coord = 1ll * c[d] + 1ll * i[d] * m.estride[d];
+      if (coord < 0 || coord >= static_cast<long long>(m.dims[d])) inside = false;
+      else go += static_cast<uint64_t>(coord) * m.strides[d];
+    }
+    f(sm, inside ? static_cast<long long>(go) : -1ll);
+    sm += m.elem;
+    for (int d = 0; d < dims; ++d) {
+      if (++i[d] < m.n[d]) break;
+      i[d] = 0;
+    }
+  }
+}
+
+CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dims) {
+  if (dims != m.rank)
+    fail_at(s, "a " + std::to_string(dims) + "d copy with a tensor map of rank " + std::to_string(m.rank));
+}
+
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {c}], [mbar]
+CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr map, const int32_t* coords, Addr bar) {
+  SimScope scope;
+  const tma::Map m = tensor_map(s, map);
+  check_tma(s, m, dims);
+  unsigned char* d = resolve(s, Space::Shared, dst, m.box_bytes, 128, "destination");
+  uint64_t base = window_offset(d);
+  MBarrier& b = find_barrier(s, Space::Shared, bar);
+  std::vector<unsigned char> data(m.box_bytes);
+  const unsigned char* g0 = reinterpret_cast<const unsigned char*>(m.base);
+  uint64_t fill = 0;
+  if (m.oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)
+    fill = m.elem == 2 ? 0x7FFFull : m.elem == 4 ? 0x7FFFFFFFull : 0x7FFFFFFFFFFFFFFFull;
+  int bits = tma_swizzle_bits(m.swizzle);
+  box_walk(m, coords, dims, [&](uint64_t so, long long go) {
+    uint64_t at = swizzle(base + so, bits) - base;
+    if (go >= 0) {
+      note_read(g0 + go, m.elem, s.file, s.line);
+      std::memcpy(&data[at], g0 + go, m.elem);
+    } else {
+      std::memcpy(&data[at], &fill, m.elem);
+    }
+  });
+  issue_copy(s, b, d, std::move(data));
+}
+
+// cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c}], [src]: elements outside
+// the tensor are not written.
+CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const int32_t* coords, Addr src) {
+  SimScope scope;
+  const tma::Map m = tensor_map(s, map);
+  check_tma(s, m, dims);
+  const unsigned char* from = resolve(s, Space::Shared, src, m.box_bytes, 128, "source");
+  uint64_t base = window_offset(from);
+  unsigned char* g0 = reinterpret_cast<unsigned char*>(m.base);
+  int bits = tma_swizzle_bits(m.swizzle);
+  note_read(from, m.box_bytes, s.file, s.line);
+  box_walk(m, coords, dims, [&](uint64_t so, long long go) {
+    if (go < 0) return;
+    note_write(g0 + go, m.elem, s.file, s.line);
+    std::memcpy(g0 + go, arena + swizzle(base + so, bits), m.elem);
+  });
+  bulk_groups.at(static_cast<size_t>(me(s).linear)).open += 1;
+}
+
+}  // namespace ptx
+}  // namespace cudasim

@@ -1,0 +1,439 @@
+"""Inline PTX runs on the simulator: the asm statement parser, every instruction of the set against
+the PTX ISA's definitions (tests/ptx_cases.py) and, where tests/ptx_vectors/ holds them, against the
+answers of an H100; complete kernels on every backend; misuse reported with the learner's line.
+
+The kernels are in tests/sim_kernels/ptx_*.cu (valid CUDA for nvcc; the Hopper ones for sm_90a).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import load
+from kernels.build import BuildError
+from kernels.sim.translate import TranslateError, translate_source
+from planting import plant
+from ptx_cases import VECTORS, all_cases, args_digest, reference
+
+HERE = Path(__file__).parent / "sim_kernels"
+OPS = HERE / "ptx_ops.cu"
+BACKENDS = ["sim"] + (["cuda"] if torch.cuda.is_available() else [])
+sim_only = pytest.mark.sim_only
+CASES = all_cases()
+
+
+def _line_of(marker: str, path: Path) -> int:
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if marker in line:
+            return i
+    raise AssertionError(f"{marker} not in {path.name}")
+
+
+def _wrap(body: str) -> str:
+    return "__global__ void k(unsigned* o, float* f) {\n" + body + "\n}\n"
+
+
+def _translate(body: str) -> str:
+    return translate_source(_wrap(body), "t.cu")
+
+
+# ---------------------------------------------------------------------------------------------
+# the translator: reading asm statements (no build)
+def test_asm_becomes_calls_of_the_simulator_and_keeps_the_line_count():
+    body = ('unsigned lane;\n  asm volatile(\n    "mov.u32 %0, %%laneid;"\n    : "=r"(lane));\n  o[lane] = 1;')
+    out = _translate(body)
+    code = out.split('#line 1 "t.cu"\n')[1]
+    assert "asm" not in code and "sr_laneid()" in code
+    assert code.count("\n") == _wrap(body).count("\n") and code.split("\n")[-3] == "  o[lane] = 1;"
+    assert "#include <cudasim_ptx.h>" in out
+
+
+def test_files_without_asm_do_not_include_the_ptx_header():
+    assert "cudasim_ptx.h" not in translate_source("__global__ void k() {}\n", "t.cu")
+    assert "cudasim_ptx.h" in translate_source("size_t a = __cvta_generic_to_shared(p);\n", "t.cu")
+
+
+@pytest.mark.parametrize("code, message", [
+    ('asm("brkpt;");', r"t\.cu:2: brkpt: the simulator does not run the PTX instruction 'brkpt'"),
+    ('asm volatile("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 {%0}, {%1}, {%2}, {%3};" :: "r"(0), "r"(1), "r"(2), "r"(3));',
+     r"t\.cu:2: mma\.sync.*: the shape \.m8n8k4 is not run by the simulator"),
+    ('asm("ld.shared.v4.f32 {%0, %1}, [%2];" : "=f"(f[0]), "=f"(f[1]) : "r"(0));',
+     r"t\.cu:2: ld\.shared\.v4\.f32: the destination must be 4 register\(s\) in braces, got 2"),
+    ('asm("add.u32 %0, %1, %2;" : "=r"(o[0]) : "r"(1), "q"(2));', r"t\.cu:2: the asm constraint \"q\""),
+    ('asm("add.u32 %0, %1, %3;" : "=r"(o[0]) : "r"(1), "r"(2));', r"t\.cu:2: the asm template names operand %3"),
+    ('asm(TEMPLATE : "=r"(o[0]));', r"t\.cu:2: the simulator reads an asm template made of string literals"),
+    ('asm("{\\n .reg .pred p;\\n bra DONE;\\n}" ::);', r"t\.cu:2: bra: the label 'DONE' is not in this asm"),
+    ('asm("setmaxnreg.inc.sync.aligned.u32 250;");', r"t\.cu:2: setmaxnreg.*multiple of 8 from 24 to 256, got 250"),
+    ('asm("cp.async.cg.shared.global [%0], [%1], 8;" :: "r"(0), "l"(o));', r"cp\.async\.cg copies 16 bytes, got cp-size 8"),
+])
+def test_an_instruction_or_form_outside_the_set_is_refused_naming_the_line(code, message):
+    with pytest.raises(TranslateError, match=message):
+        _translate("  " + code)
+
+
+def test_the_error_names_the_line_of_the_instruction_inside_a_multi_line_template():
+    body = 'asm volatile(\n  "mov.u32 %0, 1;\\n"\n  "frobnicate.b32 %0, %0;\\n"\n  : "=r"(o[0]));'
+    with pytest.raises(TranslateError, match=r"t\.cu:4: frobnicate\.b32: the simulator does not run"):
+        _translate(body)
+
+
+@pytest.mark.parametrize("code", [
+    '#if defined(__CUDA_ARCH__)\nasm("brkpt;");\n#else\nint fallback;\n#endif',
+    '#ifndef CUDASIM\nasm volatile("tex.2d.v4.f32.f32 {%0, %1, %2, %3}, [t, {%4, %5}];" : "=f"(a) : "f"(b));\n#endif',
+])
+def test_unsupported_asm_that_the_preprocessor_hides_from_the_simulator_is_left_alone(code):
+    assert "asm" in translate_source(code, "t.cu")
+
+
+def test_asm_in_comments_strings_and_names_is_not_touched():
+    src = '// asm("mma.sync")\nconst char* s = "asm(";\nint asm_count(int); int y = asm_count(1);\n'
+    assert translate_source(src, "t.cu").endswith(src)
+
+
+def test_asm_in_a_macro_keeps_the_macro_continued():
+    src = ('#define LOAD(x, a) \\\n  asm volatile("ld.shared.u32 %0, [%1];" \\\n               : "=r"(x) : "r"(a))\n'
+           '__global__ void k(unsigned* o) { unsigned l; LOAD(l, 0u); o[l] = l; }\n')
+    out = translate_source(src, "t.cu").split('#line 1 "t.cu"\n')[1]
+    lines = out.split("\n")
+    assert lines[0].startswith("#define LOAD(x, a) \\") and lines[1].rstrip().endswith("\\")
+    assert "__LINE__" in lines[1] and len(lines) == len(src.split("\n"))
+
+
+def test_operand_forms_named_operands_vectors_and_predicates():
+    out = _translate('  asm volatile("{ .reg .pred p; setp.ne.b32 p, %[x], 0; @!p mov.u32 %[y], 7; }" '
+                     ': [y] "+r"(o[0]) : [x] "r"(o[1]));')
+    assert "cmp_ne<uint32_t>" in out and "if (!::cudasim::ptx::pred(" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# single instructions: the PTX ISA's answer, and the H100's where recorded
+@pytest.fixture(scope="module")
+def ops():
+    return load(OPS, "sim")
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    return load(HERE / "ptx_hopper.cu", "sim")
+
+
+_GPU: dict[str, dict] = {}
+
+
+def _gpu_answer(file: str, name: str):
+    """The H100's recorded answer for a case, or None when tests/ptx_vectors/ does not hold it."""
+    stem = Path(file).stem
+    if stem not in _GPU:
+        path = VECTORS / f"{stem}.pt"
+        _GPU[stem] = torch.load(path, weights_only=False) if path.exists() else {}
+    return _GPU[stem].get(name)
+
+
+def _same(got, want, case, what: str):
+    if isinstance(want, int):
+        assert got == want, f"{what}: got {got}, want {want}"
+        return
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    for g, w in zip(got, want):
+        if case.exact or g.dtype != torch.int32:
+            assert torch.equal(g, w), f"{what}: first differences at {_diffs(g, w)}"
+        else:  # int32 holding float bits: compare as floats
+            torch.testing.assert_close(g.view(torch.float32), w.view(torch.float32), rtol=case.rtol, atol=case.atol,
+                                       equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def _diffs(g: torch.Tensor, w: torch.Tensor) -> str:
+    idx = (g.reshape(-1) != w.reshape(-1)).nonzero().flatten()[:5].tolist()
+    return ", ".join(f"[{i}] got {g.reshape(-1)[i].item():#x} want {w.reshape(-1)[i].item():#x}" for i in idx)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_instruction_matches_the_ptx_isa_and_the_h100(request, name):
+    case = CASES[name]
+    ext = request.getfixturevalue("ops" if case.file == "ptx_ops.cu" else "hopper")
+    got = getattr(ext, case.op)(*case.args)
+    _same(got, reference(name, case), case, "simulator vs the PTX ISA")
+    recorded = _gpu_answer(case.file, name)
+    if recorded is not None:
+        assert recorded["digest"] == args_digest(case.args), "the recorded answer is for other inputs: record again"
+        assert "error" not in recorded, recorded.get("error")
+        _same(got, recorded["out"], case, "simulator vs the H100")
+
+
+def test_cp_async_groups_in_a_ring_give_the_column_sums(ops):
+    for stages in (2, 3, 4):
+        x = torch.randn(7, 256)
+        torch.testing.assert_close(ops.cp_async_ring(x, stages), x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# complete kernels, on every backend
+@pytest.fixture(scope="module", params=BACKENDS)
+def mma_matmul(request):
+    return request.param, load(HERE / "ptx_mma_matmul.cu", request.param)
+
+
+@pytest.mark.parametrize("mnk", [(256, 256, 256), (128, 128, 32), (1, 8, 8), (77, 40, 200), (300, 136, 72)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_mma_sync_ldmatrix_cp_async_matmul_matches_torch(mma_matmul, mnk):
+    backend, ext = mma_matmul
+    m, n, k = mnk
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    a = torch.randn(m, k, device=dev).bfloat16()
+    b = torch.randn(k, n, device=dev).bfloat16()
+    want = a.double() @ b.double()
+    torch.testing.assert_close(ext.mma_matmul(a, b), want.float(), rtol=1e-4, atol=1e-4 * k ** 0.5)
+
+
+def test_mma_sync_matmul_of_small_integers_is_exact(mma_matmul):
+    backend, ext = mma_matmul
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    a = torch.randint(-3, 4, (130, 96), device=dev).bfloat16()
+    b = torch.randint(-3, 4, (96, 72), device=dev).bfloat16()
+    assert torch.equal(ext.mma_matmul(a, b), (a.float() @ b.float()))
+
+
+@sim_only
+def test_mma_sync_matmul_survives_every_thread_and_block_order(monkeypatch):
+    ext = load(HERE / "ptx_mma_matmul.cu", "sim")
+    a, b = torch.randn(200, 64).bfloat16(), torch.randn(64, 144).bfloat16()
+    want = (a.double() @ b.double()).float()
+    for order in ("reverse", "random"):
+        monkeypatch.setenv("CUDASIM_ORDER", order)
+        monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
+        torch.testing.assert_close(ext.mma_matmul(a, b), want, rtol=1e-4, atol=1e-3)
+
+
+@contextlib.contextmanager
+def _arch_list(value: str):
+    """Build for `value` (TORCH_CUDA_ARCH_LIST) inside the block, and restore what was there."""
+    before = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = before
+
+
+def _load_hopper(path: Path, backend: str):
+    """Load a file that uses sm_90a's instructions: on cuda it needs an H100 and an sm_90a build."""
+    if backend == "sim":
+        return load(path, "sim")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and setmaxnreg need an sm_90 GPU (H100, H200)")
+    with _arch_list("9.0a"):
+        return load(path, "cuda")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def wgmma_matmul(request):
+    return request.param, _load_hopper(HERE / "ptx_wgmma_matmul.cu", request.param)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def hopper_ops(request):
+    return request.param, _load_hopper(HERE / "ptx_hopper.cu", request.param)
+
+
+@pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_kn", "b_nk"])
+@pytest.mark.parametrize("mnk", [(256, 256, 256), (128, 128, 64), (100, 72, 200), (300, 136, 520), (8, 8, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_tma_mbarrier_wgmma_matmul_matches_torch(wgmma_matmul, mnk, b_kmajor):
+    backend, ext = wgmma_matmul
+    m, n, k = mnk
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    a = torch.randn(m, k, device=dev).bfloat16()
+    b = torch.randn(k, n, device=dev).bfloat16()
+    got = ext.wgmma_matmul(a, b.t().contiguous() if b_kmajor else b, b_kmajor)
+    torch.testing.assert_close(got, (a.double() @ b.double()).float(), rtol=1e-4, atol=1e-4 * k ** 0.5)
+
+
+@pytest.mark.parametrize("b_kmajor", [False, True], ids=["b_kn", "b_nk"])
+def test_wgmma_matmul_of_small_integers_is_exact(wgmma_matmul, b_kmajor):
+    backend, ext = wgmma_matmul
+    dev = torch.device("cuda" if backend == "cuda" else "cpu")
+    a = torch.randint(-3, 4, (130, 512), device=dev).bfloat16()
+    b = torch.randint(-3, 4, (512, 200), device=dev).bfloat16()
+    assert torch.equal(ext.wgmma_matmul(a, b.t().contiguous() if b_kmajor else b, b_kmajor), a.float() @ b.float())
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("rows", [1, 5, 8])
+def test_mbarrier_ring_of_bulk_copies_gives_the_column_sums(hopper_ops, stages, rows):
+    backend, ext = hopper_ops
+    x = torch.randn(rows, 256, device="cuda" if backend == "cuda" else "cpu")
+    torch.testing.assert_close(ext.mbarrier_ring(x, stages), x.sum(0), rtol=1e-5, atol=1e-5)
+
+
+@sim_only
+def test_wgmma_matmul_survives_every_thread_and_block_order(monkeypatch):
+    ext = load(HERE / "ptx_wgmma_matmul.cu", "sim")
+    a, b = torch.randint(-3, 4, (200, 320)).bfloat16(), torch.randint(-3, 4, (320, 136)).bfloat16()
+    for order in ("reverse", "random"):
+        monkeypatch.setenv("CUDASIM_ORDER", order)
+        monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
+        assert torch.equal(ext.wgmma_matmul(a, b, False), a.float() @ b.float())
+
+
+# ---------------------------------------------------------------------------------------------
+# misuse: what a GPU leaves undefined is an error naming the line (or NaN where data never came)
+MISUSE = HERE / "ptx_misuse.cu"
+MISUSE_CASES = {
+    1: ("LDMATRIX-MISALIGNED", r"ldmatrix\.sync\.aligned\.m8n8\.x1\.shared\.b16 at ptx_misuse\.cu:{line}: the row address 0x[0-9a-f]+ is not 16-byte aligned"),
+    2: ("LDMATRIX-GENERIC", r"at ptx_misuse\.cu:{line}: the row address 0x[0-9a-f]+ is a generic address of shared memory"),
+    3: ("MMA-HALF-WARP", r"mma\.sync.* at ptx_misuse\.cu:{line} is a warp-wide call, but lane 16 .* has exited \(returned at ptx_misuse\.cu:\d+\)"),
+    4: ("CP-ASYNC-SRC-SIZE", r"cp\.async\.ca\.shared\.global at ptx_misuse\.cu:{line}: src-size \(12\) must be at most cp-size \(8\)"),
+    6: ("MBAR-NO-INIT", r"at ptx_misuse\.cu:{line}: no mbarrier is initialised at shared address"),
+    7: ("WAIT-LOOP", r"try_wait\.parity.* at ptx_common\.cuh:{line}: deadlock: this wait for the phase of parity 0 to complete "
+                     r"can never end: .* 1 of 1 arrivals still to come"),
+    8: ("WAIT-LOOP", r"at ptx_common\.cuh:{line}: deadlock: .*transaction count of 512 byte\(s\) \(expect_tx at "
+                     r"ptx_misuse\.cu:\d+ announced 1024 bytes this phase, copies delivered 512\)"),
+    9: ("BULK-COPY", r"cp\.async\.bulk.* at ptx_misuse\.cu:{line}: the copies that complete on this mbarrier brought 512 bytes, "
+                     r"more than the 256 bytes that expect_tx announced at ptx_misuse\.cu:\d+"),
+    10: ("ARRIVE-TWICE", r"at ptx_misuse\.cu:{line}: an arrival on an mbarrier whose phase has all its arrivals but has not completed"),
+    11: ("MBAR-OVERWRITTEN", r"at ptx_misuse\.cu:{line}: the mbarrier at shared address 0x[0-9a-f]+ \(initialised at "
+                             r"ptx_misuse\.cu:\d+\) was overwritten by an ordinary store"),
+    12: ("WGMMA-ISSUE", r"wgmma\.mma_async.* at ptx_misuse\.cu:{line}: the matrix descriptor .* outside the block's shared memory"),
+    13: ("WGMMA-ISSUE", r"at ptx_misuse\.cu:{line}: wgmma\.mma_async without a wgmma\.fence"),
+    14: ("WGMMA-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: an accumulator register of a wgmma\.mma_async was written before"),
+    16: ("WGMMA-ISSUE", r"at ptx_misuse\.cu:{line}: wgmma runs on a warpgroup of 4 warps \(128 threads\).*the block has 64 threads"),
+    17: ("TMA-MISUSE", r"cp\.async\.bulk\.tensor.* at ptx_misuse\.cu:{line}: the destination 0x[0-9a-f]+ is not 128-byte aligned"),
+    18: ("TMA-MISUSE", r"at ptx_misuse\.cu:{line}: the tensor map operand does not point to a CUtensorMap made by cuTensorMapEncodeTiled"),
+    19: ("WGMMA-ISSUE", r"at ptx_misuse\.cu:{line}: the block ended with this wgmma\.mma_async still in flight.*block \(0,0,0\)"),
+    20: ("CVTA-GLOBAL", r"__cvta_generic_to_shared at ptx_misuse\.cu:{line}: the pointer 0x[0-9a-f]+ is not shared memory"),
+    21: ("WGMMA-WAIT", r"at ptx_misuse\.cu:{line}: deadlock: this wait completes wgmma group 0 of the warpgroup, but warp 1 has "
+                       r"committed only 0 group\(s\)"),
+}
+
+
+@pytest.fixture(scope="module")
+def misuse():
+    return load(MISUSE, "sim")
+
+
+@sim_only
+@pytest.mark.parametrize("what", list(MISUSE_CASES))
+def test_misuse_is_an_error_naming_the_line(misuse, what):
+    marker, pattern = MISUSE_CASES[what]
+    where = HERE / "ptx_common.cuh" if marker == "WAIT-LOOP" else MISUSE
+    line = rf"{_line_of(marker, where)}(?: \(called from [^)]*\))?"  # helpers name their callers
+    with pytest.raises(RuntimeError, match=pattern.format(line=line)):
+        misuse.misuse(torch.randn(1024), what)
+
+
+@sim_only
+@pytest.mark.parametrize("what", [5, 15], ids=["cp_async_read_before_wait", "wgmma_accumulator_read_before_wait"])
+def test_data_read_before_it_arrived_is_nan(misuse, what):
+    out = misuse.misuse(torch.randn(1024), what)
+    assert out[:32].isnan().all()
+
+
+# ---------------------------------------------------------------------------------------------
+# the Hopper lesson's planted bugs, made from ptx_wgmma_matmul.cu: each is an error or a wrong answer
+WGMMA_MATMUL = HERE / "ptx_wgmma_matmul.cu"
+RELEASE = ('      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");  // the stage is read: release it\n'
+           '      if (threadIdx.x % 128 == 0) mbar_arrive(&empty[s]);\n')
+RELEASE_EARLY = ('      if (threadIdx.x % 128 == 0) mbar_arrive(&empty[s]);\n'
+                 '      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n')
+PLANTED_WGMMA = {
+    "release_before_the_wgmma_completes": (RELEASE, RELEASE_EARLY,
+        r"cp\.async\.bulk\.tensor.* at ptx_wgmma_matmul\w*\.cu:\d+ \(called from [^)]*\): this copy writes shared "
+        r"memory .* that the "
+        r"wgmma\.mma_async issued at ptx_wgmma_matmul\w*\.cu:\d+ still reads"),
+    "wrong_parity": ("mbar_wait(&full[s], (kt / STAGES) % 2);", "mbar_wait(&full[s], (kt / STAGES + 1) % 2);",
+                     r"deadlock: this wait for the phase of parity 0 .* 256 other thread\(s\) wait at "
+                     r"ptx_common\.cuh:\d+ for the phase of parity 1 of the barrier"),
+    "no_expect_tx": ("mbar_expect_bytes(&full[s], STAGE_BYTES);", "mbar_arrive(&full[s]);",
+                     r"the copies that complete on this mbarrier brought 65536 bytes, more than the 0 bytes that expect_tx "
+                     r"announced"),
+    "no_fence": ('      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n', "",
+                 r"wgmma\.mma_async without a wgmma\.fence"),
+}
+
+
+def _planted_matmul(old: str, new: str, name: str):
+    """ptx_wgmma_matmul.cu with one change, built for sim (its shared header copied beside it)."""
+    path = plant(WGMMA_MATMUL, old, new, name)
+    shutil.copyfile(HERE / "ptx_common.cuh", path.parent / "ptx_common.cuh")
+    return load(path, "sim")
+
+
+@sim_only
+@pytest.mark.parametrize("bug", list(PLANTED_WGMMA))
+def test_a_planted_pipeline_bug_in_the_hopper_matmul_is_an_error(bug):
+    old, new, message = PLANTED_WGMMA[bug]
+    ext = _planted_matmul(old, new, f"ptx_wgmma_matmul_{bug}.cu")
+    a, b = torch.randint(-3, 4, (128, 512)).bfloat16(), torch.randint(-3, 4, (512, 128)).bfloat16()
+    with pytest.raises(RuntimeError, match=message):
+        ext.wgmma_matmul(a, b, False)
+
+
+@sim_only
+def test_a_descriptor_with_the_wrong_swizzle_gives_a_wrong_product():
+    # nothing is undefined here: the tensor core reads the tile in another layout, on a GPU as here
+    ext = _planted_matmul("(1ull << 62);", "(0ull << 62);", "ptx_wgmma_matmul_no_swizzle.cu")
+    a, b = torch.randint(-3, 4, (128, 128)).bfloat16(), torch.randint(-3, 4, (128, 128)).bfloat16()
+    got, want = ext.wgmma_matmul(a, b, True), a.float() @ b.float()
+    assert not got.isnan().any() and (got != want).float().mean() > 0.5
+
+
+@sim_only
+def test_an_error_in_a_helper_names_the_line_that_called_it(misuse):
+    with pytest.raises(RuntimeError, match=rf"at ptx_common\.cuh:{_line_of('WAIT-LOOP', HERE / 'ptx_common.cuh')} "
+                                           rf"\(called from ptx_misuse\.cu:{_line_of('nobody arrives', MISUSE)}\)"):
+        misuse.misuse(torch.randn(1024), 7)
+
+
+@pytest.mark.parametrize("row0, col0", [(0, 0), (40, 16), (90, 100)])
+def test_libcudacxx_barrier_and_tma_helpers_load_a_tile(hopper_ops, row0, col0):
+    backend, ext = hopper_ops
+    x = torch.randn(100, 140, device="cuda" if backend == "cuda" else "cpu")
+    tile, address = ext.barrier_tma_tile(x, row0, col0)
+    want = torch.zeros(32, 64, device=x.device)
+    part = x[row0:row0 + 32, col0:col0 + 64]
+    want[:part.shape[0], :part.shape[1]] = part
+    assert torch.equal(tile, want)
+    assert address.item() % 1024 == 0  # __shared__ alignas(1024): aligned in the shared window
+
+
+def test_ldmatrix_takes_the_count_before_the_shape_as_ptxas_does():
+    out = _translate('  asm volatile("ldmatrix.sync.aligned.x4.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];" '
+                     ': "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3]) : "r"(0u));')
+    assert "ldmatrix<4, false" in out
+
+
+def test_a_cluster_kernel_fails_to_build_saying_clusters_are_not_simulated(tmp_path):
+    src = tmp_path / "cluster.cu"
+    src.write_text('#include "helpers.cuh"\n__global__ void __cluster_dims__(2, 1, 1) k(float* x) { x[0] = 1.0f; }\n')
+    with pytest.raises(BuildError, match=r"cluster\.cu:2:.*thread-block clusters \(__cluster_dims__\) are not simulated"):
+        load(src, "sim")
+
+
+@sim_only
+@pytest.mark.parametrize("file", ["ptx_mma_matmul.cu", "ptx_wgmma_matmul.cu"], ids=["mma_sync", "wgmma"])
+def test_a_256_cubed_bf16_matmul_takes_under_a_second_of_cpu(file):
+    ext = load(HERE / file, "sim")
+    a, b = torch.randn(256, 256).bfloat16(), torch.randn(256, 256).bfloat16()
+    run = (lambda: ext.mma_matmul(a, b)) if file == "ptx_mma_matmul.cu" else (lambda: ext.wgmma_matmul(a, b, False))
+    run()
+    start = time.process_time()  # CPU time: what the simulator spends, however busy the machine is
+    run()
+    assert time.process_time() - start < 1.0
+
+
+@pytest.mark.parametrize("noinc", [True, False], ids=["noinc", "with_arrive"])
+def test_cp_async_copies_completing_on_an_mbarrier_arrive_before_the_wait_ends(hopper_ops, noinc):
+    backend, ext = hopper_ops
+    src = torch.randint(1, 256, (1024,), dtype=torch.uint8, device="cuda" if backend == "cuda" else "cpu")
+    assert torch.equal(ext.cp_async_mbarrier(src, noinc), src)
