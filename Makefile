@@ -1,7 +1,7 @@
 # CUDA kernels for PyTorch, lesson by lesson.
 #   make lessons      set up, build every lesson's kernels, run every notebook headlessly
 #   make test-all     set up, then every test of the lessons and the simulator, solution notebooks under nbval
-#   make test-toolkit the toolkit's own tests: the nvcc compile check, the build cache, packaging (CI runs both)
+#   make test-toolkit the toolkit's own tests: nvcc compile check, build cache, packaging, public CUDA, PTX (CI runs both)
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
 #   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator
@@ -90,7 +90,8 @@ test-all: setup
 	$(PYTHON) -m kernels.dev.all_tests
 
 # The machinery a learner never changes: the nvcc compile check of every .cu and the tests marked `toolkit`
-# (the build cache under concurrency and crashes, precompiled headers, an installed wheel, the test runner).
+# (the build cache under concurrency and crashes, precompiled headers, an installed wheel, the test runner, and the
+# simulator's reach beyond the lessons: public CUDA's APIs and idioms, inline PTX).
 test-toolkit: setup
 	$(PYTHON) -m kernels.dev.all_tests --toolkit
 

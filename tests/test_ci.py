@@ -65,6 +65,31 @@ def test_a_file_with_an_include_under_if_is_built_alone(tmp_path):
     assert compile_check.groups([alone, other, defines_first, commented], 1) == [[alone], [defines_first], [other, commented]]
 
 
+def test_a_file_with_build_flags_of_its_own_is_built_alone_with_them(monkeypatch, tmp_path):
+    flagged = tmp_path / "flagged.cu"
+    flagged.write_text("// what it is\n// build flags: -U__CUDA_NO_HALF_OPERATORS__ -DTWO=2\n" + KERNEL)
+    other = tmp_path / "other.cu"
+    other.write_text(KERNEL)
+    assert compile_check.file_flags(flagged) == ["-U__CUDA_NO_HALF_OPERATORS__", "-DTWO=2"]
+    assert compile_check.file_flags(other) == []
+    assert compile_check.groups([flagged, other], 1) == [[flagged], [other]]
+    seen = []
+    monkeypatch.setattr(compile_check, "load", lambda path, be, **kw: seen.append((path.name, be, kw["extra_cflags"])))
+    monkeypatch.setattr(compile_check, "compile_only", lambda path, **kw: seen.append((path.name, "nvcc", kw["extra_cflags"])))
+    for backend in ("sim", None):
+        assert compile_check._compile((flagged, backend))[3] == ""
+    assert seen == [("flagged.cu", "sim", ["-U__CUDA_NO_HALF_OPERATORS__", "-DTWO=2"]),
+                    ("flagged.cu", "nvcc", ["-U__CUDA_NO_HALF_OPERATORS__", "-DTWO=2"])]
+
+
+def test_the_build_cache_step_leaves_out_only_the_files_that_only_toolkit_tests_load():
+    every, warmed = compile_check.files(), compile_check.files(warm=True)
+    left_out = {p.relative_to(compile_check.ROOT).as_posix() for p in every if p not in warmed}
+    assert left_out and all(p.startswith(("tests/sim_compat/", "tests/sim_kernels/ptx_")) for p in left_out)
+    assert "tests/sim_compat/cg_reductions.cu" not in left_out  # the race check's test (make test-all) loads it
+    assert not [p for p in warmed if compile_check.TOOLKIT_ONLY_MARK in p.read_text()]
+
+
 def test_files_that_reach_all_of_libtorch_are_grouped_apart_with_several_jobs_and_together_with_one(tmp_path):
     files = []
     for i in range(4):

@@ -15,6 +15,9 @@ import torch
 from kernels import load
 from kernels.sim.translate import translate_source
 
+# The simulator's reach beyond the lessons (public CUDA, inline PTX): `make test-toolkit` (kernels/dev/all_tests.py).
+pytestmark = pytest.mark.toolkit
+
 HERE = Path(__file__).parent / "sim_compat"
 BACKENDS = ["sim"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -22,6 +22,9 @@ from kernels.sim.translate import TranslateError, translate_source
 from planting import plant
 from ptx_cases import VECTORS, all_cases, args_digest, reference
 
+# The simulator's reach beyond the lessons (public CUDA, inline PTX): `make test-toolkit` (kernels/dev/all_tests.py).
+pytestmark = pytest.mark.toolkit
+
 HERE = Path(__file__).parent / "sim_kernels"
 OPS = HERE / "ptx_ops.cu"
 BACKENDS = ["sim"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -159,11 +162,18 @@ def _diffs(g: torch.Tensor, w: torch.Tensor) -> str:
 def test_instruction_matches_the_ptx_isa_and_the_h100(request, name):
     case = CASES[name]
     ext = request.getfixturevalue("ops" if case.file == "ptx_ops.cu" else "hopper")
-    got = getattr(ext, case.op)(*case.args)
-    _same(got, reference(name, case), case, "simulator vs the PTX ISA")
     recorded = _gpu_answer(case.file, name)
     if recorded is not None:
         assert recorded["digest"] == args_digest(case.args), "the recorded answer is for other inputs: record again"
+    if case.faults:  # the GPU stops the kernel: so must the simulator, with an error that says why
+        with pytest.raises(RuntimeError, match=case.faults):
+            getattr(ext, case.op)(*case.args)
+        if recorded is not None:
+            assert "error" in recorded, f"the H100 ran it: {recorded.get('out')}"
+        return
+    got = getattr(ext, case.op)(*case.args)
+    _same(got, reference(name, case), case, "simulator vs the PTX ISA")
+    if recorded is not None:
         assert "error" not in recorded, recorded.get("error")
         _same(got, recorded["out"], case, "simulator vs the H100")
 

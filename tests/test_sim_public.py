@@ -17,12 +17,17 @@ import pytest
 import torch
 
 from kernels import load
+from kernels.dev.compile_check import file_flags
+
+# The simulator's reach beyond the lessons (public CUDA, inline PTX): `make test-toolkit` (kernels/dev/all_tests.py).
+pytestmark = pytest.mark.toolkit
 
 HERE = Path(__file__).parent / "sim_compat"
 BACKENDS = ["sim"] + (["cuda"] if torch.cuda.is_available() else [])
-# As llm.c builds: the implicit conversions and operators of the 16-bit types on.
-CONVERSIONS_ON = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
-                  "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"]
+# As llm.c builds: the implicit conversions and operators of the 16-bit types on (the file's "build flags:" line,
+# which the compile check and the build cache use too).
+CONVERSIONS_ON = file_flags(HERE / "half_types.cu")
+assert "-U__CUDA_NO_BFLOAT16_CONVERSIONS__" in CONVERSIONS_ON
 
 
 def _device(backend: str) -> torch.device:
@@ -149,9 +154,10 @@ def test_64_bit_integers_round_to_half_and_bfloat16_exactly_in_all_four_modes(ha
 
 
 def _to_integer(v: float, mode: str, lo: int, hi: int) -> int:
-    """CUDA's float-to-integer conversion: rounded in `mode`, saturated to [lo, hi], NaN to 0."""
+    """CUDA's float-to-integer conversion: rounded in `mode`, saturated to [lo, hi]; NaN to 0, or to
+    0x8000000000000000 for a 64-bit type (cuda_fp16.h's documentation, and the H100)."""
     if math.isnan(v):
-        return 0
+        return -2 ** 63 if hi - lo > 2 ** 32 else 0
     if math.isinf(v):
         return hi if v > 0 else lo
     f = Fraction(v)
@@ -160,7 +166,7 @@ def _to_integer(v: float, mode: str, lo: int, hi: int) -> int:
 
 
 @pytest.mark.parametrize("fmt", ["half", "bf16"])
-def test_half_and_bfloat16_convert_to_integers_rounding_saturating_and_nan_to_zero(halves, fmt):
+def test_half_and_bfloat16_convert_to_integers_rounding_saturating_and_nan_as_cuda_defines(halves, fmt):
     backend, ext = halves
     bits = [0x0000, 0x8000, 0x3C00, 0xBC00, 0x3E00, 0x4100, 0xC100, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00,
             0x3F80, 0x4F00, 0xCF00, 0x7F7F, 0xFF7F, 0x7F80, 0x7FC0, 0x5F00, 0x4380, 0xC300]

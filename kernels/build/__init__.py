@@ -85,10 +85,11 @@ def load(source: str | os.PathLike, backend: str | None = None, *, verbose: bool
                  quiet=quiet, python_module=python_module, optimise=True)
 
 
-def compile_only(source: str | os.PathLike, python_module: bool | None = None) -> Path:
+def compile_only(source: str | os.PathLike, python_module: bool | None = None,
+                 extra_cflags: list[str] | None = None) -> Path:
     """Compile a .cu file as the real CUDA extension with nvcc, GPU or not, host code unoptimised (only
-    validity matters); returns the built library (loaded; `python_module` as for `load`)."""
-    ext = _load(find_source(source), "cuda", verbose=False, extra_cflags=None, quiet=True,
+    validity matters); returns the built library (loaded; `python_module` and `extra_cflags` as for `load`)."""
+    ext = _load(find_source(source), "cuda", verbose=False, extra_cflags=extra_cflags, quiet=True,
                 python_module=python_module, optimise=False)
     return Path(getattr(ext, "so", None) or ext.__file__)
 

@@ -5,11 +5,13 @@
     python -m kernels.dev.all_tests nbval ...    only the named steps, one after another
 
 `make test-all` is what a change to a lesson, the checker or the simulator must pass: every lesson's kernels,
-exercises and planted bugs, the checker's and the simulator's suites (races, the profiler, public CUDA), every
-solution notebook under nbval, and a simulator build of every .cu. `make test-toolkit` holds what checks the
-machinery around them, which a learner never changes: the nvcc compile check of every .cu, and the tests
-marked `toolkit` (the build cache under concurrency and crashes, precompiled headers, an installed wheel,
-this runner and the compile check themselves). CI runs both, then the lesson notebooks (.ci/run).
+exercises and planted bugs, the checker's and the simulator's suites (races, the profiler, the CUDA semantics
+the lessons use), every solution notebook under nbval, and a simulator build of every .cu they use. `make
+test-toolkit` holds what checks the machinery around them, which a learner never changes: the nvcc compile
+check of every .cu, and the tests marked `toolkit` (the build cache under concurrency and crashes, precompiled
+headers, an installed wheel, this runner and the compile check themselves, and the simulator's reach beyond
+the lessons: public CUDA's APIs and idioms, inline PTX; their .cu files carry compile_check's
+TOOLKIT_ONLY_MARK). CI runs both, then the lesson notebooks (.ci/run).
 
 `make test`, the quick one, runs the steps build-cache and lesson-tests: every lesson's kernels,
 exercises and planted bugs on the default backend, and the notebooks' consistency. The lesson notebooks,

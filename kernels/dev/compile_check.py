@@ -70,13 +70,28 @@ def read_outcome(path: Path) -> Outcome | None:
     except (OSError, ValueError, TypeError):
         return None
 SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
+# A file that builds only with flags of its own (half_types.cu: `// build flags: -U__CUDA_NO_HALF_OPERATORS__`)
+# is built alone, with them, by the compile check and by --warm, as its tests load it.
+FLAGS_MARK = "// build flags:"
+# A file that only tests of `make test-toolkit` load (the simulator's coverage of public CUDA and inline
+# PTX) is not built by --warm, the first step of `make test-all`: its tests build it in test-toolkit.
+TOOLKIT_ONLY_MARK = "build-cache: make test-toolkit"
 
 
-def files() -> list[Path]:
+def files(warm: bool = False) -> list[Path]:
     out = []
     for folder in FOLDERS:
-        out += sorted(p for p in (ROOT / folder).rglob("*.cu") if SKIP_MARK not in p.read_text())
+        out += sorted(p for p in (ROOT / folder).rglob("*.cu") if SKIP_MARK not in p.read_text()
+                      and not (warm and TOOLKIT_ONLY_MARK in p.read_text()))
     return out
+
+
+def file_flags(path: Path) -> list[str]:
+    """The flags a file asks to be built with (FLAGS_MARK), or []."""
+    for line in path.read_text().splitlines():
+        if line.strip().startswith(FLAGS_MARK):
+            return line.strip()[len(FLAGS_MARK):].split()
+    return []
 
 
 def why_not() -> str | None:
@@ -98,9 +113,9 @@ def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
     t0 = time.perf_counter()
     try:
         if backend is None:
-            compile_only(path)
+            compile_only(path, extra_cflags=file_flags(path))
         else:
-            load(path, backend, quiet=True)
+            load(path, backend, quiet=True, extra_cflags=file_flags(path))
         return path, backend or "nvcc", time.perf_counter() - t0, ""
     except Exception as e:  # noqa: BLE001 (a BuildError, or a bug that the report must show, not raise)
         msg = str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}"
@@ -199,7 +214,7 @@ def groups(paths: list[Path], count: int) -> list[list[Path]]:
     (one group of the repository's 61 files took 217 s where the two kinds apart took 160 + 151 s on a 2-core
     machine). With several jobs, the files that reach libtorch's whole C++ API apart from the others, each kind
     in `count` groups of about equal size, so that the groups compile at once."""
-    alone = [p for p in paths if _part(p, 0) is None]
+    alone = [p for p in paths if _part(p, 0) is None or file_flags(p)]
     heavy = [p for p in paths if p not in alone and _reaches_torch_api(p)]
     light = [p for p in paths if p not in alone and p not in heavy]
     out = [[p] for p in alone]
@@ -281,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         # fixed namespace (lesson 03's package) cannot be loaded for two backends in one process.
         outcome = Outcome()
         for be in backends:
-            one = _run([(f, be) for f in files()], f"warming the build cache for {be}", a.jobs)
+            one = _run([(f, be) for f in files(warm=True)], f"warming the build cache for {be}", a.jobs)
             outcome.passed, outcome.failed = outcome.passed + one.passed, outcome.failed + one.failed
             outcome.builds += one.builds
     else:

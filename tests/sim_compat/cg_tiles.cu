@@ -1,4 +1,5 @@
 // cg_tiles.cu: cooperative groups' tiles of several warps and scans, as the CUDA samples
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // (multi_warp_cg_reduce) and CUB-style code use them; tests/test_sim_public.py compares every op with
 // PyTorch on the sim backend and, with a GPU, on cuda.
 //

@@ -1,4 +1,5 @@
 // extension_style.cu: host code written for CUDA tensors, as the PyTorch C++/CUDA extension
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // tutorial and pytorch/extension-cpp write it, with no simulator-specific line. On the sim
 // backend "the CUDA device" is the CPU; tests/test_sim_compat.py compares every op with PyTorch.
 //

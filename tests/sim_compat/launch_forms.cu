@@ -1,4 +1,5 @@
 // launch_forms.cu: launches, shuffles and registrations written the way public projects write them
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // (the CUDA samples, LeetCUDA's launch macros, NVIDIA's integral-image kernels, vLLM's registration
 // header); tests/test_sim_public.py compares every op with PyTorch on the sim backend and, with a GPU,
 // on cuda.

@@ -1,4 +1,5 @@
 // samples_idioms.cu: shared-memory idioms of the CUDA samples (cudaTensorCoreGemm, reduction),
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // written the way they write them; tests/test_sim_compat.py compares every op with PyTorch on the
 // sim backend and, with a GPU, on cuda.
 //

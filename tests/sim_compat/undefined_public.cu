@@ -1,4 +1,5 @@
 // undefined_public.cu: what public kernels do that a GPU leaves undefined, or that stops a kernel,
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // which the simulator must report with a clear error. Simulator tests only (tests/test_sim_public.py):
 // on a GPU these return whatever the hardware gives, or hang.
 //

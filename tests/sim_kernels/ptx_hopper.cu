@@ -1,4 +1,5 @@
 // ptx_hopper.cu: Hopper's asynchronous instructions one at a time, with raw data in and out, so that
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // the simulator's results can be compared with an H100's (tests/test_sim_ptx.py, tests/ptx_cases.py).
 // The wgmma instructions exist only for sm_90a: on the cuda backend build with TORCH_CUDA_ARCH_LIST=9.0a
 // (a build for plain sm_90 compiles, and its wgmma kernels trap).
@@ -291,6 +292,7 @@ struct MapParams {
   cuuint64_t dims[5], strides[4];
   cuuint32_t box[5], estride[5];
   uint64_t box_bytes;
+  uint64_t footprint;  // the shared memory the box takes: a row narrower than the swizzle's span takes the span
 };
 
 MapParams map_params(const at::Tensor& p) {
@@ -311,6 +313,9 @@ MapParams map_params(const at::Tensor& p) {
     m.estride[d] = static_cast<cuuint32_t>(x[18 + d]);
     if (d < m.rank) m.box_bytes *= (m.box[d] + m.estride[d] - 1) / m.estride[d];
   }
+  const uint64_t row = (m.rank ? m.box[0] : 1) * (m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0);
+  const uint64_t span = m.swizzle ? 16ull << m.swizzle : 0;
+  m.footprint = row && row < span ? m.box_bytes / row * span : m.box_bytes;
   return m;
 }
 
@@ -327,10 +332,12 @@ int64_t tma_encode_status(const at::Tensor& global, const at::Tensor& p) {
 }
 
 __global__ void tma_load_raw_kernel(const __grid_constant__ CUtensorMap map, int rank, int4 c0, int c4, uint32_t bytes,
-                                    uint8_t* out) {
+                                    uint32_t footprint, uint8_t* out) {
   extern __shared__ __align__(16) unsigned char raw[];
   unsigned char* buf = align1024(raw);
   __shared__ alignas(8) uint64_t bar;
+  for (uint32_t i = threadIdx.x; i < footprint; i += blockDim.x) buf[i] = 0;  // gaps between narrow rows stay 0
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   if (threadIdx.x == 0) {
     mbar_init(&bar, 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -364,7 +371,7 @@ __global__ void tma_load_raw_kernel(const __grid_constant__ CUtensorMap map, int
     }
   }
   mbar_wait(&bar, 0);
-  for (uint32_t i = threadIdx.x; i < bytes; i += blockDim.x) out[i] = buf[i];
+  for (uint32_t i = threadIdx.x; i < footprint; i += blockDim.x) out[i] = buf[i];
 }
 
 __global__ void tma_store_raw_kernel(const __grid_constant__ CUtensorMap map, int rank, int4 c0, int c4, uint32_t bytes,
@@ -407,11 +414,12 @@ std::vector<at::Tensor> tma_load_raw(const at::Tensor& global, const at::Tensor&
   if (r != CUDA_SUCCESS) return {status, at::empty({0}, global.options().dtype(at::kByte))};
   auto c = coords.cpu();
   const int* x = c.data_ptr<int>();
-  at::Tensor out = at::empty({static_cast<int64_t>(m.box_bytes)}, global.options().dtype(at::kByte));
-  const size_t smem = m.box_bytes + 1024;
+  at::Tensor out = at::empty({static_cast<int64_t>(m.footprint)}, global.options().dtype(at::kByte));
+  const size_t smem = m.footprint + 1024;
   C10_CUDA_CHECK(cudaFuncSetAttribute(tma_load_raw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   tma_load_raw_kernel<<<1, 128, smem>>>(map, m.rank, make_int4(x[0], x[1], x[2], x[3]), x[4],
-                                        static_cast<uint32_t>(m.box_bytes), out.data_ptr<uint8_t>());
+                                        static_cast<uint32_t>(m.box_bytes), static_cast<uint32_t>(m.footprint),
+                                        out.data_ptr<uint8_t>());
   CHECK_LAUNCH();
   return {status, out};
 }
@@ -427,13 +435,13 @@ std::vector<at::Tensor> tma_store_raw(const at::Tensor& global, const at::Tensor
   CUresult r = encode(&map, m, after.data_ptr());
   at::Tensor status = at::full({1}, static_cast<int64_t>(r), global.options().dtype(at::kLong));
   if (r != CUDA_SUCCESS) return {status, after};
-  TORCH_CHECK(static_cast<uint64_t>(image.numel()) == m.box_bytes, "image must hold the box's bytes");
+  TORCH_CHECK(static_cast<uint64_t>(image.numel()) == m.footprint, "image must hold the box's shared-memory bytes");
   auto c = coords.cpu();
   const int* x = c.data_ptr<int>();
-  const size_t smem = m.box_bytes + 1024;
+  const size_t smem = m.footprint + 1024;
   C10_CUDA_CHECK(cudaFuncSetAttribute(tma_store_raw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   tma_store_raw_kernel<<<1, 128, smem>>>(map, m.rank, make_int4(x[0], x[1], x[2], x[3]), x[4],
-                                         static_cast<uint32_t>(m.box_bytes), image.data_ptr<uint8_t>());
+                                         static_cast<uint32_t>(m.footprint), image.data_ptr<uint8_t>());
   CHECK_LAUNCH();
   return {status, after};
 }

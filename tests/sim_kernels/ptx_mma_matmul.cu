@@ -1,4 +1,5 @@
 // ptx_mma_matmul.cu: a bf16 matmul written with the PTX that Ampere-style full-speed kernels use:
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // cp.async copies into a ring of 3 shared-memory stages, XOR-swizzled tiles read with ldmatrix
 // (.trans for B), mma.sync.m16n8k16 with fp32 accumulation. tests/test_sim_ptx.py runs it on sim and,
 // with a GPU, on cuda, against PyTorch.

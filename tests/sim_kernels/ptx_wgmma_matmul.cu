@@ -1,4 +1,5 @@
 // ptx_wgmma_matmul.cu: a Hopper bf16 matmul written with the PTX of the kernels that reach cuBLAS
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // speed: TMA loads (cp.async.bulk.tensor) into 128-byte-swizzled tiles, a producer warpgroup that
 // hands stages to two consumer warpgroups through mbarriers (transaction counts, phase parity), and
 // wgmma.mma_async reading both operands from shared memory through matrix descriptors; setmaxnreg

@@ -101,7 +101,7 @@ inline __half2_raw __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t x, __nv_fp8_i
 #define CUDASIM_FP8_FOUR_CONVERSIONS(SUFFIX, KIND)
 #else
 // From wider types with __NV_SATFINITE; integers through float. To other types exactly, and to
-// integers towards zero, saturating, NaN to 0 (through ::cudasim::to_integer).
+// integers towards zero, saturating, NaN to 0 (0x8000000000000000 for 64 bits; ::cudasim::to_integer).
 #define CUDASIM_FP8_SCALAR_CONVERSIONS(SUFFIX, KIND)                                                                  \
   explicit __nv_fp8_##SUFFIX(const __half f)                                                       \
       : __x(__nv_cvt_halfraw_to_fp8(static_cast<__half_raw>(f), __NV_SATFINITE, KIND)) {}                          \

@@ -123,7 +123,7 @@ CUDASIM_FROM_INT(ll, long long)
 CUDASIM_FROM_INT(ull, unsigned long long)
 #undef CUDASIM_FROM_INT
 
-// To integers, saturating, NaN to 0: __half2int_rn, __bfloat162ull_rd, ...
+// To integers, saturating, NaN to 0 (64 bits: 0x8000000000000000): __half2int_rn, __bfloat162ull_rd, ...
 #define CUDASIM_TO_INT(word, I)                                                                              \
   CUDASIM_FN I CUDASIM_N(__, 2##word##_rn)(CUDASIM_T h) { return ::cudasim::to_integer<I>(::cudasim::h16_to_float(h), ::cudasim::Round::Nearest); } \
   CUDASIM_FN I CUDASIM_N(__, 2##word##_rz)(CUDASIM_T h) { return ::cudasim::to_integer<I>(::cudasim::h16_to_float(h), ::cudasim::Round::Zero); }    \

@@ -122,11 +122,12 @@ CUDASIM_INTERNAL inline uint32_t round_any_integer(I v, Round mode, const SmallF
   }
 }
 
-// A float value converted to an integer type in `mode`, as the GPU's cvt does: NaN gives 0, values
+// A float value converted to an integer type in `mode`, as the GPU's cvt does: NaN gives 0 for types of
+// 32 bits or fewer and 0x8000000000000000 for 64-bit ones (signed or not; the H100 agrees), values
 // outside the type's range give its minimum or maximum.
 template <class I>
 CUDASIM_INTERNAL inline I to_integer(double v, Round mode) {
-  if (std::isnan(v)) return 0;
+  if (std::isnan(v)) return sizeof(I) == 8 ? static_cast<I>(1ull << 63) : I(0);
   double r;
   switch (mode) {
     case Round::Nearest: r = std::nearbyint(v); break;  // the default rounding mode: ties to even

@@ -317,7 +317,7 @@ CUDASIM_INTERNAL inline float round_toward_zero_bits(float x, int keep_mantissa)
 template <bool BF16>
 CUDASIM_INTERNAL inline uint32_t cvt_x2(Rnd rnd, bool relu, bool satfinite, float a, float b) {
   auto one = [&](float x) -> uint32_t {
-    if (relu && !std::isnan(x) && x < 0) x = 0.0f;
+    if (relu && !std::isnan(x) && std::signbit(x)) x = 0.0f;  // -0 too: the H100 gives +0
     if (rnd == Rnd::rz) x = round_toward_zero_bits(x, BF16 ? 7 : 23);
     uint16_t h = BF16 ? to_bf16_bits(x, satfinite) : to_f16_bits(x, satfinite);
     if (relu && std::isnan(x)) h = 0x7FFF;
@@ -325,7 +325,7 @@ CUDASIM_INTERNAL inline uint32_t cvt_x2(Rnd rnd, bool relu, bool satfinite, floa
   };
   if (rnd == Rnd::rz && !BF16) {  // f16 toward zero: through double to avoid double rounding
     auto z = [&](float x) -> uint32_t {
-      if (relu && !std::isnan(x) && x < 0) x = 0.0f;
+      if (relu && !std::isnan(x) && std::signbit(x)) x = 0.0f;  // -0 too: the H100 gives +0
       if (std::isnan(x)) return 0x7FFF;
       uint16_t h = float_to_half_bits(x);
       float back = half_bits_to_float(h);
@@ -342,7 +342,7 @@ CUDASIM_INTERNAL inline uint32_t cvt_x2(Rnd rnd, bool relu, bool satfinite, floa
 CUDASIM_INTERNAL inline uint32_t cvt_tf32(Rnd rnd, float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
-  if ((u & 0x7F800000u) == 0x7F800000u) return (u & 0x7FFFFFu) ? 0x7FFFFFFFu : u;
+  if ((u & 0x7F800000u) == 0x7F800000u) return u;  // infinities, and NaNs as they came (the H100 keeps 0x7fc00000)
   if (rnd == Rnd::rna) u += 0x1000u;
   else if (rnd == Rnd::rn) u += 0xFFFu + ((u >> 13) & 1u);
   return u & ~0x1FFFu;
@@ -401,16 +401,17 @@ CUDASIM_INTERNAL inline typename ty_of<D>::t cvt(Rnd rnd, bool ftz, bool relu, b
     (void)rnd;
     if constexpr (D == Ty::f64) {
       double x = is_float_ty<S> ? cvt_in<S>(v) : static_cast<double>(static_cast<ST>(v));
-      if (relu && !std::isnan(x) && x < 0) x = 0;
+      if (relu && !std::isnan(x) && std::signbit(x)) x = 0;
       if (sat) x = std::isnan(x) ? 0 : std::clamp(x, 0.0, 1.0);
       return x;
     } else {
       float f;
       if constexpr (S == Ty::f64) f = static_cast<float>(v);
+      else if constexpr (S == Ty::f16) f = canonical(static_cast<float>(cvt_in<S>(v)));  // a NaN: 0x7fffffff (H100)
       else if constexpr (is_float_ty<S>) f = static_cast<float>(cvt_in<S>(v));  // exact
       else f = static_cast<float>(v);                                          // to nearest
       f = flush(ftz, f);
-      if (relu && !std::isnan(f) && f < 0) f = 0.0f;
+      if (relu && !std::isnan(f) && std::signbit(f)) f = 0.0f;
       if (sat) f = std::isnan(f) ? 0.0f : std::clamp(f, 0.0f, 1.0f);
       if constexpr (D == Ty::f16) return to_f16_bits(f, false);
       else if constexpr (D == Ty::bf16) return to_bf16_bits(f, false);

@@ -461,16 +461,19 @@ CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d) {
     }
     return;
   }
-  check_async_readers(d.site, d.dst, d.bytes, "this copy, landing now,");
+  check_async_readers(d.site, d.dst, static_cast<uint32_t>(d.data.size()), "this copy, landing now,");
   note_write(d.dst, d.data.size(), d.site.file, d.site.line);
   std::memcpy(d.dst, d.data.data(), d.data.size());
 }
 
-CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned char* dst, std::vector<unsigned char>&& data) {
+// `tx`: the bytes counted against the barrier's transaction count, when not all of `data` (a narrow box's
+// rows under a swizzle take more shared memory than they hold).
+CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned char* dst, std::vector<unsigned char>&& data,
+                                        uint32_t tx = 0) {
   uint32_t n = static_cast<uint32_t>(data.size());
   check_async_readers(s, dst, n, "this copy");
   std::memset(dst, kPoison, n);  // not there until the barrier's phase completes
-  b.inflight.push_back(Delivery{dst, std::move(data), n, 0, s, false});
+  b.inflight.push_back(Delivery{dst, std::move(data), tx ? tx : n, 0, s, false});
   stamp(b);
   moved_on();
 }
@@ -537,49 +540,71 @@ CUDASIM_INTERNAL inline const tma::Map tensor_map(const Site& s, Addr a) {
   return m;
 }
 
-// Walk a box: f(smem byte offset, global byte offset or -1 outside the tensor).
+// The shared-memory bytes between the starts of two rows of a box (its dim-0 runs): the row's bytes, or
+// with a swizzle the swizzle's span (32, 64, 128 bytes) when the row is narrower: the H100 places each row
+// of a narrow box at a multiple of the span (a 64-byte row under the 128-byte swizzle takes 128 bytes).
+CUDASIM_INTERNAL inline uint64_t row_pitch(const tma::Map& m) {
+  const uint64_t row = m.n[0] * m.elem, span = m.swizzle ? 16ull << m.swizzle : 0;
+  return row < span ? span : row;
+}
+
+// The shared-memory bytes a box takes (row_pitch per row).
+CUDASIM_INTERNAL inline uint64_t box_footprint(const tma::Map& m) {
+  return m.box_bytes / (m.n[0] * m.elem) * row_pitch(m);
+}
+
+// Walk a box: f(smem byte offset, global byte offset or -1 outside the tensor). Along dim 0 the tensor
+// ends after `dim0_bytes` (its size; a store passes it rounded up to 16 bytes, see tma_store).
 template <class F>
-CUDASIM_INTERNAL inline void box_walk(const tma::Map& m, const int32_t* c, int dims, F f) {
+CUDASIM_INTERNAL inline void box_walk(const tma::Map& m, const int32_t* c, int dims, uint64_t dim0_bytes, F f) {
   uint32_t i[5] = {0, 0, 0, 0, 0};
-  uint64_t sm = 0;
-  const uint64_t total = m.box_bytes / m.elem;
+  const uint64_t total = m.box_bytes / m.elem, pitch = row_pitch(m);
+  uint64_t row = 0;
   for (uint64_t e = 0; e < total; ++e) {
     bool inside = true;
     uint64_t go = 0;
     for (int d = 0; d < dims; ++d) {
       long long coord = 1ll * c[d] + 1ll * i[d] * m.estride[d];
-      if (coord < 0 || coord >= static_cast<long long>(m.dims[d])) inside = false;
+      long long end = d ? static_cast<long long>(m.dims[d]) : static_cast<long long>(dim0_bytes / m.elem);
+      if (coord < 0 || coord >= end) inside = false;
       else go += static_cast<uint64_t>(coord) * m.strides[d];
     }
-    f(sm, inside ? static_cast<long long>(go) : -1ll);
-    sm += m.elem;
+    f(row * pitch + i[0] * m.elem, inside ? static_cast<long long>(go) : -1ll);
     for (int d = 0; d < dims; ++d) {
       if (++i[d] < m.n[d]) break;
       i[d] = 0;
     }
+    if (i[0] == 0) ++row;
   }
 }
 
-CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dims) {
+// What a tiled copy needs beyond its tensor map: the map's rank, and a first coordinate at a 16-byte
+// boundary of the row (the H100 raises an illegal instruction for any other, inside the tensor or not).
+CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dims, const int32_t* c) {
   if (dims != m.rank)
     fail_at(s, "a " + std::to_string(dims) + "d copy with a tensor map of rank " + std::to_string(m.rank));
+  const long long at = 1ll * c[0] * static_cast<long long>(m.elem);
+  if (at % 16)
+    fail_at(s, "the box starts at element " + std::to_string(c[0]) + " of dimension 0, " + std::to_string(at) +
+                   " bytes into the row, which is not a multiple of 16: a tiled TMA copy must start each row at a "
+                   "16-byte boundary (the GPU stops the kernel with an illegal instruction)");
 }
 
 // cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {c}], [mbar]
 CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr map, const int32_t* coords, Addr bar) {
   SimScope scope;
   const tma::Map m = tensor_map(s, map);
-  check_tma(s, m, dims);
-  unsigned char* d = resolve(s, Space::Shared, dst, m.box_bytes, 128, "destination");
+  check_tma(s, m, dims, coords);
+  unsigned char* d = resolve(s, Space::Shared, dst, box_footprint(m), 128, "destination");
   uint64_t base = window_offset(d);
   MBarrier& b = find_barrier(s, Space::Shared, bar);
-  std::vector<unsigned char> data(m.box_bytes);
+  std::vector<unsigned char> data(box_footprint(m));
   const unsigned char* g0 = reinterpret_cast<const unsigned char*>(m.base);
   uint64_t fill = 0;
   if (m.oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)
-    fill = m.elem == 2 ? 0x7FFFull : m.elem == 4 ? 0x7FFFFFFFull : 0x7FFFFFFFFFFFFFFFull;
+    fill = 0x7FF77FF77FF77FF7ull;  // the H100's fill: 0x7ff7 in every 16 bits (a NaN in f16, bf16 and f32)
   int bits = tma_swizzle_bits(m.swizzle);
-  box_walk(m, coords, dims, [&](uint64_t so, long long go) {
+  box_walk(m, coords, dims, m.dims[0] * m.elem, [&](uint64_t so, long long go) {
     uint64_t at = swizzle(base + so, bits) - base;
     if (go >= 0) {
       note_read(g0 + go, m.elem, s.file, s.line);
@@ -588,7 +613,7 @@ CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr ma
       std::memcpy(&data[at], &fill, m.elem);
     }
   });
-  issue_copy(s, b, d, std::move(data));
+  issue_copy(s, b, d, std::move(data), static_cast<uint32_t>(m.box_bytes));
 }
 
 // cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c}], [src]: elements outside
@@ -596,13 +621,21 @@ CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr ma
 CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const int32_t* coords, Addr src) {
   SimScope scope;
   const tma::Map m = tensor_map(s, map);
-  check_tma(s, m, dims);
-  const unsigned char* from = resolve(s, Space::Shared, src, m.box_bytes, 128, "source");
+  check_tma(s, m, dims, coords);
+  for (int d = 0; d < dims; ++d)
+    if (coords[d] < 0)
+      fail_at(s, "the box starts at coordinate " + std::to_string(coords[d]) + " of dimension " + std::to_string(d) +
+                     ": a TMA store's coordinates must not be negative (the GPU stops the kernel with an illegal "
+                     "instruction; a load may start before the tensor and is filled there)");
+  const unsigned char* from = resolve(s, Space::Shared, src, box_footprint(m), 128, "source");
   uint64_t base = window_offset(from);
   unsigned char* g0 = reinterpret_cast<unsigned char*>(m.base);
   int bits = tma_swizzle_bits(m.swizzle);
-  note_read(from, m.box_bytes, s.file, s.line);
-  box_walk(m, coords, dims, [&](uint64_t so, long long go) {
+  note_read(from, box_footprint(m), s.file, s.line);
+  // the H100 writes a row's last 16 bytes whole: elements past the tensor's end in the same 16 bytes
+  // (the row's padding up to its stride) are written too
+  const uint64_t dim0_bytes = (m.dims[0] * m.elem + 15) / 16 * 16;
+  box_walk(m, coords, dims, dim0_bytes, [&](uint64_t so, long long go) {
     if (go < 0) return;
     note_write(g0 + go, m.elem, s.file, s.line);
     std::memcpy(g0 + go, arena + swizzle(base + so, bits), m.elem);
