@@ -271,9 +271,10 @@ def test_two_processes_loading_one_new_file_build_it_once_and_both_load_it(tmp_p
 
 @pytest.mark.toolkit
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["truncated library", "missing stamp"])
+@pytest.mark.parametrize("damage", ["truncated library", "missing stamp", "cpp_extension's lock left"])
 def test_an_interrupted_build_is_rebuilt_never_loaded(tmp_path, damage):
-    """A build killed while linking leaves a truncated library, or one without a stamp."""
+    """A build killed while linking leaves a truncated library, or one without a stamp; one killed while
+    compiling leaves cpp_extension's lock file, which made every later build of the file wait forever."""
     root = _isolated_build_dir(tmp_path)
     src = tmp_path / "interrupted.cu"
     src.write_text((HERE / "vector_add.cu").read_text())
@@ -282,8 +283,11 @@ def test_an_interrupted_build_is_rebuilt_never_loaded(tmp_path, damage):
     so, stamp = folder / f"{folder.name}.so", folder / f"{folder.name}.ok"
     if damage == "truncated library":
         so.write_bytes(so.read_bytes()[: so.stat().st_size // 2])
+    elif damage == "missing stamp":
+        stamp.unlink()
     else:
         stamp.unlink()
+        (folder / "lock").write_text("")  # as torch.utils.file_baton leaves it when its process is killed
     out = _finish(_run_loader(src, root))
     assert "building interrupted for sim" in out
     assert stamp.read_text().split()[0] == str(so.stat().st_size)

@@ -71,7 +71,10 @@ def build_lock(out: Path, name: str):
     """Hold an exclusive lock on one extension's build folder: the check of the cache, the build and
     the load happen under it, so a second process building the same file waits and then loads the
     first one's library. (cpp_extension keeps its own lock file, named `lock`, in the same folder;
-    this one has another name.)"""
+    this one has another name. Its lock is a file that only its own process removes: one left by a build
+    that was killed would make every later build of the folder wait for it forever. Every build here
+    holds this lock first, so a `lock` found while holding it is such a leftover, and is removed.)"""
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(out / f"{name}.lock"):
+        (out / "lock").unlink(missing_ok=True)
         yield
