@@ -1,6 +1,6 @@
 # CUDA kernels for PyTorch, lesson by lesson.
 #   make lessons      set up, build every lesson's kernels, run every notebook headlessly
-#   make test-all     set up, then every test of the lessons and the simulator, solution notebooks under nbval
+#   make test-all     set up, then every test of the lessons, checker and simulator semantics; solution notebooks (nbval)
 #   make test-toolkit the toolkit's own tests: nvcc compile check, build cache, packaging, public CUDA, PTX (CI runs both)
 #   make lab          JupyterLab, opened on lessons/ (the repository is its root)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2

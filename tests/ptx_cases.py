@@ -6,11 +6,13 @@ from a fixed seed, so that the simulator's test (tests/test_sim_ptx.py) and a GP
 inputs. `reference` computes the expected result from the PTX ISA's definitions (fragment layouts,
 swizzles, rounding), written here independently of the simulator. On a GPU machine
 
-    python tests/ptx_cases.py --out "$OUT/ptx_vectors"
+    python tests/ptx_cases.py --out DIR
 
-runs every case on the GPU and saves {case: (args, outputs)} in one file per group; copied to
-tests/ptx_vectors/, the simulator's test then also compares itself with the GPU's answers (bit for
-bit, or within the stated tolerance for float sums whose order the hardware chooses).
+runs every case on the GPU (in a child process; after a case that faults, the rest go on in a new one) and saves
+{case: {"digest" of its inputs, "out" or "error"}} in one file per source file; copied to tests/ptx_vectors/,
+the simulator's test then also compares itself with the GPU's answers (bit for bit, or within the stated
+tolerance for float sums whose order the hardware chooses and .approx functions), and expects an error where
+the GPU stopped the kernel.
 """
 from __future__ import annotations
 
@@ -1021,20 +1023,15 @@ def record(out_dir: Path, backend: str = "cuda") -> None:
 
 
 def main() -> None:
-    import os
-
     parser = argparse.ArgumentParser(description="Record the GPU's answers to the PTX test cases (build with "
                                      "TORCH_CUDA_ARCH_LIST=9.0a: the Hopper cases need sm_90a).")
-    parser.add_argument("--out", default=os.environ.get("OUT") and str(Path(os.environ["OUT"]) / "ptx_vectors"),
-                        help="the folder for the vector files (default: $OUT/ptx_vectors)")
+    parser.add_argument("--out", required=True, help="the folder for the vector files (copy them to tests/ptx_vectors/)")
     parser.add_argument("--backend", choices=["cuda", "sim"], default="cuda",
                         help="where to run the cases (sim only to try the recorder without a GPU)")
     if sys.argv[1:2] == ["--child"]:  # record()'s worker: --child BACKEND RESULTS CASE...
         _run_cases(sys.argv[4:], sys.argv[2], Path(sys.argv[3]))
         return
     args = parser.parse_args()
-    if not args.out:
-        parser.error("give --out or set OUT")
     if args.backend == "cuda" and not torch.cuda.is_available():
         parser.error("needs a GPU (torch.cuda.is_available() is False)")
     record(Path(args.out), args.backend)

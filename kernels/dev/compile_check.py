@@ -71,7 +71,7 @@ def read_outcome(path: Path) -> Outcome | None:
         return None
 SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
 # A file that builds only with flags of its own (half_types.cu: `// build flags: -U__CUDA_NO_HALF_OPERATORS__`)
-# is built alone, with them, by the compile check and by --warm, as its tests load it.
+# is built alone, with them, by the compile check and by --warm (where --warm builds it), as its tests load it.
 FLAGS_MARK = "// build flags:"
 # A file that only tests of `make test-toolkit` load (the simulator's coverage of public CUDA and inline
 # PTX) is not built by --warm, the first step of `make test-all`: its tests build it in test-toolkit.

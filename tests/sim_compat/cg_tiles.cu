@@ -1,7 +1,7 @@
 // cg_tiles.cu: cooperative groups' tiles of several warps and scans, as the CUDA samples
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // (multi_warp_cg_reduce) and CUB-style code use them; tests/test_sim_public.py compares every op with
 // PyTorch on the sim backend and, with a GPU, on cuda.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op           what it exercises
 //   big_tile     tiled_partition<64 ... 512>: ranks and sizes, sync() around shared memory, shfl, any,

@@ -1,7 +1,7 @@
 // extension_style.cu: host code written for CUDA tensors, as the PyTorch C++/CUDA extension
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // tutorial and pytorch/extension-cpp write it, with no simulator-specific line. On the sim
 // backend "the CUDA device" is the CPU; tests/test_sim_compat.py compares every op with PyTorch.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op              what it exercises
 //   muladd          a.device().type() == at::DeviceType::CUDA in TORCH_CHECK and TORCH_INTERNAL_ASSERT

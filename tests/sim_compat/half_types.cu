@@ -1,9 +1,9 @@
 // half_types.cu: the 16- and 8-bit float APIs of cuda_fp16.h, cuda_bf16.h and cuda_fp8.h as public
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // kernels use them, built as llm.c builds (-U__CUDA_NO_BFLOAT16_CONVERSIONS__ and friends: the
 // implicit conversions and operators on); tests/test_sim_public.py compares every op with an exact
 // reference in Python on the sim backend and, with a GPU, on cuda.
 // build flags: -U__CUDA_NO_HALF_OPERATORS__ -U__CUDA_NO_HALF_CONVERSIONS__ -U__CUDA_NO_BFLOAT16_CONVERSIONS__ -U__CUDA_NO_HALF2_OPERATORS__
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op            what it exercises
 //   bf16_api      __halves2bfloat162, __nv_bfloat162's operator+, atomicAdd on __nv_bfloat162,

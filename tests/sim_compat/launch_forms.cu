@@ -1,8 +1,8 @@
 // launch_forms.cu: launches, shuffles and registrations written the way public projects write them
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // (the CUDA samples, LeetCUDA's launch macros, NVIDIA's integral-image kernels, vLLM's registration
 // header); tests/test_sim_public.py compares every op with PyTorch on the sim backend and, with a GPU,
 // on cuda.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op             what it exercises
 //   reverse32      dynamic shared memory sized by an enumerator (cudaTensorCoreGemm's enum { SHMEM_SZ })

@@ -1,8 +1,8 @@
 // pybind_extension.cu: a PyTorch C++/CUDA extension in the tutorial's style: torch/extension.h,
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // torch::Tensor in the signatures, AT_DISPATCH_FLOATING_TYPES, torch::zeros_like and packed
 // accessors, bound with pybind11. On the sim backend it builds with the simulator's light
 // torch/extension.h; tests/test_sim_compat.py compares every op with PyTorch.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op                 what it exercises
 //   leaky_relu         AT_DISPATCH_FLOATING_TYPES, torch::zeros_like, packed_accessor32 on a 2-D tensor

@@ -1,7 +1,7 @@
 // samples_idioms.cu: shared-memory idioms of the CUDA samples (cudaTensorCoreGemm, reduction),
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // written the way they write them; tests/test_sim_compat.py compares every op with PyTorch on the
 // sim backend and, with a GPU, on cuda.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op                 what it exercises
 //   transpose          `extern __shared__ float tile[][TILE + 1];`: dynamic shared memory as rows of a

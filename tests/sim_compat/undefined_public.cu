@@ -1,7 +1,7 @@
 // undefined_public.cu: what public kernels do that a GPU leaves undefined, or that stops a kernel,
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // which the simulator must report with a clear error. Simulator tests only (tests/test_sim_public.py):
 // on a GPU these return whatever the hardware gives, or hang.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op                  what it exercises
 //   outside_mask_sum    the CUDA samples' reduce7 pattern: a shuffle down whose mask holds only the

@@ -1,7 +1,7 @@
 // uses_torch_nn.cu: an extension whose host code uses libtorch's C++ module API (torch::nn::Linear),
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // which the simulator's light torch/extension.h does not hold: on the sim backend the build falls
 // back to the real torch/extension.h. tests/test_sim_compat.py checks the result against PyTorch.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 #include <torch/extension.h>
 
 #include <c10/cuda/CUDAException.h>

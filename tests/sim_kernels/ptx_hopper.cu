@@ -1,8 +1,8 @@
 // ptx_hopper.cu: Hopper's asynchronous instructions one at a time, with raw data in and out, so that
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // the simulator's results can be compared with an H100's (tests/test_sim_ptx.py, tests/ptx_cases.py).
 // The wgmma instructions exist only for sm_90a: on the cuda backend build with TORCH_CUDA_ARCH_LIST=9.0a
 // (a build for plain sm_90 compiles, and its wgmma kernels trap).
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op                 what it runs
 //   wgmma_raw          one warpgroup: wgmma.mma_async m64nNk16 on a shared-memory image, with A and B

@@ -1,8 +1,8 @@
 // ptx_misuse.cu: inline PTX that nvcc compiles but that breaks the PTX ISA's rules; on a GPU each is
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // undefined (a hang, a fault, garbage or, worse, the right answer by luck). The simulator reports each
 // with the line (the MARKER comments) or, where PTX defines a value but the data has not arrived,
 // gives NaN. Simulator tests only (tests/test_sim_ptx.py); the wgmma cases need sm_90a to build.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   misuse(x, what) runs one kernel; `what`:
 //    1 ldmatrix with a row address that is not 16-byte aligned      12 a wgmma descriptor outside shared memory

@@ -1,13 +1,14 @@
 // ptx_mma_matmul.cu: a bf16 matmul written with the PTX that Ampere-style full-speed kernels use:
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // cp.async copies into a ring of 3 shared-memory stages, XOR-swizzled tiles read with ldmatrix
 // (.trans for B), mma.sync.m16n8k16 with fp32 accumulation. tests/test_sim_ptx.py runs it on sim and,
 // with a GPU, on cuda, against PyTorch.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op          what it computes
 //   mma_matmul  C = A B for A [M, K] and B [K, N] in bf16, C in fp32; any M, K and N multiples of 8
 //               (each cp.async moves 16 bytes); a ragged edge is read as zeros (cp.async src-size 0)
 #include "helpers.cuh"
+#include "ptx_common.cuh"  // smem_addr
 
 #include <ATen/ops/empty.h>
 #include <cstdint>
@@ -29,10 +30,6 @@ __device__ __forceinline__ int a_offset(int row, int col) {
 }
 __device__ __forceinline__ int b_offset(int row, int col) {
   return row * BN + (((col / 8) ^ (row % 8)) * 8) + col % 8;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // 16 bytes from global to shared, or zeros where the chunk lies outside the matrix (src-size 0; the

@@ -1,8 +1,8 @@
 // ptx_ops.cu: single PTX instructions, one op each, with raw registers in and out, so that the
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // simulator's results can be compared with a GPU's bit for bit (tests/test_sim_ptx.py; the GPU's
-// answers are recorded by tests/ptx_vectors/make_vectors.py). Ampere-level instructions here;
+// answers are recorded into tests/ptx_vectors/ by tests/ptx_cases.py). Ampere-level instructions here;
 // Hopper's (wgmma, TMA) are in ptx_hopper.cu.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op             what it runs (registers are int32 tensors holding the bits)
 //   mma_raw        one warp: mma.sync with lane l's A, B, C registers in row l; `form` picks the

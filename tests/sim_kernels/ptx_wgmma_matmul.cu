@@ -1,10 +1,10 @@
 // ptx_wgmma_matmul.cu: a Hopper bf16 matmul written with the PTX of the kernels that reach cuBLAS
-// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 // speed: TMA loads (cp.async.bulk.tensor) into 128-byte-swizzled tiles, a producer warpgroup that
 // hands stages to two consumer warpgroups through mbarriers (transaction counts, phase parity), and
 // wgmma.mma_async reading both operands from shared memory through matrix descriptors; setmaxnreg
 // moves registers from the producer to the consumers. tests/test_sim_ptx.py runs it on sim and, on an
 // H100 built for sm_90a (TORCH_CUDA_ARCH_LIST=9.0a), on cuda, against PyTorch.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op             what it computes
 //   wgmma_matmul   C = A B in fp32 for A [M, K] and B in bf16, B given as [K, N] (b_kmajor false: its

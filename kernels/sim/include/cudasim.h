@@ -84,6 +84,11 @@
 #endif
 
 #include "cudasim_platform.h"  // the fiber switch and the fault handler's registers, per CPU and OS
+#ifdef SI_KERNEL
+#define CUDASIM_NO_ADDRESS_FAULT SI_KERNEL  // Linux: a fault without an address (a general-protection fault)
+#else
+#define CUDASIM_NO_ADDRESS_FAULT (-1)  // other systems have no such si_code: never matches
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code.
@@ -337,7 +342,7 @@ struct Sim {
   volatile int fault_thread = -1;
   volatile bool fault_overflow = false;  // in the thread's stack guard, else an illegal access
   const void* volatile fault_addr = nullptr;
-  volatile int fault_code = 0;  // the signal's si_code: SI_KERNEL for a fault that carries no address
+  volatile int fault_code = 0;  // the signal's si_code: SI_KERNEL for a fault that carries no address (Linux)
   const void* volatile fault_pc = nullptr;
   const void* volatile fault_sp = nullptr;
   // the sticky and the last error, as cudaGetLastError reports them
@@ -1316,7 +1321,7 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
                   "stack overflow%s: the thread used more than its %zu KB stack (deep recursion or large local "
                   "arrays); raise it with the environment variable CUDASIM_STACK_KB, e.g. CUDASIM_STACK_KB=%zu",
                   at.c_str(), g.stack_bytes / 1024, g.stack_bytes / 1024 * 4);
-  } else if (!g.fault_addr && g.fault_code == SI_KERNEL) {
+  } else if (!g.fault_addr && g.fault_code == CUDASIM_NO_ADDRESS_FAULT) {
     // x86 reports a general-protection fault without the address: an aligned vector instruction at an
     // address that is not a multiple of its width, or an address outside the CPU's address space
     std::snprintf(buf, sizeof buf,

@@ -393,7 +393,7 @@ CUDASIM_INTERNAL inline typename ty_of<D>::t cvt(Rnd rnd, bool ftz, bool relu, b
     return static_cast<DT>(std::clamp<long double>(x, std::numeric_limits<DT>::min(), std::numeric_limits<DT>::max()));
   } else if constexpr (is_float_ty<S> && !is_float_ty<D>) {
     double x = cvt_in<S>(v);
-    if (std::isnan(x)) return 0;
+    if (std::isnan(x)) return sizeof(DT) == 8 ? static_cast<DT>(1ull << 63) : DT(0);  // as the intrinsics (H100)
     x = round_int(rnd, x);
     return static_cast<DT>(std::clamp<double>(x, static_cast<double>(std::numeric_limits<DT>::min()),
                                               static_cast<double>(std::numeric_limits<DT>::max())));

@@ -598,7 +598,9 @@ CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr ma
   unsigned char* d = resolve(s, Space::Shared, dst, box_footprint(m), 128, "destination");
   uint64_t base = window_offset(d);
   MBarrier& b = find_barrier(s, Space::Shared, bar);
-  std::vector<unsigned char> data(box_footprint(m));
+  // the gaps between a narrow box's rows keep what they held when the copy was issued (a write into them
+  // while the copy is in flight is lost when it lands)
+  std::vector<unsigned char> data(d, d + box_footprint(m));
   const unsigned char* g0 = reinterpret_cast<const unsigned char*>(m.base);
   uint64_t fill = 0;
   if (m.oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)
@@ -633,7 +635,8 @@ CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const 
   int bits = tma_swizzle_bits(m.swizzle);
   note_read(from, box_footprint(m), s.file, s.line);
   // the H100 writes a row's last 16 bytes whole: elements past the tensor's end in the same 16 bytes
-  // (the row's padding up to its stride) are written too
+  // (the row's padding up to its stride) are written too. After the last row that is up to 15 bytes past
+  // the tensor when no padding follows it, as on the GPU (and inside the allocation's 16-byte granule here).
   const uint64_t dim0_bytes = (m.dims[0] * m.elem + 15) / 16 * 16;
   box_walk(m, coords, dims, dim0_bytes, [&](uint64_t so, long long go) {
     if (go < 0) return;
