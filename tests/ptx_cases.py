@@ -774,12 +774,10 @@ def _tma_walk(p: torch.Tensor, coords, store: bool = False):
     end in dim 0, up to the next 16 bytes, are written too (the H100 does)."""
     v = p.tolist()
     rank, dtype, swizzle = v[0], v[1], v[2]
-    dims, strides, box, est = v[4:4 + rank], v[9:9 + rank - 1], v[13:13 + rank], v[18:18 + rank]
-    est[0] = 1
+    dims, strides, est = v[4:4 + rank], v[9:9 + rank - 1], [1] + v[19:18 + rank]
     es = DTYPES[dtype][1]
     gstride = [es] + strides
-    n = [(box[d] + est[d] - 1) // est[d] for d in range(rank)]
-    pitch = max(n[0] * es, 16 << swizzle if swizzle else 0)
+    n, pitch = _box_rows(p)
     ends = list(dims)
     if store:
         ends[0] = (dims[0] * es + 15) // 16 * 16 // es
@@ -803,14 +801,20 @@ def _tma_walk(p: torch.Tensor, coords, store: bool = False):
             idx[d] = 0
 
 
-def tma_footprint(p: torch.Tensor) -> int:
-    """The shared-memory bytes of a box (see _tma_walk's rows)."""
+def _box_rows(p: torch.Tensor) -> tuple[list[int], int]:
+    """A box's elements along each dim (ceil(box / elementStride); dim 0's stride is always 1) and the
+    shared-memory bytes from one row's start to the next (see _tma_walk)."""
     v = p.tolist()
     rank, dtype, swizzle = v[0], v[1], v[2]
-    box, est = v[13:13 + rank], v[18:18 + rank]
-    es = DTYPES[dtype][1]
-    n = [box[0]] + [(box[d] + est[d] - 1) // est[d] for d in range(1, rank)]
-    return math.prod(n[1:]) * max(n[0] * es, 16 << swizzle if swizzle else 0)
+    box, est = v[13:13 + rank], [1] + v[19:18 + rank]
+    n = [(box[d] + est[d] - 1) // est[d] for d in range(rank)]
+    return n, max(n[0] * DTYPES[dtype][1], 16 << swizzle if swizzle else 0)
+
+
+def tma_footprint(p: torch.Tensor) -> int:
+    """The shared-memory bytes of a box (see _tma_walk's rows)."""
+    n, pitch = _box_rows(p)
+    return math.prod(n[1:]) * pitch
 
 
 def tma_load_reference(glob: torch.Tensor, p: torch.Tensor, coords: torch.Tensor) -> list[torch.Tensor]:
@@ -1000,8 +1004,8 @@ def record(out_dir: Path, backend: str = "cuda") -> None:
     import tempfile
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = list(all_cases())
     cases = all_cases()
+    names = list(cases)
     answers: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "part.pt"
