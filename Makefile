@@ -2,15 +2,15 @@
 #   make lessons      set up, build every lesson's kernels, run every notebook headlessly
 #   make test-all     set up, then every test of the lessons, checker and simulator semantics; solution notebooks (nbval)
 #   make test-toolkit the toolkit's own tests: nvcc compile check, build cache, packaging, public CUDA, PTX (CI runs both)
-#   make lab          JupyterLab, opened on lessons/ (the repository is its root)
+#   make lab          set up, then JupyterLab on lesson 01's notebook (the repository is its root; LAB_OPEN=path for another)
 #   make check LESSON=01          check your exercise;  make hint LESSON=01 N=2   its hint 2
 #   make profile LESSON=04        memory accesses per source line of a lesson's kernels, on the simulator
 #   make profile LESSON=04 KERNEL=scale_add4   Nsight Compute on one variant, on a GPU (report in build/profile/)
 #   make sanitize LESSON=05       your exercise's self-check under compute-sanitizer (GPU) or the simulator's orders
 # Other targets: setup test test-arm64 bench doctor compile-check clean (README.md says what each does).
 #
-# By default everything runs in .venv, which `make setup` creates (`make setup TORCH=cpu`: the
-# smaller CPU-only torch, for a machine without an NVIDIA GPU). In an environment that already
+# By default everything runs in .venv, which `make setup` creates (with the CPU-only torch where there is no
+# NVIDIA driver and no nvcc; TORCH=cpu or TORCH=cuda chooses). In an environment that already
 # has the dependencies (Colab, a GPU machine), pass its interpreter: `make test-all PY=python3`;
 # then nothing is installed and the network is not touched.
 
@@ -28,10 +28,11 @@ endif
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 export PYTHONUNBUFFERED := 1
 LESSON ?=
+LAB_OPEN ?= lessons/01_thread_model/01_thread_model.ipynb
 TORCH ?=
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
-ifneq ($(filter-out cpu,$(TORCH)),)
-$(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), or no TORCH for the default build)
+ifneq ($(filter-out cpu cuda,$(TORCH)),)
+$(error TORCH=$(TORCH): expected TORCH=cpu (the CPU-only torch), TORCH=cuda (the CUDA build), or no TORCH (chosen from this machine))
 endif
 
 .PHONY: help setup lessons lab test test-all test-toolkit test-arm64 check hint bench profile sanitize doctor compile-check nbval nbval-lessons clean
@@ -39,9 +40,10 @@ endif
 help:
 	@awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' Makefile
 
+# Found, not imported (importing torch would add seconds to every make check).
 setup: $(SETUP)
-	@$(PYTHON) -c "import torch, ninja, nbval, matplotlib" || \
-	  (echo "missing dependencies in $(PYTHON): run 'make setup' without PY=, or install torch ninja jupyterlab nbval matplotlib pytest"; exit 1)
+	@$(PYTHON) -c "import importlib.util as u, sys; gone = [m for m in ('torch', 'ninja', 'nbval', 'matplotlib') if u.find_spec(m) is None]; gone and print('missing in $(PYTHON):', *gone); sys.exit(bool(gone))" || \
+	  (echo "run 'make setup' without PY=, or install torch ninja jupyterlab nbval matplotlib pytest"; exit 1)
 
 # pip install $(1), its whole output kept in $(VENV)/pip-install.log; on the screen one line per
 # large download (so a long install shows what it is doing) and a count at the end.
@@ -53,14 +55,17 @@ PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.
 	status=$$(cat $(VENV)/.pip-status); test "$$status" = 0 || \
 	  { echo "pip install failed (exit $$status): the last lines of $(VENV)/pip-install.log:"; tail -n 15 $(VENV)/pip-install.log; exit 1; }
 
-# A venv that sees the base interpreter's packages, so a torch that is already there is kept.
-# TORCH=cpu installs torch from PyTorch's CPU-only wheels first (a fraction of the CUDA build's size).
+# A venv that sees the base interpreter's packages, so a torch that is already there is kept. Otherwise
+# kernels/dev/torch_choice.py picks the torch and says why: PyTorch's CPU-only wheels (a fraction of the CUDA
+# build's size) on a Linux x86-64 machine with no NVIDIA driver and no nvcc, else the default; TORCH=cpu or
+# TORCH=cuda decides instead.
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(BASE_PYTHON) -m venv --system-site-packages $(VENV)
 	@echo "setting up $(VENV): torch is large, so the first time takes a few minutes (log: $(VENV)/pip-install.log)"
 	@$(VENV)/bin/python -m pip install -q --upgrade pip >>$(VENV)/pip-install.log 2>&1 || \
 	  echo "  (pip could not be upgraded; going on with the one there)"
-	$(if $(filter cpu,$(TORCH)),@echo "  torch: the CPU-only build from $(TORCH_CPU_INDEX)"; $(call PIP_INSTALL,torch --index-url $(TORCH_CPU_INDEX)))
+	@choice=$$($(VENV)/bin/python kernels/dev/torch_choice.py $(TORCH)) || exit 2; echo "  $${choice#*	}"; \
+	  if [ "$${choice%%	*}" = cpu ]; then echo "  from $(TORCH_CPU_INDEX)"; $(call PIP_INSTALL,torch --index-url $(TORCH_CPU_INDEX)); fi
 	@$(call PIP_INSTALL,-e .)
 	@touch $@
 	@echo "set up: $$($(VENV)/bin/python -c 'import torch; print("torch", torch.__version__, "(CUDA build)" if torch.version.cuda else "(CPU only)")')"
@@ -69,7 +74,7 @@ lessons: setup
 	$(PYTHON) -m kernels.dev.run_notebooks lessons solutions
 
 lab: setup
-	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/lessons $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/$(LAB_OPEN) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # The quick check (kernels/dev/all_tests.py): the simulator builds, then every lesson's tests.
 test: setup

@@ -5,6 +5,8 @@ import os
 
 BACKENDS = ("cuda", "sim")
 ENV = "KERNELS_BACKEND"
+THREADS_ENV = "OMP_NUM_THREADS"  # set, it also decides PyTorch's intra-op threads on the sim backend
+_threads_settled = False
 
 
 def gpu_available() -> bool:
@@ -44,3 +46,19 @@ def device(backend: str | None = None):
     import torch
 
     return torch.device("cuda" if resolve(backend) == "cuda" else "cpu")
+
+
+def settle_torch_threads() -> None:
+    """Give PyTorch one intra-op thread, once per process, when a kernel is first loaded for the simulator.
+
+    The simulator runs a kernel on the calling thread, and the PyTorch ops around it in the lessons are small. With
+    several intra-op threads, PyTorch's idle workers keep spinning after each op and take the cores the simulator
+    needs; on a loaded 2-core machine a loop of a 64x32 @ 32x96 matmul and one simulated launch took 0.6-0.9 ms
+    per iteration with two threads and 0.2-0.3 ms with one. $OMP_NUM_THREADS, when set, is left to decide."""
+    global _threads_settled
+    if _threads_settled or THREADS_ENV in os.environ:
+        return
+    import torch
+
+    torch.set_num_threads(1)
+    _threads_settled = True

@@ -39,6 +39,24 @@ def test_second_load_comes_from_the_cache(capsys):
     assert "building" not in capsys.readouterr().out
 
 
+def test_a_sim_load_gives_torch_one_thread_unless_omp_num_threads_decides(monkeypatch):
+    from kernels import backend
+
+    before = torch.get_num_threads()
+    try:
+        for omp, expected in ((None, 1), ("2", 2)):
+            monkeypatch.setattr(backend, "_threads_settled", False)
+            if omp is None:
+                monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+            else:
+                monkeypatch.setenv("OMP_NUM_THREADS", omp)
+            torch.set_num_threads(2)
+            load(HERE / "vector_add.cu", "sim")
+            assert torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_cache_key_changes_with_the_source_and_the_backend(tmp_path):
     src = tmp_path / "k.cu"
     src.write_text((HERE / "vector_add.cu").read_text())

@@ -429,3 +429,61 @@ def test_the_nvcc_path_imports_nothing_of_the_simulator(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "built vector_add_cuda_" in run.stdout
     assert "sim modules: []" in run.stdout, run.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# make setup's choice of torch (kernels/dev/torch_choice.py)
+
+def _torch_choice():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torch_choice", ROOT / "kernels" / "dev" / "torch_choice.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("asked, has_torch, system, machine, driver, nvcc, expected", [
+    ("", False, "Linux", "x86_64", "", "", "cpu"),  # a laptop without an NVIDIA GPU: the small install
+    ("", False, "Linux", "x86_64", "/proc/driver/nvidia/version", "", "cuda"),
+    ("", False, "Linux", "x86_64", "", "/usr/local/cuda/bin/nvcc", "cuda"),  # the compile check needs it
+    ("", False, "Darwin", "arm64", "", "", "cuda"),  # macOS's default torch is small already
+    ("", True, "Linux", "x86_64", "", "", "keep"),  # Colab, a GPU machine: the torch there stays
+    ("cpu", False, "Linux", "x86_64", "/proc/driver/nvidia/version", "", "cpu"),
+    ("cuda", False, "Linux", "x86_64", "", "", "cuda"),
+])
+def test_setup_chooses_the_small_torch_where_nothing_could_use_cuda(asked, has_torch, system, machine, driver, nvcc,
+                                                                   expected):
+    choice, why = _torch_choice().choose(asked, has_torch, system, machine, driver, nvcc)
+    assert choice == expected and why
+
+
+def test_setup_runs_the_chosen_install_and_says_which_and_why(tmp_path):
+    """The Makefile's set-up recipe with a stand-in venv whose python logs what it is asked to run."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    log = tmp_path / "calls"
+    fake = venv / "bin" / "python"
+    fake.write_text(f"""#!/usr/bin/env bash
+echo "$*" >> {log}
+case "$1" in
+  kernels/dev/torch_choice.py) exec {sys.executable} -S "$@" ;;
+  -c) echo "torch 0.0 (CPU only)" ;;
+  *) echo "Successfully installed x" ;;
+esac
+""")
+    fake.chmod(0o755)
+    for torch_arg, cpu_install in (("TORCH=cpu", True), ("TORCH=cuda", False)):
+        log.write_text("")
+        (venv / ".installed").unlink(missing_ok=True)
+        r = subprocess.run(["make", "-s", f"VENV={venv}", str(venv / ".installed"), torch_arg,
+                            "TORCH_CPU_INDEX=https://example.invalid/cpu"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        calls = log.read_text()
+        assert ("-m pip install torch --index-url https://example.invalid/cpu" in calls) == cpu_install
+        assert "-m pip install -e ." in calls
+        said = "the CPU-only build" if cpu_install else "the default build"
+        assert f"torch: {said}" in r.stdout and f"({torch_arg} asked for it" in r.stdout
+    r = subprocess.run(["make", "-s", f"VENV={venv}", "setup", "TORCH=gpu"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "expected TORCH=cpu" in r.stderr

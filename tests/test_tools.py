@@ -57,7 +57,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 @pytest.mark.toolkit  # through make or a command line: the plumbing; the logic is tested in-process
 @pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None, reason="jupyterlab is not installed here")
-def test_make_lab_serves_the_repository_and_opens_on_the_lessons():
+def test_make_lab_serves_the_repository_and_opens_lesson_01():
     port, token = _free_port(), "lessons-test"
     args = f"--no-browser --port={port} --ServerApp.ip=127.0.0.1 --IdentityProvider.token={token} --ServerApp.port_retries=0"
     proc = subprocess.Popen(["make", "-s", "lab", f"PY={sys.executable}", f"LAB_ARGS={args}"], cwd=ROOT, env=ENV,
@@ -80,11 +80,13 @@ def test_make_lab_serves_the_repository_and_opens_on_the_lessons():
         # the files the notebooks point to are inside the server's root
         assert "02_first_kernel.cu" in get("/api/contents/kernels/reference")
         assert "01_thread_model.ipynb" in get("/api/contents/solutions/01_thread_model")
-        # and the browser opens on lessons/
+        # and the browser opens lesson 01's notebook
         opener = urllib.request.build_opener(_NoRedirect)
         with pytest.raises(urllib.error.HTTPError) as redirect:
             opener.open(f"http://127.0.0.1:{port}/?token={token}", timeout=5)
-        assert redirect.value.code == 302 and redirect.value.headers["Location"].startswith("/lab/tree/lessons")
+        first = "lessons/01_thread_model/01_thread_model.ipynb"
+        assert redirect.value.code == 302 and redirect.value.headers["Location"].split("?")[0] == f"/lab/tree/{first}"
+        assert (ROOT / first).is_file() and "01_thread_model.ipynb" in get("/api/contents/lessons/01_thread_model")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -516,7 +518,7 @@ def test_make_lessons_ends_by_saying_what_to_open_next(monkeypatch, capsys):
     from kernels.dev import run_notebooks
 
     monkeypatch.setattr(run_notebooks, "notebooks", lambda folders: [ROOT / "lessons" / "01_thread_model" / "x.ipynb"])
-    monkeypatch.setattr(run_notebooks, "run", lambda nb: (True, ""))
+    monkeypatch.setattr(run_notebooks, "run_in_process", lambda nb, env: (True, ""))
     assert run_notebooks.main(["lessons"]) == 0
     out = capsys.readouterr().out
     assert out.index("all notebooks ran") < out.index("make lab") < out.index("make check LESSON=01")
@@ -529,10 +531,32 @@ def test_make_lessons_with_a_failing_notebook_names_it_and_gives_no_next_steps(m
     from kernels.dev import run_notebooks
 
     monkeypatch.setattr(run_notebooks, "notebooks", lambda folders: [ROOT / "lessons" / "01_thread_model" / "x.ipynb"])
-    monkeypatch.setattr(run_notebooks, "run", lambda nb: (False, "NameError: name 'y' is not defined"))
+    monkeypatch.setattr(run_notebooks, "run_in_process", lambda nb, env: (False, "NameError: name 'y' is not defined"))
     assert run_notebooks.main(["lessons"]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "lessons/01_thread_model/x.ipynb" in out and "make lab" not in out
+
+
+@pytest.mark.toolkit  # starts two Jupyter kernels
+def test_make_lessons_runs_notebooks_side_by_side_with_torch_threads_shared(monkeypatch):
+    import nbformat
+    from kernels.dev import run_notebooks
+
+    folder = ROOT / "build" / "tests" / f"side_by_side_{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    code = "import os, time; t = time.time(); time.sleep(2); print(os.environ.get('OMP_NUM_THREADS'), t)"
+    nbs = []
+    for name in ("a", "b"):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        nbformat.write(nb, folder / f"{name}.ipynb")
+        nbs.append(folder / f"{name}.ipynb")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert run_notebooks.run_side_by_side(nbs, jobs=2) == []
+    printed = [nbformat.read(run_notebooks.OUT / nb.relative_to(ROOT), as_version=4).cells[0].outputs[0]["text"].split()
+               for nb in nbs]
+    assert [p[0] for p in printed] == ["1", "1"]  # two notebooks on two cores: one torch thread each
+    assert abs(float(printed[0][1]) - float(printed[1][1])) < 2  # both ran at once (each sleeps 2 s)
 
 
 def _tracked_toolkit_files() -> list[str]:

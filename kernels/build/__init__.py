@@ -133,6 +133,8 @@ def namespace_suffix(flags: list[str]) -> str:
 def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None, quiet: bool,
           python_module: bool | None, optimise: bool):
     """load() for a resolved file and backend."""
+    if be == "sim":
+        _backend.settle_torch_threads()
     sources = SourceSet.of(entry)
     flags = compile_flags(be, extra_cflags, optimise=optimise)
     suffix = namespace_suffix(flags)

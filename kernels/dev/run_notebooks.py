@@ -1,6 +1,8 @@
 """`make lessons`: build every lesson's kernels and execute every notebook headlessly.
 
-Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks.
+Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks. The notebooks
+run side by side, one at a time per core (`--jobs N` to choose), each in its own process whose PyTorch gets its
+share of the cores; kernels that several notebooks build are built once, in the build cache.
 
 For maintainers: `python -m kernels.dev.run_notebooks --refresh solutions/NN_topic/...ipynb` executes
 a solution notebook on the simulator and writes its outputs back into it (the outputs that nbval
@@ -8,7 +10,10 @@ compares in `make test-all`). Run it after changing anything a solution notebook
 """
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -62,6 +67,46 @@ def run(nb_path: Path, timeout: int = 1800, in_place: bool = False) -> tuple[boo
     return ok, msg
 
 
+def run_in_process(nb: Path, env: dict[str, str]) -> tuple[bool, str]:
+    """run(nb) in a process of its own (`--one`), with this environment."""
+    done = subprocess.run([sys.executable, "-m", "kernels.dev.run_notebooks", "--one", str(nb)], env=env, cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = done.stdout.strip().splitlines()
+    return done.returncode == 0, lines[-1] if lines else f"exit {done.returncode}"
+
+
+def run_side_by_side(nbs: list[Path], jobs: int) -> list[Path]:
+    """Execute the notebooks, `jobs` at a time, each by a worker process (`--one`); print one line per notebook
+    as it finishes. Returns the ones that failed."""
+    from .all_tests import lane_env
+
+    env = os.environ | lane_env(os.cpu_count() or 1, jobs)  # the kernels inherit it: PyTorch's threads per process
+    queue = list(enumerate(nbs, 1))
+    failed: list[Path] = []
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                i, nb = queue.pop(0)
+            t0 = time.perf_counter()
+            ok, msg = run_in_process(nb, env)
+            with lock:
+                print(f"[{i}/{len(nbs)}] {nb.relative_to(ROOT)} {'ok' if ok else 'FAILED'} "
+                      f"({time.perf_counter() - t0:.0f} s)" + ("" if ok else f": {msg}"), flush=True)
+                if not ok:
+                    failed.append(nb.relative_to(ROOT))
+
+    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return failed
+
+
 def refresh(paths: list[str]) -> int:
     """Re-execute solution notebooks on the simulator and store their outputs in them."""
     import os
@@ -91,27 +136,27 @@ def main(argv: list[str] | None = None) -> int:
                                             "build/executed/), or re-execute solution notebooks in place.")
     p.add_argument("--refresh", nargs="+", metavar="NOTEBOOK",
                    help="solution notebooks to execute on the simulator, their outputs stored in them")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks at a time (default: one per core)")
+    p.add_argument("--one", metavar="NOTEBOOK", help=argparse.SUPPRESS)  # a worker of run_side_by_side
     p.add_argument("folders", nargs="*", help="folders of notebooks (default: lessons solutions)")
     a = p.parse_args(argv)
     if a.refresh:
         return refresh(a.refresh)
+    if a.one:
+        ok, msg = run(Path(a.one))
+        print(msg)
+        return 0 if ok else 1
     folders = a.folders or ["lessons", "solutions"]
     nbs = notebooks(folders)
+    jobs = max(1, min(a.jobs, len(nbs)))
     print(f"backend: {reason()}")
-    print(f"running {len(nbs)} notebooks; executed copies go to {OUT.relative_to(ROOT)}/")
-    failed = []
-    for i, nb in enumerate(nbs, 1):
-        rel = nb.relative_to(ROOT)
-        print(f"[{i}/{len(nbs)}] {rel} ...", end="", flush=True)
-        t0 = time.perf_counter()
-        ok, msg = run(nb)
-        print(f" {'ok' if ok else 'FAILED'} ({time.perf_counter() - t0:.0f} s)" + ("" if ok else f": {msg}"), flush=True)
-        if not ok:
-            failed.append(rel)
+    print(f"running {len(nbs)} notebooks, {jobs} at a time; executed copies go to {OUT.relative_to(ROOT)}/")
+    t_all = time.perf_counter()
+    failed = run_side_by_side(nbs, jobs)
     if failed:
         print("failed:", *failed, sep="\n  ")
         return 1
-    print("all notebooks ran")
+    print(f"all notebooks ran ({time.perf_counter() - t_all:.0f} s)")
     print(NEXT_STEPS)
     return 0
 

@@ -10,6 +10,7 @@ notebook, `make hint LESSON=02 N=2` in a terminal.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from .. import lessons
@@ -159,6 +160,18 @@ def hint(lesson: str, name: str | None = None, n: int = 1, *, shell: bool = Fals
         print(f"next hint: {hint_command(ex, n + 1, shell)}")
 
 
+def process_seconds() -> float | None:
+    """Wall seconds since this process started (imports included), where the system says (Linux); else None."""
+    import os
+
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m kernels.exercises NN [name] [--solution] [--hint N]`: check a lesson's exercises
     (exit 1 on failure), or print one hint."""
@@ -180,10 +193,13 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyError, ValueError) as e:
         print(e.args[0])
         return 2
-    ok = True
+    ok, t0 = True, time.perf_counter()
     for ex in exs:
         r = check_exercise(ex.lesson, ex.name, solution=a.solution, backend=a.backend, shell=True)
         ok &= r.passed
         print()
-    print("all exercises pass" if ok else "some exercises do not pass yet")
+    verdict = "all exercises pass" if ok else "some exercises do not pass yet"
+    since_start = process_seconds()
+    started = f"; {since_start:.1f} s since Python started" if since_start else ""
+    print(f"{verdict} (checked in {time.perf_counter() - t0:.1f} s, builds included{started})")
     return 0 if ok else 1
