@@ -483,7 +483,7 @@ esac
         calls = log.read_text()
         assert ("-m pip install torch --index-url https://example.invalid/cpu" in calls) == cpu_install
         assert "-m pip install -e ." in calls
-        said = "the CPU-only build" if cpu_install else "the default build"
+        said = "the CPU-only build" if cpu_install else "the CUDA build, PyPI's default"
         assert f"torch: {said}" in r.stdout and f"({torch_arg} asked for it" in r.stdout
     r = subprocess.run(["make", "-s", f"VENV={venv}", "setup", "TORCH=gpu"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode != 0 and "expected TORCH=cpu" in r.stderr

@@ -24,9 +24,8 @@ from ..paths import ROOT
 OUT = ROOT / "build" / "executed"
 NEXT_STEPS = """
 Next: learn by running them yourself.
-  make lab                  opens JupyterLab in your browser, on the lessons/ folder
-  then open 01_thread_model/01_thread_model.ipynb and read and run it cell by cell
-  (Shift+Enter); its exercise is scale.cu, next to it, marked FILL ME IN.
+  make lab                  opens JupyterLab in your browser on lessons/01_thread_model/01_thread_model.ipynb:
+  read and run it cell by cell (Shift+Enter); its exercise is scale.cu, next to it, marked FILL ME IN.
   make check LESSON=01      checks your exercise from a terminal (make hint LESSON=01 N=1 for a hint)
 The executed copies of every notebook, with their outputs, are in build/executed/."""
 
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.refresh:
         return refresh(a.refresh)
     if a.one:
-        ok, msg = run(Path(a.one))
+        ok, msg = run(Path(a.one).resolve())
         print(msg)
         return 0 if ok else 1
     folders = a.folders or ["lessons", "solutions"]

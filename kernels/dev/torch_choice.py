@@ -64,7 +64,8 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    what = {"cpu": "the CPU-only build", "cuda": "the default build (on Linux x86-64 the CUDA one)",
+    linux_x86 = platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
+    what = {"cpu": "the CPU-only build", "cuda": "the CUDA build, PyPI's default" if linux_x86 else "PyPI's default build",
             "keep": "the one already installed"}[choice]
     hint = "" if choice == "keep" else f"; {OTHER[choice]}"
     print(f"{choice}\ttorch: {what} ({why}{hint})")
