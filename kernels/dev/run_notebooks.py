@@ -1,8 +1,9 @@
 """`make lessons`: build every lesson's kernels and execute every notebook headlessly.
 
-Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks. The notebooks
-run side by side, one at a time per core (`--jobs N` to choose), each in its own process whose PyTorch gets its
-share of the cores; kernels that several notebooks build are built once, in the build cache.
+Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks. On the simulator
+the notebooks run side by side, one per core (at most MAX_JOBS; `--jobs N` to choose), each in its own process
+whose PyTorch gets its share of the cores; kernels that several notebooks build are built once, in the build
+cache. On a GPU they run one at a time, so that the timings they print are not shared.
 
 For maintainers: `python -m kernels.dev.run_notebooks --refresh solutions/NN_topic/...ipynb` executes
 a solution notebook on the simulator and writes its outputs back into it (the outputs that nbval
@@ -22,6 +23,7 @@ from ..backend import reason
 from ..paths import ROOT
 
 OUT = ROOT / "build" / "executed"
+MAX_JOBS = 4  # each notebook's kernel holds its own torch and builds: memory, not cores, limits a large machine
 NEXT_STEPS = """
 Next: learn by running them yourself.
   make lab                  opens JupyterLab in your browser on lessons/01_thread_model/01_thread_model.ipynb:
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                                             "build/executed/), or re-execute solution notebooks in place.")
     p.add_argument("--refresh", nargs="+", metavar="NOTEBOOK",
                    help="solution notebooks to execute on the simulator, their outputs stored in them")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks at a time (default: one per core)")
+    p.add_argument("--jobs", type=int, help=f"notebooks at a time (default: one per core, at most {MAX_JOBS}, on the "
+                                            "simulator; one at a time on a GPU, whose timings they print)")
     p.add_argument("--one", metavar="NOTEBOOK", help=argparse.SUPPRESS)  # a worker of run_side_by_side
     p.add_argument("folders", nargs="*", help="folders of notebooks (default: lessons solutions)")
     a = p.parse_args(argv)
@@ -147,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if ok else 1
     folders = a.folders or ["lessons", "solutions"]
     nbs = notebooks(folders)
-    jobs = max(1, min(a.jobs, len(nbs)))
+    jobs = a.jobs or (1 if backend.resolve() == "cuda" else min(os.cpu_count() or 1, MAX_JOBS))
+    jobs = max(1, min(jobs, len(nbs)))
     print(f"backend: {reason()}")
     print(f"running {len(nbs)} notebooks, {jobs} at a time; executed copies go to {OUT.relative_to(ROOT)}/")
     t_all = time.perf_counter()
