@@ -134,7 +134,12 @@ def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
     for name, model in (("eager", eager), ("custom ops", custom)):
         step = train_step(model, model)
         trace = out_dir / TRACE_PNG.replace(".png", ".json") if model is custom else None
-        parts = sp.time_by_part(sp.profile_steps(step, on_gpu=on_gpu, trace=trace), on_gpu=on_gpu)
+        prof = sp.profile_steps(step, on_gpu=on_gpu, trace=trace)
+        parts, total = sp.time_by_part(prof, on_gpu=on_gpu), sp.total_ms(prof, on_gpu=on_gpu)
+        verdict = "agree" if abs(sum(parts.values()) - total) <= 0.01 * total else \
+            "DIFFER: a part counts some time twice or misses some"
+        print(f"profile of the {name} step: its parts add up to {sum(parts.values()):.3f} ms, its "
+              f"{'kernels' if on_gpu else 'ops'} to {total:.3f} ms ({verdict})")
         rows += [Row(PARTS, f"{name}: {part}", ms, None, None, None, None, None) for part, ms in parts.items()]
         if trace is not None:
             sp.plot_trace(trace, out_dir / TRACE_PNG, f"one training step of the custom-op model ({_shape()})")

@@ -86,8 +86,8 @@ def _range_of(e) -> str | None:
     return None
 
 
-def parts_of_events(prof: profile) -> dict[int, str]:
-    """The part of every recorded CPU event, by its id: its innermost range; in the backward, the range of the
+def parts_of_events(prof: profile) -> list[tuple[object, str]]:
+    """(event, part) for every recorded CPU event: its innermost range; in the backward, the range of the
     forward op that made the backward node it runs under; outside both, by its name or its caller's
     (_named_part)."""
     ops = _ops(prof)
@@ -98,13 +98,13 @@ def parts_of_events(prof: profile) -> dict[int, str]:
         if e.sequence_nr >= 0 and not e.name.startswith(BACKWARD) and _backward_node(e) is None:
             last[(e.thread, e.sequence_nr)] = e
     node_part = {k: _range_of(e) for k, e in last.items()}
-    parts = {}
+    parts = []
     for e in ops:
         part = _range_of(e)
         node = _backward_node(e)
         if part is None and node is not None:
             part = node_part.get((node.fwd_thread, node.sequence_nr))
-        parts[e.id] = part or _named_part(e)
+        parts.append((e, part or _named_part(e)))
     return parts
 
 
@@ -117,21 +117,34 @@ def _backward_node(e):
     return None
 
 
+def _own_us(e, on_gpu: bool) -> float:
+    """Event e's own time in microseconds: on a GPU the kernels it launched itself (not the GPU-side copy of a
+    range, which carries the range's own name and spans the kernels of the ops inside it), on the simulator
+    its CPU time less its children's."""
+    if not on_gpu:
+        return e.self_cpu_time_total
+    return sum(k.duration for k in e.kernels if k.name != e.name)
+
+
 def time_by_part(prof: profile, on_gpu: bool) -> dict[str, float]:
     """Milliseconds per step in each part: each event's own device time on a GPU (the kernels it launched
     itself), its own CPU time on the simulator, so that nested events are not counted twice."""
     ms: dict[str, float] = {p: 0.0 for p, _ in PARTS} | {OTHER: 0.0}
-    parts = parts_of_events(prof)
-    for e in _ops(prof):
-        own_us = e.self_device_time_total if on_gpu else e.self_cpu_time_total
-        ms[parts[e.id]] += own_us / 1000 / ACTIVE
+    for e, part in parts_of_events(prof):
+        ms[part] += _own_us(e, on_gpu) / 1000 / ACTIVE
     return ms
 
 
 def total_ms(prof: profile, on_gpu: bool) -> float:
-    """Milliseconds per step of every recorded event's own time (device time on a GPU, CPU time on the
-    simulator): what time_by_part's parts add up to."""
-    return sum(e.self_device_time_total if on_gpu else e.self_cpu_time_total for e in _ops(prof)) / 1000 / ACTIVE
+    """Milliseconds per step that time_by_part's parts must add up to, counted another way: on a GPU every
+    kernel, copy and fill on the device (not the ranges' GPU-side copies), on the simulator every op's own CPU
+    time (key_averages's sums)."""
+    if on_gpu:
+        us = sum(e.self_device_time_total for e in prof.events()
+                 if e.device_type != torch.autograd.DeviceType.CPU and not e.is_user_annotation)
+    else:
+        us = sum(e.self_cpu_time_total for e in prof.key_averages() if not e.key.startswith("ProfilerStep"))
+    return us / 1000 / ACTIVE
 
 
 def amdahl(before: dict[str, float], after: dict[str, float], swapped=SWAPPED) -> float:
