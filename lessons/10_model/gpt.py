@@ -14,7 +14,7 @@ through torch (cuBLAS on a GPU). The tokens are bytes of a text that ships with 
 
 Each swappable piece runs inside a profiler range named "part: <what>" (`swappable`), in the eager and the
 custom model alike, so that a profile can say which part of the step an op's time belongs to
-(step_profile.time_by_part). Without a profiler running, a range costs a check of a flag.
+(step_profile.time_by_part). Without a profiler running, `swappable` opens no range at all.
 """
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ ATTENTION, LAYERNORM, BIAS_GELU = "attention: scale, mask, softmax", "layernorm"
 
 
 def swappable(part: str):
-    """The profiler range "part: <part>" around a piece a model may swap. torch.compile would drop the range
-    with a warning: under it this is a context that does nothing, and the graph stays one."""
-    if torch.compiler.is_compiling():
+    """The profiler range "part: <part>" around a piece a model may swap, while a profiler records. Otherwise,
+    and under torch.compile (which would drop the range with a warning), a context that does nothing."""
+    if torch.compiler.is_compiling() or not torch.autograd._profiler_enabled():
         return contextlib.nullcontext()
     return record_function(RANGE + part)
 
