@@ -142,7 +142,8 @@ def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
               f"{'kernels' if on_gpu else 'ops'} to {total:.3f} ms ({verdict})")
         rows += [Row(PARTS, f"{name}: {part}", ms, None, None, None, None, None) for part, ms in parts.items()]
         if trace is not None:
-            sp.plot_trace(trace, out_dir / TRACE_PNG, f"one training step of the custom-op model ({_shape()})")
+            sp.plot_trace(trace, out_dir / TRACE_PNG, f"{sp.ACTIVE} profiled training steps of the custom-op model "
+                                                      f"({_shape()})")
         queued, synced = [], []
         for _ in range(QUEUE_REPEATS):
             _sync()
