@@ -248,6 +248,7 @@ PART_OPS = {
 
 @pytest.mark.parametrize("name", ["eager", "custom"])
 def test_profile_parts_come_from_the_ranges_and_count_every_event_once(models, name):
+    assert gpt.RANGE == sp.RANGE and (gpt.ATTENTION, gpt.LAYERNORM, gpt.BIAS_GELU) == sp.SWAPPED  # one spelling
     model = models[name == "custom"]
     prof = sp.profile_steps(gpt.trainer(model, batch=BATCH), on_gpu=False)
     found = {}
