@@ -19,6 +19,7 @@ LESSON = ROOT / "lessons" / "10_model"
 SOLUTION = ROOT / "solutions" / "10_model"
 sys.path.insert(0, str(LESSON))
 import gpt  # noqa: E402  (lessons/10_model/gpt.py, as the notebook imports it)
+import step_profile as sp  # noqa: E402
 
 CFG = gpt.Config(d_model=32, n_head=2, n_layer=2, seq_len=16)
 STEPS, BATCH = 8, 2
@@ -72,6 +73,27 @@ def test_custom_model_compiles_as_one_graph_without_breaks(models, dev):
     ops = {str(n.target) for g in explained.graphs for n in g.graph.nodes if n.op == "call_function"}
     assert any("causal_softmax" in o for o in ops) and any("layernorm" in o for o in ops) \
         and any("bias_gelu" in o for o in ops), f"the custom ops are not in the graph: {sorted(ops)}"
+
+
+def test_sdpa_model_has_the_eager_models_loss_and_gradients(models):
+    eager, _ = models
+    sdpa = gpt.twin(eager, gpt.SDPA)
+    x, y = next(gpt.batches(gpt.text_bytes(next(eager.parameters()).device), BATCH, CFG.seq_len, 1))
+    want, got = _grads(eager, x, y), _grads(sdpa, x, y)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=GRAD_TOLERANCE, atol=GRAD_TOLERANCE,
+                                   msg=lambda m, name=name: f"{name}: {m}")
+    losses = [gpt.train(m, 3, BATCH) for m in (eager, sdpa)]
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=0, atol=LOSS_TOLERANCE)
+
+
+def test_eager_and_sdpa_models_compile_as_one_graph_with_the_profiler_ranges(models, dev):
+    # the custom model's ranges are compiled by the two tests above and below
+    eager, _ = models
+    x = torch.randint(0, gpt.VOCAB, (BATCH, CFG.seq_len), device=dev)
+    for model in (eager, gpt.twin(eager, gpt.SDPA)):
+        explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
 
 
 def test_compiled_custom_model_trains_like_the_eager_one(models):
@@ -182,7 +204,8 @@ def test_the_compiled_step_runs_for_more_glues_than_dynamos_recompile_limit(tmp_
         _compiled_step(register_glue(glue, backend), dev)  # raises FailOnRecompileLimitHit past the limit
 
 
-def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeypatch, dev, backend, capsys):
+def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeypatch, dev, backend, capsys,
+                                                                          tmp_path):
     # the GPU benchmark's own functions, at the tests' tiny size in float32 on this backend
     from kernels.benchmarks import lesson10 as bench10
 
@@ -191,8 +214,51 @@ def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeyp
         monkeypatch.setattr(bench10, name, value)
     eager, custom = bench10.models()
     assert bench10.parity(eager, custom)
+    assert bench10.parity(eager, bench10.sdpa_model(eager), "SDPA")
+    monkeypatch.setattr(bench10, "QUEUE_REPEATS", 1)
+    rows = {(r.bench, r.variant): r.ms for r in bench10._profile_rows(eager, custom, tmp_path)}
+    for model in ("eager", "custom ops"):
+        parts = [ms for (b, v), ms in rows.items() if b == bench10.PARTS and v.startswith(model + ": ")]
+        assert len(parts) == 6 and rows[(bench10.QUEUE, f"{model}: {bench10.KERNELS}")] == pytest.approx(sum(parts))
+        assert all(rows[(bench10.QUEUE, f"{model}: {what}")] > 0 for what in (bench10.QUEUED, bench10.STEP))
+    assert 0 < (tmp_path / bench10.TRACE_PNG).stat().st_size < 150_000
+    assert capsys.readouterr().out.count("ms (agree)") == 2
     bench10.train_step(custom, custom)()  # trains the custom model's weights away from the eager model's
     assert bench10.inference(custom)().shape == (2, 16, gpt.VOCAB)
     with torch.no_grad():
         custom.blocks[0].fc.weight.mul_(3)  # a wrong model: far outside the bf16 tolerance
     assert not bench10.parity(eager, custom)
+
+
+# The parts of a training step by the profiler ranges of gpt.py: the ops of the eager attention's scale, mask
+# and softmax (the mask's construction, masked_fill's clone), forward and backward, are in the attention part,
+# not in "other" where their names would put them; every event's own time is counted once.
+PART_OPS = {
+    "eager": {gpt.ATTENTION: ("aten::mul", "aten::ones", "aten::tril", "aten::bitwise_not", "aten::masked_fill",
+                              "aten::_softmax", "MulBackward0", "MaskedFillBackward0", "SoftmaxBackward0",
+                              "aten::_softmax_backward_data"),
+              gpt.LAYERNORM: ("aten::native_layer_norm", "aten::native_layer_norm_backward"),
+              gpt.BIAS_GELU: ("aten::gelu", "aten::gelu_backward"),
+              "matmul": ("aten::mm", "aten::bmm", "aten::addmm")},
+    "custom": {gpt.ATTENTION: ("aten::mul", "MulBackward0", "softmax7", "softmax_backward", "causal_softmax"),
+               gpt.LAYERNORM: ("layernorm", "layernorm_backward"),
+               gpt.BIAS_GELU: ("bias_gelu", "bias_gelu_backward"),
+               "matmul": ("aten::mm", "aten::bmm", "aten::addmm")}}
+
+
+@pytest.mark.parametrize("name", ["eager", "custom"])
+def test_profile_parts_come_from_the_ranges_and_count_every_event_once(models, name):
+    assert gpt.RANGE == sp.RANGE and (gpt.ATTENTION, gpt.LAYERNORM, gpt.BIAS_GELU) == sp.SWAPPED  # one spelling
+    model = models[name == "custom"]
+    prof = sp.profile_steps(gpt.trainer(model, batch=BATCH), on_gpu=False)
+    found = {}
+    for e, part in sp.parts_of_events(prof):
+        found.setdefault(e.name.split("::")[-1], set()).add(part)
+    for part, ops in PART_OPS[name].items():
+        for op in ops:
+            seen = {p for n, ps in found.items() if n == op.split("::")[-1] for p in ps}
+            assert seen == {part}, f"{op} of the {name} model is filed under {sorted(seen)}, not {part!r}"
+    ms = sp.time_by_part(prof, on_gpu=False)
+    total = sum(e.self_cpu_time_total for e in prof.key_averages() if not e.key.startswith("ProfilerStep"))
+    assert abs(sum(ms.values()) - total / 1000 / sp.ACTIVE) < 1e-6 * total, (ms, total)
+    assert sum(ms.values()) == pytest.approx(sp.total_ms(prof, on_gpu=False), rel=1e-9)

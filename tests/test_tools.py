@@ -275,6 +275,29 @@ def test_record_stamps_the_benchmark_csv_with_date_and_torch_version(tmp_path):
                          "add,add2,0.29,2750,,0.92,1.03,1.02,,3000,NVIDIA H100" + stamp]
 
 
+def test_record_copies_a_lessons_record_files_beside_the_csv_and_names_a_missing_one(tmp_path, monkeypatch):
+    import types
+
+    import kernels.benchmarks as benchmarks
+
+    def run(out_dir):
+        (out_dir / "lesson10.csv").write_text(BENCH_HEADER + "step,eager,22,,116,,1.0,0.57,,3000,GPU\n")
+        (out_dir / "lesson10_trace.png").write_bytes(b"\x89PNG picture")
+    module = types.SimpleNamespace(run=run, RECORD_FILES=("lesson10_trace.png",))
+    monkeypatch.setattr(benchmarks, "gpu_available", lambda: True)
+    monkeypatch.setattr(benchmarks, "ROOT", tmp_path)
+    monkeypatch.setattr(benchmarks, "OUT", tmp_path / "bench")
+    monkeypatch.setattr(benchmarks, "RECORDED", tmp_path / "recorded")
+    monkeypatch.setattr(benchmarks, "update_readme", lambda: None)
+    monkeypatch.setattr(benchmarks, "lessons", lambda: ["10"])
+    monkeypatch.setattr(benchmarks.importlib, "import_module", lambda name: module)
+    assert benchmarks.main(["--record", "10"]) == 0
+    assert (tmp_path / "recorded" / "lesson10_trace.png").read_bytes() == b"\x89PNG picture"
+    (tmp_path / "bench" / "lesson10_trace.png").unlink()
+    with pytest.raises(FileNotFoundError, match="no lesson10_trace.png in"):
+        benchmarks.record("10", files=module.RECORD_FILES)
+
+
 def test_record_without_a_benchmark_run_says_what_to_run(tmp_path):
     from kernels.benchmarks import record
 

@@ -97,14 +97,21 @@ def _lesson_id(lesson: str | int) -> str:
         raise ValueError(f"expected a lesson number such as \"06\", got {lesson!r}") from None
 
 
-def record(lesson: str | int, out_dir: Path | None = None, recorded_dir: Path | None = None) -> Path:
-    """Copy out_dir/lessonNN.csv to recorded_dir/lessonNN.csv with a date and a torch version column."""
+def record(lesson: str | int, out_dir: Path | None = None, recorded_dir: Path | None = None,
+           files: tuple[str, ...] = ()) -> Path:
+    """Copy out_dir/lessonNN.csv to recorded_dir/lessonNN.csv with a date and a torch version column, and the
+    named files of out_dir (a lesson module's RECORD_FILES, such as a picture the notebook shows) as they are."""
+    import shutil
+
     import torch
 
     out_dir, recorded_dir = out_dir or OUT, recorded_dir or RECORDED
     src = out_dir / f"lesson{_lesson_id(lesson)}.csv"
     if not src.exists():
         raise FileNotFoundError(f"no {src.name} in {out_dir}: run the lesson's benchmark first (make bench LESSON=NN)")
+    for name in files:
+        if not (out_dir / name).exists():
+            raise FileNotFoundError(f"no {name} in {out_dir}: the lesson's benchmark writes it beside {src.name}")
     with src.open(newline="") as fh:
         reader = csv.DictReader(fh)
         fields = [f for f in reader.fieldnames or [] if f not in STAMP] + list(STAMP)
@@ -116,6 +123,8 @@ def record(lesson: str | int, out_dir: Path | None = None, recorded_dir: Path | 
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         w.writerows({**r, **stamp} for r in rows)
+    for name in files:
+        shutil.copyfile(out_dir / name, recorded_dir / name)
     return dst
 
 
@@ -236,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== lesson {lesson}")
         mod.run(OUT)
         if keep:
-            print(f"recorded in {record(lesson).relative_to(ROOT)}")
+            print(f"recorded in {record(lesson, files=getattr(mod, 'RECORD_FILES', ())).relative_to(ROOT)}")
     update_readme()
     print(f"CSV and plots in {OUT.relative_to(ROOT)}/; README results table updated")
     return 0

@@ -1,20 +1,26 @@
 """Lesson 10 on the GPU: the GPT block stack with the lessons' kernels against eager PyTorch and torch.compile.
 
 One model size, GPT-2 small's width: d_model 768, 12 heads, 1024 tokens, batch 8, LAYERS blocks, bfloat16
-weights and activations. Four ways to run it, side by side in one run: the eager model (nanoGPT's
-non-flash attention), torch.compile of it, the model with the custom ops (lessons 05, 07, 08) and
-torch.compile of that. Two benchmarks: a training step (forward, backward and a fused AdamW step) and an
-inference forward under torch.no_grad. The CSV has ms per step and the TFLOP/s of the model's matmuls; vs eager
-and vs compile are speed-ups. Before timing, the custom model's loss and gradients are checked against the
-eager model's (bf16 tolerance).
+weights and activations. Six ways to run it, side by side in one run: the eager model (nanoGPT's
+non-flash attention), torch.compile of it, the model with the custom ops (lessons 05, 07, 08), torch.compile
+of that, and nanoGPT's default attention, F.scaled_dot_product_attention(is_causal=True) (SDPA), eager and
+compiled. Two benchmarks: a training step (forward, backward and a fused AdamW step) and an inference forward
+under torch.no_grad. The CSV has ms per step and the TFLOP/s of the model's matmuls (SDPA's counted as if it
+computed the masked half too); vs eager and vs compile are speed-ups. Before timing, the custom and the SDPA
+models' loss and gradients are checked against the eager model's (bf16 tolerance).
 
-Two more groups of rows, milliseconds alone, for the lesson's notebook to show without a GPU: where a training
-step's time goes by torch.profiler (PART rows, eager and custom), and the measuring pitfalls (PITFALLS rows):
-the first step against a steady one, a step timed without synchronising, and a loss read with .item() every step.
+Three more groups of rows, milliseconds alone, for the lesson's notebook to show without a GPU: where a
+training step's time goes by torch.profiler (PARTS rows, eager and custom, the swappable parts found by the
+profiler ranges of gpt.py), how long the CPU takes to queue a step against the GPU time of its kernels (QUEUE
+rows, eager and custom, from the same run: a model whose CPU side takes longer than its kernels is CPU-bound),
+and the measuring pitfalls (PITFALLS rows): the first step against a steady one, a step timed without
+synchronising, and a loss read with .item() every step. The profile of the custom model's step is also drawn as
+a timeline (TRACE_PNG: CPU ops on one lane, GPU kernels on the other), which --record keeps with the CSV.
 """
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from pathlib import Path
 from typing import Callable
@@ -34,7 +40,13 @@ DEVICE, BACKEND = "cuda", "cuda"  # a test runs the pieces tiny on the simulator
 LOSS_TOLERANCE = 2e-2
 GRAD_TOLERANCE = 5e-2  # the norm of the difference against the norm of the eager gradient, per parameter
 PARTS = "where a train step's time goes"  # the bench name of the profile rows: "<model>: <part>"
+QUEUE = "CPU queue time against GPU time, train step"  # rows "<model>: <what>", QUEUED, KERNELS and STEP
+QUEUED, KERNELS, STEP = "CPU queues one step", "GPU kernels of one step (profile)", "one step, synchronised"
 PITFALLS = "pitfalls, eager train step"
+SDPA = "torch SDPA"  # a name that starts with "torch": the README's table of the lessons' kernels leaves it out
+QUEUE_REPEATS = 5  # the queue rows are medians of this many steps
+TRACE_PNG = "lesson10_custom_trace.png"
+RECORD_FILES = (TRACE_PNG,)  # copied beside the recorded CSV by --record
 
 
 def forward_flops() -> int:
@@ -51,6 +63,17 @@ def models():
     torch.manual_seed(0)
     eager = gpt.GPT(gpt.Config(**CONFIG)).to(device=DEVICE, dtype=DTYPE)
     return eager, gpt.twin(eager, gpt.custom_kernels(backend=BACKEND))
+
+
+def sdpa_model(eager):
+    """The eager model's twin with nanoGPT's default attention, F.scaled_dot_product_attention(is_causal=True)."""
+    gpt = gpt_module()
+    return gpt.twin(eager, gpt.SDPA)
+
+
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,8 +105,8 @@ def inference(forward: Callable) -> Callable[[], object]:
     return run
 
 
-def parity(eager, custom) -> bool:
-    """The custom model's loss and gradients match the eager model's within the bf16 tolerance."""
+def parity(eager, custom, name: str = "custom") -> bool:
+    """The custom (or another) model's loss and gradients match the eager model's within the bf16 tolerance."""
     gpt = gpt_module()
     x, y = _batch()
     grads = []
@@ -96,26 +119,52 @@ def parity(eager, custom) -> bool:
     (le, ge), (lc, gc) = grads
     rel = max(float((a - b).norm() / b.norm().clamp_min(1e-12)) for a, b in zip(gc, ge))
     ok = abs(le - lc) <= LOSS_TOLERANCE and rel <= GRAD_TOLERANCE
-    print(f"parity: loss {le:.4f} eager, {lc:.4f} custom; largest relative gradient difference {rel:.1e} "
+    print(f"parity: loss {le:.4f} eager, {lc:.4f} {name}; largest relative gradient difference {rel:.1e} "
           f"({'within' if ok else 'OUTSIDE'} the bf16 tolerance)")
     return ok
 
 
-def _profile_rows(eager, custom) -> list[Row]:
-    """ms per training step in each part of the step, by torch.profiler, for both models."""
+def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
+    """ms per training step in each part of the step, by torch.profiler, for both models; and per model the CPU
+    time to queue a step (from an idle GPU, not waiting for it), the device time of the step's kernels (the
+    profile's parts added up) and the synchronised step. The custom model's profile is drawn to TRACE_PNG."""
     sp = lesson_module("step_profile")
-    rows = []
+    on_gpu = DEVICE == "cuda"
+    rows, queue = [], []
     for name, model in (("eager", eager), ("custom ops", custom)):
-        parts = sp.time_by_part(sp.profile_steps(train_step(model, model), on_gpu=True), on_gpu=True)
+        step = train_step(model, model)
+        trace = out_dir / TRACE_PNG.replace(".png", ".json") if model is custom else None
+        prof = sp.profile_steps(step, on_gpu=on_gpu, trace=trace)
+        parts, total = sp.time_by_part(prof, on_gpu=on_gpu), sp.total_ms(prof, on_gpu=on_gpu)
+        verdict = "agree" if abs(sum(parts.values()) - total) <= 0.01 * total else \
+            "DIFFER: a part counts some time twice or misses some"
+        print(f"profile of the {name} step: its parts add up to {sum(parts.values()):.3f} ms, its "
+              f"{'kernels' if on_gpu else 'ops'} to {total:.3f} ms ({verdict})")
         rows += [Row(PARTS, f"{name}: {part}", ms, None, None, None, None, None) for part, ms in parts.items()]
-    return rows
+        if trace is not None:
+            sp.plot_trace(trace, out_dir / TRACE_PNG, f"{sp.ACTIVE} profiled training steps of the custom-op model "
+                                                      f"({_shape()})")
+        queued, synced = [], []
+        for _ in range(QUEUE_REPEATS):
+            _sync()
+            queued.append(_wall_ms(step, sync=False))  # returns once the step's kernels are queued
+            _sync()
+            synced.append(_wall_ms(step, sync=True))
+        figures = {QUEUED: statistics.median(queued), KERNELS: sum(parts.values()), STEP: statistics.median(synced)}
+        queue += [Row(QUEUE, f"{name}: {what}", ms, None, None, None, None, None) for what, ms in figures.items()]
+    return rows + queue
+
+
+def _shape() -> str:
+    return f"{CONFIG['n_layer']} blocks, d {CONFIG['d_model']}, T {CONFIG['seq_len']}, B {BATCH} " \
+           f"{str(DTYPE).replace('torch.bfloat16', 'bf16').replace('torch.', '')}"
 
 
 def _wall_ms(fn: Callable[[], object], sync: bool) -> float:
     t0 = time.perf_counter()
     fn()
     if sync:
-        torch.cuda.synchronize()
+        _sync()
     return (time.perf_counter() - t0) * 1e3
 
 
@@ -154,15 +203,16 @@ def _pitfall_rows() -> list[Row]:
 
 
 def run(out_dir: Path) -> list[Row]:
-    """The training step and the inference forward, four ways each, the profiles and the pitfalls; CSV and plots
-    into out_dir."""
+    """The training step and the inference forward, six ways each, the profiles, the queue times and the
+    pitfalls; CSV, plots and the custom model's step timeline into out_dir."""
     pitfalls = _pitfall_rows()  # first: the cold step must be the process's first training step
     eager, custom = models()
-    ok = parity(eager, custom)
+    sdpa = sdpa_model(eager)
+    ok = parity(eager, custom) & parity(eager, sdpa, "SDPA")
     copy = copy_bandwidth()
     csv = out_dir / "lesson10.csv"
-    shape = f"{LAYERS} blocks, d 768, T 1024, B {BATCH} bf16"
-    compiled_eager, compiled_custom = torch.compile(eager), torch.compile(custom)
+    shape = _shape()
+    compiled_eager, compiled_custom, compiled_sdpa = torch.compile(eager), torch.compile(custom), torch.compile(sdpa)
     rows = []
     # The steps train the weights a little as they are timed, which changes no timing. The parity check ran
     # before; a failed one marks every row.
@@ -171,13 +221,14 @@ def run(out_dir: Path) -> list[Row]:
             return make(model, forward) if make else inference(forward)
 
         variants = {"torch.compile": timed(eager, compiled_eager), "custom ops": timed(custom, custom),
-                    "custom ops + compile": timed(custom, compiled_custom)}
+                    "custom ops + compile": timed(custom, compiled_custom), SDPA: timed(sdpa, sdpa),
+                    f"{SDPA} + compile": timed(sdpa, compiled_sdpa)}
         rows += bench(f"{label}, {shape}", variants, flops=flops, torch_fn=timed(eager, eager), args=(),
                       compile=False, copy_gbps=copy, check=lambda: ok, csv_path=csv,
                       plot_path=out_dir / f"lesson10_{label.replace(' ', '_')}.png", show=False)
     labelled = [dataclasses.replace(r, variant=f"{r.bench.split(',')[0]}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson10_all.png", show=False)
-    extra = pitfalls + _profile_rows(eager, custom)
+    extra = pitfalls + _profile_rows(eager, custom, out_dir)
     write_csv(extra, csv, copy)
     for name in dict.fromkeys(r.bench for r in rows + extra):  # a table per benchmark: times alone read as times
         print(table([r for r in rows + extra if r.bench == name], copy), end="\n\n")

@@ -5,14 +5,20 @@
     eager = gpt.GPT(cfg)                                   # layernorm, attention, MLP as nanoGPT writes them
     kernels = gpt.custom_kernels()                         # lessons 05, 07, 08 as torch.library ops
     custom = gpt.twin(eager, kernels)                      # the same weights, the custom ops
+    sdpa = gpt.twin(eager, gpt.SDPA)                       # nanoGPT's default: F.scaled_dot_product_attention
 
 Both models are one class; only the three fusable pieces differ (a `Kernels` table): layernorm
 (lesson 08's op), scale + causal mask + softmax of the attention scores (lesson 07's softmax7, through
 the glue in attention_softmax.py, the exercise) and bias + GELU (lesson 05's op). Every matmul goes
 through torch (cuBLAS on a GPU). The tokens are bytes of a text that ships with Python.
+
+Each swappable piece runs inside a profiler range named "part: <what>" (`swappable`), in the eager and the
+custom model alike, so that a profile can say which part of the step an op's time belongs to
+(step_profile.time_by_part). Without a profiler running, `swappable` opens no range at all.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from dataclasses import dataclass
@@ -22,6 +28,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import record_function
 
 from kernels import load
 from kernels.benchmarks.lesson05 import register_fused_ops
@@ -29,6 +36,16 @@ from kernels.lessons.lesson08 import EPS, register_layernorm
 from kernels.lessons.lesson10 import GLUE, register_glue
 
 VOCAB = 256  # byte-level tokens: every text is its own encoding
+RANGE = "part: "  # the prefix of the profiler ranges around the swappable pieces
+ATTENTION, LAYERNORM, BIAS_GELU = "attention: scale, mask, softmax", "layernorm", "bias + GELU"
+
+
+def swappable(part: str):
+    """The profiler range "part: <part>" around a piece a model may swap, while a profiler records. Otherwise,
+    and under torch.compile (which would drop the range with a warning), a context that does nothing."""
+    if torch.compiler.is_compiling() or not torch.autograd._profiler_enabled():
+        return contextlib.nullcontext()
+    return record_function(RANGE + part)
 
 
 @dataclass(frozen=True)
@@ -51,10 +68,11 @@ class Config:
 
 @dataclass(frozen=True)
 class Kernels:
-    """The three pieces a model may swap: layernorm(x2d, w, b), attention(q, k, scale) -> probabilities, and
-    bias_gelu(h2d, b). layernorm and bias_gelu take 2-D contiguous rows (of the residual stream, of the MLP's
-    hidden layer); attention takes q and k as (batch, heads, time, head width) and returns the causal softmax
-    of q k^T * scale, (batch, heads, time, time).
+    """The three pieces a model may swap: layernorm(x2d, w, b), attention(q, k, v, scale) and bias_gelu(h2d, b).
+    layernorm and bias_gelu take 2-D contiguous rows (of the residual stream, of the MLP's hidden layer);
+    attention takes q, k and v as (batch, heads, time, head width) and returns causal_softmax(q k^T * scale) v,
+    (batch, heads, time, head width). An attention that computes the probabilities runs their scale, mask and
+    softmax inside swappable(ATTENTION), and leaves the two matmuls outside it.
     """
 
     name: str
@@ -75,29 +93,43 @@ def causal_softmax_eager(scores: torch.Tensor, scale: float, q_len: int) -> torc
     return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1).view(scores.shape)
 
 
-def _eager_attention(q, k, scale):
-    return causal_softmax_eager(q @ k.transpose(-2, -1), scale, q.shape[-2])
+def _eager_attention(q, k, v, scale):
+    scores = q @ k.transpose(-2, -1)
+    with swappable(ATTENTION):
+        att = causal_softmax_eager(scores, scale, q.shape[-2])
+    return att @ v
 
 
 def _eager_bias_gelu(h, b):
     return F.gelu(h + b, approximate="tanh")
 
 
+def _sdpa_attention(q, k, v, scale):
+    # one fused op (FlashAttention where the GPU and dtype allow it): the matmuls, the mask and the softmax
+    # together, so no range separates them; the (time x time) scores never reach global memory
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+
+
 EAGER = Kernels("eager", _eager_layernorm, _eager_attention, _eager_bias_gelu)
+SDPA = Kernels("sdpa", _eager_layernorm, _sdpa_attention, _eager_bias_gelu)  # nanoGPT's default attention
 
 
 def fused_attention(causal_softmax: Callable) -> Callable:
-    """attention(q, k, scale) through a fused op causal_softmax(scores2d, scale, q_len).
+    """attention(q, k, v, scale) through a fused op causal_softmax(scores2d, scale, q_len).
 
     The scale goes on q, before the matmul, and the op gets scale 1: the op's backward would otherwise
     multiply the (time x time) gradient of every head by the scale in a pass of its own, while q holds
     time / head width times fewer elements (16x at 1024 tokens and 64-wide heads). A power-of-two scale
     (1/8 for 64-wide heads) changes no bits.
     """
-    def attention(q, k, scale):
+    def attention(q, k, v, scale):
         B, H, T, _ = q.shape
-        scores = (q * scale) @ k.transpose(-2, -1)  # a fresh contiguous (B, H, T, T): its rows view as 2-D for free
-        return causal_softmax(scores.view(-1, T), 1.0, T).view(B, H, T, T)
+        with swappable(ATTENTION):
+            q = q * scale
+        scores = q @ k.transpose(-2, -1)  # a fresh contiguous (B, H, T, T): its rows view as 2-D for free
+        with swappable(ATTENTION):
+            att = causal_softmax(scores.view(-1, T), 1.0, T).view(B, H, T, T)
+        return att @ v
     return attention
 
 
@@ -137,19 +169,25 @@ class Block(nn.Module):
         self.out = nn.Linear(4 * d, d)
 
     def _ln(self, ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
-        return self.kernels.layernorm(x.view(-1, x.shape[-1]), ln.weight, ln.bias).view(x.shape)
+        return layernorm(self.kernels, ln, x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         H = self.n_head
         q, k, v = self.qkv(self._ln(self.ln1, x)).split(C, dim=2)
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, C/H)
-        att = self.kernels.attention(q, k, 1.0 / math.sqrt(C // H))
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = self.kernels.attention(q, k, v, 1.0 / math.sqrt(C // H)).transpose(1, 2).reshape(B, T, C)
         x = x + self.proj(y)
         h = F.linear(self._ln(self.ln2, x), self.fc.weight)
-        h = self.kernels.bias_gelu(h.view(-1, h.shape[-1]), self.fc.bias).view(h.shape)
+        with swappable(BIAS_GELU):
+            h = self.kernels.bias_gelu(h.view(-1, h.shape[-1]), self.fc.bias).view(h.shape)
         return x + self.out(h)
+
+
+def layernorm(kernels: Kernels, ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """kernels.layernorm over the last dimension of x with ln's weight and bias, inside swappable(LAYERNORM)."""
+    with swappable(LAYERNORM):
+        return kernels.layernorm(x.view(-1, x.shape[-1]), ln.weight, ln.bias).view(x.shape)
 
 
 class GPT(nn.Module):
@@ -180,8 +218,7 @@ class GPT(nn.Module):
         x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
         for block in self.blocks:
             x = block(x)
-        x = self.kernels.layernorm(x.view(-1, x.shape[-1]), self.ln_f.weight, self.ln_f.bias).view(x.shape)
-        return self.head(x)
+        return self.head(layernorm(self.kernels, self.ln_f, x))
 
 
 def twin(model: GPT, kernels: Kernels) -> GPT:
