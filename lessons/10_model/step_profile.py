@@ -199,7 +199,10 @@ def plot_trace(trace: str | Path, path: str | Path | None = None, title: str = "
     import matplotlib.pyplot as plt
 
     events = [e for e in json.loads(Path(trace).read_text())["traceEvents"] if e.get("ph") == "X" and "dur" in e]
-    steps = [e for e in events if e.get("name", "").startswith("ProfilerStep")]
+    steps: dict[str, float] = {}  # a step's marker is in the trace once per lane it has events on: the earliest
+    for e in events:
+        if e.get("name", "").startswith("ProfilerStep"):
+            steps[e["name"]] = min(steps.get(e["name"], e["ts"]), e["ts"])
     lanes = {"CPU": _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in CPU_LANE]),
              "GPU": _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in GPU_LANE])}
     if not lanes["CPU"]:
@@ -213,8 +216,8 @@ def plot_trace(trace: str | Path, path: str | Path | None = None, title: str = "
                        linewidth=0)
         busy = sum(b - a for a, b in spans) / (t1 - t0)
         ax.text(1.005, y, f"busy {busy:.0%}", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
-    for e in steps:
-        ax.axvline((e["ts"] - t0) / 1e3, color="grey", linestyle=":", linewidth=0.8)
+    for ts in steps.values():
+        ax.axvline((ts - t0) / 1e3, color="grey", linestyle=":", linewidth=0.8)
     ax.set_yticks([0, 1], ["CPU: ops", "GPU: kernels"])
     ax.set_ylim(-0.6, 1.6)
     ax.set_xlim(0, (t1 - t0) / 1e3)
