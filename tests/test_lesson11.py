@@ -197,7 +197,7 @@ def _matmul_failures(launch, dev, only: str | None = None) -> list[str]:
     def t(rows, cols, dtype):  # a transposed view: strides (1, rows)
         return torch.randn(cols, rows, device=dev, dtype=dtype).t()
 
-    fp32_tol = (2e-2, 1e-2) if dev == "cuda" else (1e-4, 1e-4)  # TF32 on the GPU's tensor cores
+    fp32_tol = (3e-2, 1e-2) if torch.device(dev).type == "cuda" else (1e-4, 1e-4)  # TF32 on the GPU's tensor cores
     tol = {torch.float32: fp32_tol, torch.float16: (2e-2, 1e-2), torch.bfloat16: (1e-1, 2e-2)}
     failures = []
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -285,13 +285,17 @@ def test_the_matmul_op_passes_opcheck(triton_ops_registered, dev):
 
 @needs_triton
 @pytest.mark.parametrize("call, match", [
-    (lambda mm, d: mm(torch.randn(4, device=d), torch.randn(4, 3, device=d)), r"2-D matrices, got shapes \[4\] and \[4, 3\]"),
+    (lambda mm, d: mm(torch.randn(4, device=d), torch.randn(4, 3, device=d)),
+     r"2-D matrices, got shapes \[4\] and \[4, 3\]"),
     (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(4, 3, device=d)), r"got \[4, 5\] @ \[4, 3\]"),
-    (lambda mm, d: mm(torch.randn(4, 5, device=d, dtype=torch.float64), torch.randn(5, 3, device=d, dtype=torch.float64)),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d, dtype=torch.float64),
+                      torch.randn(5, 3, device=d, dtype=torch.float64)),
      "float32, bfloat16, float16, one dtype for both, got torch.float64"),
     (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(5, 3, device=d, dtype=torch.float16)),
      "one dtype for both, got torch.float32 and torch.float16"),
-    (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(5, 3, device="meta")), "on one device"),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d),
+                      torch.randn(5, 3, device="meta" if torch.device(d).type == "cpu" else "cpu")),
+     "on one device"),
     (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(5, 3, device=d), torch.randn(4, device=d)),
      r"bias must be a torch.float32 tensor of shape \[3\]"),
 ])

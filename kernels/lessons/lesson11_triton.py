@@ -145,7 +145,7 @@ def _jitted(name: str):
 
 def _matmul_configs() -> list:
     """The tile shapes the autotuner tries on a GPU: (BM, BN, BK, pipeline stages, warps). Under the interpreter
-    one small config (each would run the whole kernel on the CPU), bands of 3 so that small shapes end in a short one."""
+    one small config (each would run the whole kernel on the CPU), bands of 3: small shapes end in a short band."""
     import triton
 
     if interpreting():
@@ -282,6 +282,16 @@ def draw_tile_order(tiles_m: int = 8, tiles_n: int = 8, group: int = 4, first: i
     return fig
 
 
+def _matmul_new(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, gelu: bool, wrap=lambda k: k,
+                launch: bool = True) -> torch.Tensor:
+    """The op's body: a new M x N tensor holding a @ b (+ bias, GELU); inputs checked first (launch=False: the fake)."""
+    _check_matmul(a, b, bias)
+    out = a.new_empty(a.shape[0], b.shape[1])
+    if launch:
+        matmul_launch(a, b, out, bias, gelu, wrap)
+    return out
+
+
 _ops: SimpleNamespace | None = None
 
 
@@ -317,10 +327,9 @@ def register(backend: str | None = None) -> SimpleNamespace:
             return out
 
         @triton_op(f"{NAMESPACE}::matmul", mutates_args={})
-        def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, gelu: bool = False) -> torch.Tensor:
-            out = a.new_empty(a.shape[0], b.shape[-1])
-            matmul_launch(a, b, out, bias, gelu, wrap_triton)
-            return out
+        def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                   gelu: bool = False) -> torch.Tensor:
+            return _matmul_new(a, b, bias, gelu, wrap_triton)
     else:
         @torch.library.custom_op(f"{NAMESPACE}::bias_gelu", mutates_args=())
         def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -335,15 +344,13 @@ def register(backend: str | None = None) -> SimpleNamespace:
             return out
 
         @torch.library.custom_op(f"{NAMESPACE}::matmul", mutates_args=())
-        def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, gelu: bool = False) -> torch.Tensor:
-            out = a.new_empty(a.shape[0], b.shape[-1])
-            matmul_launch(a, b, out, bias, gelu)
-            return out
+        def matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                   gelu: bool = False) -> torch.Tensor:
+            return _matmul_new(a, b, bias, gelu)
 
         @matmul.register_fake
         def _(a, b, bias=None, gelu=False):
-            _check_matmul(a, b, bias)
-            return a.new_empty(a.shape[0], b.shape[1])
+            return _matmul_new(a, b, bias, gelu, launch=False)
 
         bias_gelu.register_fake(lambda x, bias: torch.empty_like(x))
         softmax.register_fake(lambda x: torch.empty_like(x))
