@@ -120,7 +120,8 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K,
         acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     if GELU:  # lesson 05's tanh approximation, h * sigmoid(2u) = 0.5 h (1 + tanh u)
         u = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-        acc = acc / (1.0 + tl.exp(-2.0 * u))
+        e = tl.exp(-2.0 * tl.abs(u))  # at most 1: no overflow for a large negative h (sigmoid(-x) = e / (1 + e))
+        acc = acc * tl.where(u >= 0, 1.0, e) / (1.0 + e)
     c_tile = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
