@@ -190,6 +190,123 @@ def test_the_triton_ops_refuse_bad_inputs_saying_what_was_expected(triton_ops_re
         call(triton_ops_registered, dev)
 
 
+def _matmul_failures(launch, dev, only: str | None = None) -> list[str]:
+    """The cases (or the case `only`) where launch(a, b, out, bias, gelu) leaves `out` (poisoned with NaN) unlike
+    the float64 product: ragged M, N, K (no multiples of a tile), transposed and sliced views, the epilogue and
+    empty sides in float32, the ragged, transposed and fused cases in each 16-bit dtype too."""
+    def t(rows, cols, dtype):  # a transposed view: strides (1, rows)
+        return torch.randn(cols, rows, device=dev, dtype=dtype).t()
+
+    fp32_tol = (3e-2, 1e-2) if torch.device(dev).type == "cuda" else (1e-4, 1e-4)  # TF32 on the GPU's tensor cores
+    tol = {torch.float32: fp32_tol, torch.float16: (2e-2, 1e-2), torch.bfloat16: (1e-1, 2e-2)}
+    failures = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        r = lambda *shape: torch.randn(*shape, device=dev, dtype=dtype)  # noqa: E731
+        cases = {"37x45 @ 45x29": (r(37, 45), r(45, 29), None, False),
+                 "a.t()": (t(37, 45, dtype), r(45, 29), None, False),
+                 "b.t()": (r(37, 45), t(45, 29, dtype), None, False),
+                 "a.t() @ b.t()": (t(37, 45, dtype), t(45, 29, dtype), None, False),
+                 "a sliced (row stride 64)": (r(37, 64)[:, 3:48], r(45, 29), None, False),
+                 "+ bias, GELU": (r(37, 45), r(45, 29), r(29), True),
+                 "+ bias": (r(37, 45), r(45, 29), r(29), False),
+                 "GELU": (r(37, 45), r(45, 29), None, True),
+                 "K = 0, + bias": (r(5, 0), r(0, 7), r(7), False),
+                 "M = 0": (r(0, 9), r(9, 7), None, False)}
+        if torch.device(dev).type == "cuda":  # GPU tiles are up to 256 wide: N = 270 puts two tile columns in a band
+            cases["37x45 @ 45x270"] = (r(37, 45), r(45, 270), None, False)  # shorter than GROUP_SIZE_M rows
+        for name, (a, b, bias, gelu) in cases.items():
+            if only not in (None, f"{name} {dtype}") or dtype != torch.float32 and name not in HALF_CASES:
+                continue
+            want = a.double() @ b.double() + (0 if bias is None else bias.double())
+            want = torch.nn.functional.gelu(want, approximate="tanh") if gelu else want
+            out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=dev, dtype=dtype)
+            launch(a, b, out, bias, gelu)
+            atol, rtol = tol[dtype]
+            if not torch.allclose(out.double(), want.to(dtype).double(), atol=atol, rtol=rtol):
+                failures.append(f"{name} {dtype}")
+    return failures
+
+
+HALF_CASES = ("37x45 @ 45x29", "a.t() @ b.t()", "+ bias, GELU")
+
+
+@needs_triton
+def test_the_triton_matmul_matches_torch_on_ragged_transposed_and_fused_cases(triton_ops_registered, dev):
+    op = lambda a, b, out, bias, gelu: out.copy_(triton_ops_registered.matmul(a, b, bias, gelu))  # noqa: E731
+    assert _matmul_failures(op, dev) == []
+
+
+MATMUL_BUGS = {  # name: (the right text, the planted one, a case it must fail)
+    "b_assumed_row_contiguous": ("cols[None, :] * stride_bn", "cols[None, :]", "b.t() torch.float32"),
+    "ragged_k_step_forgotten": ("for k0 in range(0, K, BK):", "for k0 in range(0, K // BK * BK, BK):",
+                                "37x45 @ 45x29 torch.float32"),
+    "short_last_band_ignored": ("first_row + (pid % per_band) % rows", "first_row + (pid % per_band) % GROUP_SIZE_M",
+                                {"cpu": "37x45 @ 45x29 torch.float32", "cuda": "37x45 @ 45x270 torch.float32"}),
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("bug", MATMUL_BUGS)
+def test_the_matmul_check_fails_a_planted_bug(bug, dev):
+    import importlib.util
+
+    old, new, case = MATMUL_BUGS[bug]
+    case = case if isinstance(case, str) else case[torch.device(dev).type]  # a band is short for other shapes there
+    path = plant(ROOT / "kernels" / "lessons" / "lesson11_triton.py", old, new, f"lesson11_triton_{bug}.py")
+    spec = importlib.util.spec_from_file_location(f"kernels.lessons.planted_{bug}", path)  # its relative imports work
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    assert _matmul_failures(planted.matmul_launch, dev, only=case) == [case]  # the right kernel passes it (above)
+
+
+@needs_triton
+def test_the_matmul_kernels_tile_order_is_the_pictures(dev):
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(out_ptr, tiles_m, tiles_n, GROUP: tl.constexpr):
+        pid = tl.program_id(0)
+        row, col = triton_ops._tile_of(pid, tiles_m, tiles_n, GROUP)
+        tl.store(out_ptr + 2 * pid, row)
+        tl.store(out_ptr + 2 * pid + 1, col)
+
+    for tiles_m, tiles_n, group in ((8, 8, 4), (3, 2, 2), (5, 3, 8), (7, 4, 3)):
+        out = torch.full((tiles_m * tiles_n, 2), -1, device=dev, dtype=torch.int32)
+        probe[(tiles_m * tiles_n,)](out, tiles_m, tiles_n, GROUP=group)
+        order = [tuple(rc) for rc in out.tolist()]
+        assert order == triton_ops.tile_order(tiles_m, tiles_n, group)
+        assert sorted(order) == [(r, c) for r in range(tiles_m) for c in range(tiles_n)]  # each tile once
+
+
+@needs_triton
+def test_the_matmul_op_passes_opcheck(triton_ops_registered, dev):
+    a, b, bias = torch.randn(5, 18, device=dev), torch.randn(18, 7, device=dev), torch.randn(7, device=dev)
+    for args in ((a, b), (a, b, bias, True)):
+        torch.library.opcheck(torch.ops.triton_routes.matmul, args, test_utils=("test_schema", "test_faketensor"))
+
+
+@needs_triton
+@pytest.mark.parametrize("call, match", [
+    (lambda mm, d: mm(torch.randn(4, device=d), torch.randn(4, 3, device=d)),
+     r"2-D matrices, got shapes \[4\] and \[4, 3\]"),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(4, 3, device=d)), r"got \[4, 5\] @ \[4, 3\]"),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d, dtype=torch.float64),
+                      torch.randn(5, 3, device=d, dtype=torch.float64)),
+     "float32, bfloat16, float16, one dtype for both, got torch.float64"),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(5, 3, device=d, dtype=torch.float16)),
+     "one dtype for both, got torch.float32 and torch.float16"),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d),
+                      torch.randn(5, 3, device="meta" if torch.device(d).type == "cpu" else "cpu")),
+     "on one device"),
+    (lambda mm, d: mm(torch.randn(4, 5, device=d), torch.randn(5, 3, device=d), torch.randn(4, device=d)),
+     r"bias must be a torch.float32 tensor of shape \[3\]"),
+])
+def test_the_triton_matmul_refuses_bad_inputs_saying_what_was_expected(triton_ops_registered, dev, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(triton_ops_registered.matmul, dev)
+
+
 def test_without_triton_the_route_says_why_and_refuses_to_register(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton", None)  # as on a CPU-only setup: `import triton` fails
     assert "Triton is not installed" in triton_ops.missing()
@@ -400,3 +517,18 @@ def test_lines_of_code_skip_blank_lines_comments_and_docstrings():
 
     assert code_lines('def f():\n    """doc\n    more"""\n    # note\n\n    return 1\n') == 2
     assert code_lines('#include "x.h"\n// comment\nint a;\n') == 2
+
+
+def test_the_recorded_matmul_figures_are_tabled_or_said_to_be_missing(tmp_path, capsys):
+    from kernels.benchmarks.lesson11 import matmul_figures
+
+    (tmp_path / "lesson11.csv").write_text(RECORDED)  # no matmul rows yet
+    assert matmul_figures(tmp_path) == []
+    assert "not recorded yet" in capsys.readouterr().out
+    (tmp_path / "lesson11.csv").write_text(
+        RECORDED + "matmul 4096^3 bf16,eager,0.25,,550,,1.0,1.0,,3000,H100,2026-11-27,2.11\n"
+                   "matmul 4096^3 bf16,triton (autotuned),0.275,,500,,0.91,0.91,,3000,H100,2026-11-27,2.11\n")
+    rows = matmul_figures(tmp_path)
+    assert [(r["variant"], r["tflops"], r["of cuBLAS"]) for r in rows] == [("eager", 550.0, 1.0),
+                                                                          ("triton (autotuned)", 500.0, 0.91)]
+    assert "cuBLAS (eager)" in capsys.readouterr().out

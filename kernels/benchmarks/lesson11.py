@@ -5,9 +5,14 @@
 - bias + GELU 8192x8192 fp32: the .cu op through kernels.load, the same source through kernels.load_inline,
   CuPy's zero-copy launch of its kernel, the Triton kernel and lesson 05's vectorised bias_gelu3.
 - CuPy per call at 1 MiB and 256 MiB: zero copy through DLPack against the round trip through the CPU.
+- matmul bf16 at 4096^3 and at the ragged 4000^3 (no multiple of a tile): the autotuned Triton matmul against
+  lesson 09's matmul12, cuBLAS (eager torch.matmul) and torch.compile; then matmul + bias + GELU at 4096^3,
+  the epilogue fused into the Triton matmul against the same matmul followed by the Triton bias + GELU, and
+  against eager (cuBLAS, then the elementwise ops) and torch.compile of the three ops (its own fusion).
 - first build and cached load of each route, each timed in a fresh process with an empty cache
   (rows of the bench "build: first and cached", no byte count: they stay out of the README table).
-GB/s count x read once and the output written once (bias is a row, read from cache).
+GB/s count x read once and the output written once (bias is a row, read from cache); the matmuls count
+TFLOP/s, 2 M N K FLOPs (the epilogue's few FLOPs per element of C not counted).
 """
 from __future__ import annotations
 
@@ -25,9 +30,11 @@ from ..build import load, load_inline
 from ..paths import ROOT
 from ..check import close
 from ..lessons.lesson11 import bias_gelu_ref
+from .lesson09 import _close as close_by_norm  # lesson 09's check: |got - want| / |want| (Frobenius) below rtol
 
 BUILD_BENCH = "build: first and cached"
 N = 8192
+MATMUL_SIZES = (4096, 4000)  # 4000 = 31.25 tiles of 128: every program on the last row and column of C is masked
 
 
 def _softmax(copy: float, out_dir: Path) -> list[Row]:
@@ -79,6 +86,58 @@ def _bias_gelu(copy: float, out_dir: Path) -> list[Row]:
     return bench(f"bias + GELU {N}x{N} fp32", variants, bytes=2 * x.nbytes, torch_fn=eager, args=(x, b),
                  copy_gbps=copy, check=correct, csv_path=out_dir / "lesson11.csv",
                  plot_path=out_dir / "lesson11_bias_gelu.png", show=False)
+
+
+def _matmul(copy: float, out_dir: Path) -> list[Row]:
+    """The Triton matmul (autotuned on first use of each shape) against matmul12, cuBLAS and torch.compile, bf16."""
+    from ..lessons import lesson11_triton as triton_ops
+
+    ext9 = load("09", "cuda")  # lesson 09's ladder, as its benchmark builds it; matmul12(a, b, c) writes c
+    ops = triton_ops.register("cuda")
+    rows = []
+    for size in MATMUL_SIZES:
+        a, b = (torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        c = torch.empty_like(a)
+        want = a.double() @ b.double()
+        ops.matmul(a, b)  # the autotuner times its configs here, not inside the timed loop
+
+        def correct() -> bool:
+            ext9.matmul12(a, b, c)
+            return close_by_norm(ops.matmul(a, b), want, 1e-2) and close_by_norm(c, want, 1e-2)
+
+        rows += bench(f"matmul {size}^3 bf16", {"triton (autotuned)": lambda: ops.matmul(a, b),
+                                                 "matmul12 (lesson 09)": lambda: ext9.matmul12(a, b, c)},
+                      flops=2 * size**3, torch_fn=torch.matmul, args=(a, b), copy_gbps=copy, check=correct,
+                      csv_path=out_dir / "lesson11.csv", plot_path=out_dir / f"lesson11_matmul_{size}.png", show=False)
+        del a, b, c, want
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _matmul_epilogue(copy: float, out_dir: Path) -> list[Row]:
+    """matmul + bias + GELU, bf16 4096^3: the epilogue fused into the Triton matmul, or run as a second kernel."""
+    from ..lessons import lesson11_triton as triton_ops
+
+    ops = triton_ops.register("cuda")
+    size = MATMUL_SIZES[0]
+    a, b = (torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    bias = torch.randn(size, device="cuda", dtype=torch.bfloat16)
+    want = torch.nn.functional.gelu(a.double() @ b.double() + bias.double(), approximate="tanh")
+    ops.matmul(a, b, bias, True)
+
+    def unfused():
+        return ops.bias_gelu(ops.matmul(a, b), bias)
+
+    def eager(x, y, bias):
+        return torch.nn.functional.gelu(x @ y + bias, approximate="tanh")
+
+    def correct() -> bool:
+        return close_by_norm(ops.matmul(a, b, bias, True), want, 1e-2) and close_by_norm(unfused(), want, 1e-2)
+
+    return bench(f"matmul {size}^3 bf16 + bias + GELU", {"triton, fused epilogue": lambda: ops.matmul(a, b, bias, True),
+                                                         "triton matmul, then bias_gelu": unfused},
+                 flops=2 * size**3, torch_fn=eager, args=(a, b, bias), copy_gbps=copy, check=correct,
+                 csv_path=out_dir / "lesson11.csv", plot_path=out_dir / "lesson11_matmul_epilogue.png", show=False)
 
 
 def _cupy_overhead(copy: float, out_dir: Path) -> list[Row]:
@@ -151,11 +210,14 @@ def _builds(copy: float, out_dir: Path) -> list[Row]:
 
 
 def run(out_dir: Path) -> list[Row]:
-    """Softmax (Triton vs lesson 07), bias + GELU by every route, CuPy's per-call overhead, build times."""
+    """Softmax (Triton vs lesson 07), bias + GELU by every route, CuPy's per-call overhead, the Triton matmul
+    (vs matmul12, cuBLAS, torch.compile; its fused epilogue), build times."""
     copy = copy_bandwidth()
     rows = _softmax(copy, out_dir)
     rows += _bias_gelu(copy, out_dir)
     rows += _cupy_overhead(copy, out_dir)
+    rows += _matmul(copy, out_dir)
+    rows += _matmul_epilogue(copy, out_dir)
     labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson11_all.png", show=False)
     print(table(labelled, copy))
@@ -210,6 +272,34 @@ CAN = {  # what each route can and cannot do, as the lesson shows it
     "triton": "Python kernels over blocks of values; the compiler picks the memory moves and autotunes; no explicit "
               "shared memory or warp shuffles; NVIDIA and AMD GPUs, a CPU interpreter for tests",
 }
+
+
+def matmul_figures(recorded_dir: Path | None = None) -> list[dict]:
+    """The recorded matmul rows (Triton, matmul12, cuBLAS, torch.compile; the epilogue fused or not) as a table
+    of TFLOP/s and the fraction of cuBLAS (the `eager` row of the same bench); [] when none are recorded."""
+    import csv
+
+    from . import RECORDED
+
+    path = (recorded_dir or RECORDED) / "lesson11.csv"
+    records = [r for r in (csv.DictReader(path.open()) if path.exists() else []) if r["bench"].startswith("matmul")]
+    if not records:
+        print("The Triton matmul's GPU figures are not recorded yet (they come from `make bench LESSON=11 RECORD=1`).")
+        return []
+    out = []
+    for r in records:
+        tflops = float(r["tflops"]) if r["tflops"] else None
+        vs = float(r["vs_eager"]) if r["vs_eager"] else None
+        out.append({"bench": r["bench"], "variant": r["variant"], "ms": float(r["ms"]), "tflops": tflops,
+                    "of cuBLAS": vs})
+    print(f"{'bench':<34}{'variant':<32}{'ms':>8}{'TFLOP/s':>9}{'of cuBLAS':>11}")
+    for r in out:
+        variant = "cuBLAS (eager)" if r["variant"] == "eager" else r["variant"]
+        print(f"{r['bench']:<34}{variant:<32}{r['ms']:8.3f}{r['tflops'] or 0:9.1f}"
+              f"{'' if r['of cuBLAS'] is None else format(r['of cuBLAS'], '.2f'):>11}")
+    print(f"(recorded on {records[0]['device']}, {records[0]['date']}, torch {records[0]['torch']}; in the "
+          "+ bias + GELU bench `eager` is cuBLAS, then the elementwise ops)")
+    return out
 
 
 def comparison(recorded_dir: Path | None = None, plot_it: bool = True) -> list[dict]:
