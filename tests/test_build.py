@@ -57,6 +57,17 @@ def test_a_sim_load_gives_torch_one_thread_unless_omp_num_threads_decides(monkey
         torch.set_num_threads(before)
 
 
+def test_a_reinstalled_torch_gets_a_new_precompiled_header(tmp_path, monkeypatch):
+    """clang refuses a PCH whose headers' times changed (a fatal error): torch installed again, same version."""
+    assert any(p.name == "include" for p in sim_build._torch_header_marks())
+    mark = tmp_path / "include"
+    mark.mkdir()
+    monkeypatch.setattr(sim_build, "_torch_header_marks", lambda: [mark])
+    before = sim_build.pch_path(sim_build.FLAGS)
+    os.utime(mark, ns=(10**18, 10**18))
+    assert sim_build.pch_path(sim_build.FLAGS) != before
+
+
 def test_cache_key_changes_with_the_source_and_the_backend(tmp_path):
     src = tmp_path / "k.cu"
     src.write_text((HERE / "vector_add.cu").read_text())

@@ -126,13 +126,22 @@ def pch_headers(sources: SourceSet, light_torch: bool = True) -> list[str]:
     return PCH_HEADERS + [LIGHT_TORCH_OPS] if reached & {"torch/all.h", "torch/types.h"} else PCH_HEADERS
 
 
+def _torch_header_marks() -> list[Path]:
+    """Files whose times change whenever torch's headers are installed again: its include folder and version."""
+    import torch
+
+    root = Path(torch.__file__).parent
+    return [p for p in (root / "include", root / "version.py") if p.exists()]
+
+
 def pch_path(flags: list[str], headers: list[str] = PCH_HEADERS) -> Path:
     """Where the precompiled header of these headers for these flags lives (it may not exist yet)."""
     # the headers' folders too: clang's #pragma once goes by file, so a PCH made from another copy of the
     # headers (the repository's, for an installed copy) would define everything twice; and the simulator's
     # files' times: clang refuses a PCH (a fatal error) when a header's time changed, content or not (a git
     # checkout to another branch and back), where gcc parses the headers instead
-    times = " ".join(str(f.stat().st_mtime_ns) for f in simulator_files())
+    # torch's headers likewise: a reinstall of the same torch (a new venv) gives them new times
+    times = " ".join(str(f.stat().st_mtime_ns) for f in simulator_files() + _torch_header_marks())
     # resolved: the PCH records its header's path, which must outlive a linked folder (a test's build folder
     # that shares these, then is deleted, left a PCH naming a header that no longer existed: a fatal error)
     where = (build_root() / "sim-pch").resolve()
