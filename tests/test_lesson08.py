@@ -1,5 +1,5 @@
 """Lesson 08: layernorm. Every forward variant against PyTorch (and the one-pass E[x^2] - E[x]^2 failing where it
-should), bad inputs, both backwards and the autograd registration, the exercise and its teeth."""
+should), bad inputs, both backwards and the autograd registration, the two exercises and their teeth."""
 from pathlib import Path
 
 import pytest
