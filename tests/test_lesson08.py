@@ -1,5 +1,5 @@
 """Lesson 08: layernorm. Every forward variant against PyTorch (and the one-pass E[x^2] - E[x]^2 failing where it
-should), bad inputs, both backwards and the autograd registration, the exercise and its teeth."""
+should), bad inputs, both backwards and the autograd registration, the two exercises and their teeth."""
 from pathlib import Path
 
 import pytest
@@ -389,3 +389,55 @@ def test_the_self_check_catches_a_planted_bug_with_its_diagnosis(bug):
         assert offset and not any(c.passed for c in offset), str(report)
         if resolve() == "sim":  # on a GPU a 1-element row fails too: the contracted m * m leaves a rounding residue
             assert all("mean 100" in str(c.size) for c in report.cases if not c.passed), str(report)
+
+
+# ---------------------------------------------------------------------------------------------
+# The optional exercise: Welford per lane and its warp merge (welford_layernorm.cu).
+
+WELFORD = ROOT / "solutions" / "08_layernorm" / "welford_layernorm.cu"
+WELFORD_SHUFFLES = """{__shfl_xor_sync(FULL_MASK, p.n, offset), __shfl_xor_sync(FULL_MASK, p.mean, offset),
+                           __shfl_xor_sync(FULL_MASK, p.m2, offset)}"""
+# bug: (solution text, planted text, texts of the failing cases, the hint that fits: its number in the ladder).
+# Kept to one bug of each kind, a build each; a merge that averages the two means plainly and a warp merge with
+# a copy of the lane's own triple fail as the skipped step does, with hint 1.
+WELFORD_PLANTED = {
+    # the merge's M2 from sums of squares, E[x^2] - E[x]^2: within the tolerance on shifted and large rows, 2 to 30
+    # times it off on rows of mean 100, where the squares (10^4 a value) cancel
+    "one_pass_merge": ("a.m2 + b.m2 + d * d * a.n * wb", "a.m2 + a.n * a.mean * a.mean + b.m2 + b.n * b.mean * b.mean "
+                       "- n * (a.mean + d * wb) * (a.mean + d * wb)", ("in out",), 2),
+    # the merge forgets the spread of the two means about the merged one
+    "merge_without_spread": ("a.m2 + b.m2 + d * d * a.n * wb", "a.m2 + b.m2", ("in out",), 2),
+    # the warp merge stops at offset 2: lanes l and l ^ 1 never meet
+    "warp_merge_skips_a_step": ("offset > 0; offset /= 2", "offset > 1; offset /= 2", ("in out",), 1),
+    # __shfl_down_sync: the row's triple reaches lane 0 only, and the other lanes normalise with a part of the row
+    "warp_merge_down": (WELFORD_SHUFFLES, WELFORD_SHUFFLES.replace("xor", "down"), ("in out",), 4),
+    # no guard for two empty lanes: 0 / 0 on rows shorter than 32 columns
+    "merge_divides_by_zero": ("  if (n == 0.0f) return a;  // two empty lanes (a row shorter than 32): b.n / n would be 0 / 0\n",
+                              "", ("NaN",), 3),
+}
+
+
+def test_the_welford_stub_fails_its_self_check_with_the_first_hint():
+    from kernels.exercises import find, fitting_hint
+
+    report = self_check("08", "welford_layernorm", ROOT / "lessons" / "08_layernorm" / "welford_layernorm.cu")
+    assert_diagnosis(report, "elements differ", "in out")
+    assert fitting_hint(find("08", "welford_layernorm")[0], report) == 1
+
+
+def test_the_welford_solution_passes_its_self_check():
+    assert check_exercise("08", "welford_layernorm", solution=True).passed
+
+
+@pytest.mark.parametrize("bug", WELFORD_PLANTED)
+def test_the_welford_self_check_catches_a_planted_bug_with_its_diagnosis_and_hint(bug):
+    from kernels.exercises import find, fitting_hint
+
+    old, new, diagnoses, hint = WELFORD_PLANTED[bug]
+    report = self_check_of_planted("08", "welford_layernorm", WELFORD, f"lesson08_welford_{bug}.cu", old, new)
+    assert_diagnosis(report, *diagnoses)
+    assert fitting_hint(find("08", "welford_layernorm")[0], report) == hint, str(report)
+    if bug == "one_pass_merge" and resolve() == "sim":  # the offset rows catch it, and on the simulator only they
+        assert all("mean 100" in str(c.size) for c in report.cases if not c.passed), str(report)
+    if bug == "merge_divides_by_zero":  # only rows with two empty lanes at a step: 1 and 5 columns, not 31
+        assert {c.label().split()[0] for c in report.cases if not c.passed} == {"3x1", "2x5"}, str(report)

@@ -1,5 +1,5 @@
-"""Lesson 08 (layernorm): the definitions the kernels are checked against, the backward exercise, and the
-autograd registration of the functional layernorm op.
+"""Lesson 08 (layernorm): the definitions the kernels are checked against, the backward exercise and the optional
+Welford exercise, and the autograd registration of the functional layernorm op.
 
 Layernorm here is torch.nn.functional.layer_norm over the last dimension of a 2-D x: the biased variance,
 eps inside the square root, weight and bias of shape [cols] in x's dtype; mean and rstd = 1 / sqrt(var + eps)
@@ -209,6 +209,50 @@ def _run_layernorm_backward(ext, backend) -> Report:
     return report
 
 
+# The Welford exercise's rows: 1, 5 and 31 columns leave lanes of the warp with no value (n = 0), 32 gives each lane
+# one, 33 and 100 give lanes unequal counts, 1000 runs 32 steps a lane; 9 rows: a second block with one busy warp.
+WELFORD_SHAPES = ((3, 1), (2, 5), (9, 31), (4, 32), (5, 33), (3, 100), (2, 1000))
+WELFORD_OFFSET_SHAPES = ((2, 5), (3, 31), (7, 33), (2, 1000))  # 100 + randn rows, where E[x^2] - E[x]^2 cancels
+# A failing Welford exercise's statistic at fault is found on fixed rows of 300 + randn of this shape (lanes of 1 and
+# 2 values): there the merge by E[x^2] - E[x]^2 puts the rows' rstd 4 to 20 times the tolerance off, and Welford's
+# stays 30 times inside it (on the simulator).
+PROBE_SHAPE, PROBE_OFFSET = (4, 37), 300.0
+
+
+def _statistic_at_fault(ext, backend) -> str:
+    """Which of a wrong forward's statistics is off on PROBE_SHAPE's rows: "mean", "variance" (the mean
+    right, rstd not), "lanes" (both right: lane 0 writes them, so the lanes that are wrong are the others), or "" if
+    the run raised."""
+    from ..backend import device
+
+    g = torch.Generator().manual_seed(8)
+    x = PROBE_OFFSET + torch.randn(PROBE_SHAPE, generator=g)
+    w, b = 1.0 + 0.5 * torch.randn(PROBE_SHAPE[1], generator=g), 0.5 * torch.randn(PROBE_SHAPE[1], generator=g)
+    x, w, b = (t.to(device(backend)) for t in (x, w, b))
+    out, mean, rstd = torch.empty_like(x), x.new_empty(x.shape[0]), x.new_empty(x.shape[0])
+    try:
+        ext.welford_layernorm(x, w, b, EPS, out, mean, rstd)
+    except Exception:  # the check's report says what went wrong; the hints then go by its diagnoses alone
+        return ""
+    _, want_mean, want_rstd = layernorm_ref(x, w, b)
+    rtol, atol = TOLERANCE_LN[torch.float32]
+    for name, got, want in (("mean", mean, want_mean), ("variance", rstd, want_rstd)):
+        if not torch.allclose(got.cpu(), want.cpu(), rtol=rtol, atol=atol):  # NaN is never close
+            return name
+    return "lanes"
+
+
+def _run_welford_layernorm(ext, backend) -> Report:
+    report = check_layernorm(ext.welford_layernorm, WELFORD_SHAPES, name="welford_layernorm", backend=backend,
+                             quiet=True, offset_shapes=WELFORD_OFFSET_SHAPES)
+    wrong = [c for c in report.cases if not c.passed and c.diagnosis is Diagnosis.WRONG_VALUES]
+    at_fault = _statistic_at_fault(ext, backend) if wrong else ""
+    for case in wrong:  # the part the hints answer: the statistic that is off, or the lanes past lane 0
+        case.part = at_fault or case.part
+    print(report)
+    return report
+
+
 EXERCISES = [
     Exercise("08", "layernorm_backward", "layernorm_backward.cu", _run_layernorm_backward, hints=[
         Hint("Start with dx in layernorm_dx_kernel: one block per row, as the forward. Each thread adds up g = dy * w "
@@ -237,6 +281,33 @@ EXERCISES = [
              "rs * (g - (sg + xh * sgx) / cols).  dparams: for (int64_t r = r0 + ty; r < r1; r += TY) { "
              "const float d = dy[r * cols + c]; sw += d * (x[r * cols + c] - mean[r]) * rstd[r]; sb += d; }, "
              "the two shared writes, __syncthreads(), and the sum by ty == 0."),
+    ]),
+    Exercise("08", "welford_layernorm", "welford_layernorm.cu", _run_welford_layernorm, hints=[
+        Hint("The row's mean is off. Start with one lane: welford_add counts x in (n += 1), then moves the mean "
+             "a fraction of the way to x, by d / n with d = x - mean. The merge's mean is the two means weighted "
+             "by their counts, a.mean + (b.mean - a.mean) * b.n / n; a plain average is wrong when the lanes hold "
+             "different numbers of values (a row of 33 columns). The warp merge must take in every lane once: "
+             "5 steps, offsets 16, 8, 4, 2, 1, each merging with the lane `offset` away; a step fewer, or a lane "
+             "merged with a copy of itself, leaves lanes out.", parts=("mean",)),
+        Hint("The mean is right, the variance is not. M2 is sum((x - mean)^2) about the current mean: welford_add "
+             "grows it by d * (x - new mean), never by x * x (on rows of 100 + randn, x^2 is 10^4 and the "
+             "variance 1: float32's E[x^2] - E[x]^2 cancels away all but a few bits). The merge adds the two "
+             "M2s and the spread of the two means: d^2 * a.n * b.n / n, d = b.mean - a.mean.",
+             parts=("variance",)),
+        Hint("NaN where the reference has a number: rows shorter than 32 columns leave lanes with no value, "
+             "n = 0, mean = 0, and two of them merged make n = 0 and b.n / n = 0 / 0. An empty lane adds nothing: "
+             "if the merged count is 0, return either triple.",
+             answers=(Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, Diagnosis.UNWRITTEN)),
+        Hint("mean and rstd are right (lane 0 writes them) but out is not: every lane normalises its own columns "
+             "with its own p, so every lane must end with the row's triple. __shfl_down_sync gathers the whole "
+             "row in lane 0 only; __shfl_xor_sync(FULL_MASK, v, offset) swaps values between lane l and lane "
+             "l ^ offset, so after the 5 steps every lane has merged all 32 (a butterfly).", parts=("lanes",)),
+        Hint("welford_add: a.n += 1.0f; const float d = x - a.mean; a.mean += d / a.n; a.m2 += d * (x - a.mean); "
+             "return a;  welford_merge: const float n = a.n + b.n; if (n == 0.0f) return a; const float "
+             "d = b.mean - a.mean, wb = b.n / n; return {n, a.mean + d * wb, a.m2 + b.m2 + d * d * a.n * wb};  "
+             "warp_welford: for (int offset = 16; offset > 0; offset /= 2) { const Welford other = "
+             "{__shfl_xor_sync(FULL_MASK, p.n, offset), ... p.mean ..., ... p.m2 ...}; p = welford_merge(p, other); "
+             "} return p;"),
     ]),
 ]
 
