@@ -28,7 +28,8 @@ from .errors import BuildError, compiler_errors, demangle, display_path, load_er
 from .extension import Extension, import_library, namespace_clash, remember_namespaces
 from .link import LinkOptions
 from .sources import SourceSet
-from .toolchain import cpp_extension, cuda_arch_flags, cuda_home, missing_toolkit_headers, quiet_cpp_extension
+from .toolchain import (cpp_extension, cuda_arch_flags, cuda_home, cuda_link_flags, missing_toolkit_headers,
+                        quiet_cpp_extension)
 
 __all__ = ["load", "load_inline", "compile_only", "BuildError", "Extension", "SourceSet", "find_source",
            "display_path", "build_root", "cuda_home", "demangle"]
@@ -215,7 +216,7 @@ def _compile(sources: SourceSet, be: str, flags: list[str], out: Path, name: str
                          extra_include_paths=[str(INCLUDE)] + missing_toolkit_headers() + link.include_paths,
                          extra_cuda_cflags=flags + link.cuda_cflags,
                          extra_cflags=["-O0" if "-O0" in flags else "-O2"],
-                         extra_ldflags=link.ldflags + link.objects, **kwargs)
+                         extra_ldflags=cuda_link_flags(link.ldflags) + link.objects, **kwargs)
     except BuildError:
         if not quiet:
             print(" failed")
