@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import load
+from kernels import load, load_inline
 from kernels.build import BuildError, is_cached
 
 pytestmark = pytest.mark.toolkit
@@ -176,6 +176,8 @@ def test_link_options_are_checked_before_any_build(tmp_path):
         load(BLAS, "sim", extra_objects=[tmp_path / "missing.o"])
     with pytest.raises(FileNotFoundError, match="'libfoo.a' is neither an option"):
         load(BLAS, "sim", extra_ldflags=["libfoo.a"])
+    with pytest.raises(FileNotFoundError, match="extra_ldflags: no such library folder: nowhere"):
+        load_inline("linked", "__global__ void k() {}\n", "sim", extra_ldflags=["-Lnowhere", "-lfoo"])
 
 
 @pytest.mark.sim_only
