@@ -238,14 +238,15 @@ def test_every_spelling_of_the_cuda_device_lands_where_the_kernel_runs(ext_style
 
 
 @pytest.mark.sim_only
-def test_a_cublas_call_builds_and_raises_saying_the_simulator_has_no_cublas(tmp_path):
+def test_a_cublas_call_beyond_the_matmuls_builds_and_raises_saying_the_stand_in_lacks_it(tmp_path):
     path = tmp_path / "calls_cublas.cu"
     path.write_text('#include "helpers.cuh"\n#include <cublas_v2.h>\n'
-                    "int64_t make_handle() { cublasHandle_t h; return cublasCreate(&h); }\n"
-                    "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) { m.def(\"make_handle() -> int\", &make_handle); }\n")
+                    "int64_t scale() { cublasHandle_t h; cublasCreate(&h); float a = 2, x = 1;\n"
+                    "  return cublasSscal(h, 1, &a, &x, 1); }\n"
+                    "TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) { m.def(\"scale() -> int\", &scale); }\n")
     ext = load(path, "sim")
-    with pytest.raises(RuntimeError, match="cublasCreate: the simulator has no cuBLAS"):
-        ext.make_handle()
+    with pytest.raises(RuntimeError, match="cublasSscal: the simulator's cuBLAS stand-in has only the matrix multiplications"):
+        ext.scale()
 
 
 # ---------------------------------------------------------------------------------------------

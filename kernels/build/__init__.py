@@ -26,8 +26,10 @@ from ..paths import INCLUDE, REFERENCE, build_root
 from . import cache
 from .errors import BuildError, compiler_errors, demangle, display_path, load_error, relative
 from .extension import Extension, import_library, namespace_clash, remember_namespaces
+from .link import LinkOptions
 from .sources import SourceSet
-from .toolchain import cpp_extension, cuda_arch_flags, cuda_home, missing_toolkit_headers, quiet_cpp_extension
+from .toolchain import (cpp_extension, cuda_arch_flags, cuda_home, cuda_link_flags, missing_toolkit_headers,
+                        quiet_cpp_extension)
 
 __all__ = ["load", "load_inline", "compile_only", "BuildError", "Extension", "SourceSet", "find_source",
            "display_path", "build_root", "cuda_home", "demangle"]
@@ -71,7 +73,10 @@ def loaded_extensions() -> list[object]:
 
 
 def load(source: str | os.PathLike, backend: str | None = None, *, verbose: bool = False,
-         extra_cflags: list[str] | None = None, quiet: bool = False, python_module: bool | None = None):
+         extra_cflags: list[str] | None = None, quiet: bool = False, python_module: bool | None = None,
+         extra_cuda_cflags: list[str] | None = None, extra_ldflags: list[str] | None = None,
+         extra_include_paths: list[str | os.PathLike] | None = None,
+         extra_objects: list[str | os.PathLike] | None = None):
     """Build (or find in the cache) and load a .cu file; returns the module or its ops.
 
     `source` is a path, or a reference file's name such as '04'. `backend` is `cuda` or `sim`
@@ -80,25 +85,37 @@ def load(source: str | os.PathLike, backend: str | None = None, *, verbose: bool
     `python_module=False` loads a file with PYBIND11_MODULE as a library all the same (one whose
     module is not named after the file: the compile check's combined files). Every failure to
     compile or to load is a BuildError.
+
+    As PyTorch's cpp_extension.load: `extra_cflags` and `extra_cuda_cflags` are compiler flags of the file
+    (nvcc's on cuda; on sim the second are mapped as kernels/sim/nvcc.py maps nvcc's: GPU-only ones dropped),
+    `extra_include_paths` folders to search for headers, `extra_ldflags` linker flags (`-lcublas`,
+    `-lcublasLt`: on sim the simulator's stand-ins, nothing to link) and `extra_objects` objects or static
+    libraries to link (on sim, made by the simulator's driver kernels/sim/nvcc-sim). All are part of the
+    build cache's key, with the contents of the objects and of the library files named.
     """
+    link = LinkOptions.of(extra_cuda_cflags, extra_ldflags, extra_include_paths, extra_objects)
     return _load(find_source(source), _backend.resolve(backend), verbose=verbose, extra_cflags=extra_cflags,
-                 quiet=quiet, python_module=python_module, optimise=True)
+                 quiet=quiet, python_module=python_module, optimise=True, link=link)
 
 
 def compile_only(source: str | os.PathLike, python_module: bool | None = None,
-                 extra_cflags: list[str] | None = None) -> Path:
+                 extra_cflags: list[str] | None = None, **link_options) -> Path:
     """Compile a .cu file as the real CUDA extension with nvcc, GPU or not, host code unoptimised (only
-    validity matters); returns the built library (loaded; `python_module` and `extra_cflags` as for `load`)."""
+    validity matters); returns the built library (loaded; `python_module`, `extra_cflags` and the link options,
+    extra_cuda_cflags, extra_ldflags, extra_include_paths and extra_objects, as for `load`)."""
     ext = _load(find_source(source), "cuda", verbose=False, extra_cflags=extra_cflags, quiet=True,
-                python_module=python_module, optimise=False)
+                python_module=python_module, optimise=False, link=LinkOptions.of(**link_options))
     return Path(getattr(ext, "so", None) or ext.__file__)
 
 
-def is_cached(source: str | os.PathLike, backend: str | None = None, extra_cflags: list[str] | None = None) -> bool:
-    """Whether `load(source, backend, extra_cflags=...)` would find its build in the cache (no build needed)."""
+def is_cached(source: str | os.PathLike, backend: str | None = None, extra_cflags: list[str] | None = None,
+              **link_options) -> bool:
+    """Whether `load(source, backend, extra_cflags=..., **link_options)` would find its build in the cache (no
+    build needed; link_options: load's extra_cuda_cflags, extra_ldflags, extra_include_paths, extra_objects)."""
     entry, be = find_source(source), _backend.resolve(backend)
+    link = LinkOptions.of(**link_options)
     flags = compile_flags(be, extra_cflags)
-    name = cache.ext_name(entry, be, key_of(SourceSet.of(entry), be, flags))
+    name = cache.ext_name(entry, be, key_of(SourceSet.of(entry, link.search()), be, flags, link))
     out = build_root() / name
     try:  # read only (cached_library also clears an unfinished build, which another process may be making)
         return name in _loaded or (out / f"{name}.ok").read_text() == cache.stamp(out / f"{name}.so")
@@ -106,14 +123,17 @@ def is_cached(source: str | os.PathLike, backend: str | None = None, extra_cflag
         return False
 
 
-def key_of(sources: SourceSet, backend: str, flags: list[str]) -> str:
-    """The cache key of a build of these sources for a backend with these flags (see cache.key); a sim
-    build's also covers the simulator's own files."""
+def key_of(sources: SourceSet, backend: str, flags: list[str], link: LinkOptions | None = None) -> str:
+    """The cache key of a build of these sources for a backend with these flags and link options (see
+    cache.key); a sim build's also covers the simulator's own files."""
     if backend == "sim":
         from ..sim.build import key_files
         backend_files = key_files()
     else:
         backend_files = []
+    if link and not link.empty:
+        flags = flags + link.key_parts()
+        backend_files = backend_files + [(f"linked {f}", f) for f in link.linked_files()]
     return cache.key(sources, backend, flags, backend_files)
 
 
@@ -131,14 +151,15 @@ def namespace_suffix(flags: list[str]) -> str:
 
 
 def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None, quiet: bool,
-          python_module: bool | None, optimise: bool):
+          python_module: bool | None, optimise: bool, link: LinkOptions | None = None):
     """load() for a resolved file and backend."""
     if be == "sim":
         _backend.settle_torch_threads()
-    sources = SourceSet.of(entry)
+    link = link or LinkOptions()
+    sources = SourceSet.of(entry, link.search())
     flags = compile_flags(be, extra_cflags, optimise=optimise)
     suffix = namespace_suffix(flags)
-    name = cache.ext_name(entry, be, key_of(sources, be, flags))
+    name = cache.ext_name(entry, be, key_of(sources, be, flags, link))
     if name in _loaded:
         return _loaded[name]
     clash = namespace_clash(sources, name, be, suffix)
@@ -150,7 +171,7 @@ def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None
     with cache.build_lock(out, name):
         so = cache.cached_library(out, name)
         if so is None:
-            so, after = _compile(sources, be, flags, out, name, pybind, verbose=verbose, quiet=quiet)
+            so, after = _compile(sources, be, flags, out, name, pybind, verbose=verbose, quiet=quiet, link=link)
         try:
             loaded = import_library(name, so, pybind, sources, be, suffix)
         except (OSError, ImportError, RuntimeError) as e:
@@ -172,7 +193,7 @@ def _forget_in_process(cpp, name: str) -> None:
 
 
 def _compile(sources: SourceSet, be: str, flags: list[str], out: Path, name: str, pybind: bool, *,
-             verbose: bool, quiet: bool):
+             verbose: bool, quiet: bool, link: LinkOptions):
     """Compile and link the file into out/ (cpp_extension also loads it); returns the library and
     a follow-up to run once the build lock is released (precompiling headers), or None."""
     entry = sources.entry
@@ -188,11 +209,14 @@ def _compile(sources: SourceSet, be: str, flags: list[str], out: Path, name: str
             if be == "sim":
                 from ..sim.build import compile_sim
 
-                after = compile_sim(cpp, sources, flags, out, kwargs, quiet, lambda: _forget_in_process(cpp, name))
+                after = compile_sim(cpp, sources, flags, out, kwargs, quiet, lambda: _forget_in_process(cpp, name),
+                                    link=link)
             else:
-                cpp.load(sources=[str(entry)], extra_include_paths=[str(INCLUDE)] + missing_toolkit_headers(),
-                         extra_cuda_cflags=flags,
-                         extra_cflags=["-O0" if "-O0" in flags else "-O2"], **kwargs)
+                cpp.load(sources=[str(entry)],
+                         extra_include_paths=[str(INCLUDE)] + missing_toolkit_headers() + link.include_paths,
+                         extra_cuda_cflags=flags + link.cuda_cflags,
+                         extra_cflags=["-O0" if "-O0" in flags else "-O2"],
+                         extra_ldflags=cuda_link_flags(link.ldflags) + link.objects, **kwargs)
     except BuildError:
         if not quiet:
             print(" failed")

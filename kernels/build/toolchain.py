@@ -181,3 +181,29 @@ def missing_toolkit_headers() -> list[str]:
             except FileExistsError:  # another build process made it first
                 pass
     return [str(out)]
+
+
+def cuda_link_flags(ldflags: list[str]) -> list[str]:
+    """A cuda build's linker flags with the CUDA libraries found: the toolkit's lib64 searched first (cpp_extension
+    puts its own -L after the caller's flags), and a -lNAME that the toolkit lacks but torch's wheel bundles
+    (nvidia/*/lib/libNAME.so.13, with no unversioned name for the linker to find) linked by that file: the
+    library torch itself loads, so the extension shares it."""
+    libs = [f[2:] for f in ldflags if f.startswith("-l")]
+    if not libs:
+        return ldflags
+    home = cuda_home()
+    dirs = [Path(home) / d for d in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib")] if home else []
+    dirs = [d for d in dirs if d.is_dir()]
+    out = [f"-L{d}" for d in dirs[:1]]
+    import torch
+
+    bundled = sorted(Path(torch.__file__).parent.parent.glob("nvidia/*/lib"))
+    for f in ldflags:
+        name = f[2:] if f.startswith("-l") else None
+        if name and not any((d / f"lib{name}.so").exists() or (d / f"lib{name}.a").exists() for d in dirs):
+            found = [p for d in bundled for p in sorted(d.glob(f"lib{name}.so.*")) if re.fullmatch(rf"lib{name}\.so\.\d+", p.name)]
+            if found:
+                out.append(str(found[0]))
+                continue
+        out.append(f)
+    return out

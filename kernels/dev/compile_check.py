@@ -73,6 +73,9 @@ SKIP_MARK = "compile-check: skip"  # for test files that are broken on purpose
 # A file that builds only with flags of its own (half_types.cu: `// build flags: -U__CUDA_NO_HALF_OPERATORS__`)
 # is built alone, with them, by the compile check and by --warm (where --warm builds it), as its tests load it.
 FLAGS_MARK = "// build flags:"
+# A file that links libraries (`// link flags: -lcublas -lcublasLt`: load's extra_ldflags) is built alone with them
+# too; on the simulator the cuBLAS ones are its stand-ins.
+LINK_MARK = "// link flags:"
 # A file that only tests of `make test-toolkit` load (the simulator's coverage of public CUDA and inline
 # PTX) is not built by --warm, the first step of `make test-all`: its tests build it in test-toolkit.
 TOOLKIT_ONLY_MARK = "build-cache: make test-toolkit"
@@ -86,12 +89,17 @@ def files(warm: bool = False) -> list[Path]:
     return out
 
 
-def file_flags(path: Path) -> list[str]:
-    """The flags a file asks to be built with (FLAGS_MARK), or []."""
+def file_flags(path: Path, mark: str = FLAGS_MARK) -> list[str]:
+    """The flags a file asks to be built with (FLAGS_MARK), or [] (with mark=LINK_MARK: linked with)."""
     for line in path.read_text().splitlines():
-        if line.strip().startswith(FLAGS_MARK):
-            return line.strip()[len(FLAGS_MARK):].split()
+        if line.strip().startswith(mark):
+            return line.strip()[len(mark):].split()
     return []
+
+
+def file_link_flags(path: Path) -> list[str]:
+    """The linker flags a file asks to be built with (LINK_MARK), or []."""
+    return file_flags(path, LINK_MARK)
 
 
 def why_not() -> str | None:
@@ -113,9 +121,9 @@ def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
     t0 = time.perf_counter()
     try:
         if backend is None:
-            compile_only(path, extra_cflags=file_flags(path))
+            compile_only(path, extra_cflags=file_flags(path), extra_ldflags=file_link_flags(path))
         else:
-            load(path, backend, quiet=True, extra_cflags=file_flags(path))
+            load(path, backend, quiet=True, extra_cflags=file_flags(path), extra_ldflags=file_link_flags(path))
         return path, backend or "nvcc", time.perf_counter() - t0, ""
     except Exception as e:  # noqa: BLE001 (a BuildError, or a bug that the report must show, not raise)
         msg = str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {e}"
@@ -214,7 +222,7 @@ def groups(paths: list[Path], count: int) -> list[list[Path]]:
     (one group of the repository's 61 files took 217 s where the two kinds apart took 160 + 151 s on a 2-core
     machine). With several jobs, the files that reach libtorch's whole C++ API apart from the others, each kind
     in `count` groups of about equal size, so that the groups compile at once."""
-    alone = [p for p in paths if _part(p, 0) is None or file_flags(p)]
+    alone = [p for p in paths if _part(p, 0) is None or file_flags(p) or file_link_flags(p)]
     heavy = [p for p in paths if p not in alone and _reaches_torch_api(p)]
     light = [p for p in paths if p not in alone and p not in heavy]
     out = [[p] for p in alone]

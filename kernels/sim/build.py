@@ -369,20 +369,42 @@ class _LightTorchFailed(Exception):
         self.log = log
 
 
-def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, forget):
+def sim_link_options(link) -> dict:
+    """A load's LinkOptions (kernels/build/link.py) for a sim build: extra_cuda_cflags mapped as the driver maps
+    nvcc's flags, -lcublas and the like dropped (the stand-ins are headers), objects checked to be simulated
+    code. Returns cpp_extension's extra_cflags, extra_include_paths and extra_ldflags additions."""
+    from .nvcc import DriverError, host_flags, link_flags, nvcc_object
+
+    if link is None or link.empty:
+        return {"cflags": [], "include_paths": [], "ldflags": []}
+    try:
+        cflags = host_flags(link.cuda_cflags)
+        ldflags = link_flags(link.ldflags)
+    except DriverError as e:
+        raise BuildError(f"on the simulator: {e}") from None
+    for obj in link.objects:
+        if nvcc_object(Path(obj)):
+            raise BuildError(f"extra_objects: {display_path(Path(obj))} was compiled by nvcc for the GPU; the simulator "
+                             "links objects made by its own driver (kernels/sim/nvcc-sim -c ...)")
+    return {"cflags": cflags, "include_paths": list(link.include_paths), "ldflags": ldflags + list(link.objects)}
+
+
+def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, forget, link=None):
     """Translate the file and compile it for the simulator, with the light torch/extension.h where the
     file includes it and with the real one if that fails (or failed for this file before: see
     light_torch_misfit); returns what precompiles the headers afterwards when this build had no
-    precompiled header to use, else None. `forget()` makes cpp_extension build again in this process."""
+    precompiled header to use, else None. `forget()` makes cpp_extension build again in this process.
+    `link`: the load's LinkOptions (sim_link_options)."""
+    extra = sim_link_options(link)
     known = light_torch_misfit(sources)
     if known is not None:
         (out / "light_torch.log").write_text(known)
         if not quiet:
             print(" with the full torch/extension.h (the light one lacked what this file uses last time) ...",
                   end="", flush=True)
-        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=False)
+        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, light_torch=False)
     try:
-        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=True)
+        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, light_torch=True)
     except _LightTorchFailed as e:
         log = e.log
         if own_error(log):
@@ -392,13 +414,13 @@ def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: di
             print(" the simulator's light torch/extension.h lacks what this file uses: building it with the full "
                   "header ...", end="", flush=True)
     forget()
-    after = _compile_translated(cpp, sources, flags, out, kwargs, quiet, light_torch=False)
+    after = _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, light_torch=False)
     _remember_light_torch_misfit(sources, log)  # only once the real header built it: the file itself was fine
     return after
 
 
-def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, *,
-                        light_torch: bool):
+def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, extra: dict,
+                        *, light_torch: bool):
     """One attempt of compile_sim; raises _LightTorchFailed when the light header was used and the
     compiler failed."""
     from ..build import namespace_suffix
@@ -419,11 +441,12 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
     with_runtime = use_pch and prebuilt_runtime(pch)
     if with_runtime and not runtime.exists():  # the object was removed: parse the headers instead
         use_pch, with_runtime = [], False
-    link = fast_linker() + ([str(runtime)] if with_runtime else [])
+    link = fast_linker() + ([str(runtime)] if with_runtime else []) + extra["ldflags"]
     try:
         with compiler_for("sim"):
-            cpp.load(sources=[str(main)], extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent)],
-                     extra_cflags=flags + use_pch, extra_ldflags=link, **kwargs)
+            cpp.load(sources=[str(main)],
+                     extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent), *extra["include_paths"]],
+                     extra_cflags=flags + use_pch + extra["cflags"], extra_ldflags=link, **kwargs)
     except RuntimeError as e:
         if headers != PCH_HEADERS and str(e).startswith("Error building extension"):
             raise _LightTorchFailed(str(e)) from None

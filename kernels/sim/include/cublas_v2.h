@@ -1,23 +1,19 @@
-// cublas_v2.h for the simulator, which has no cuBLAS. A file that includes this header builds
-// and runs (many extensions include it, or set up a handle in a function they never call); a
-// call to any cuBLAS function below raises an error that says the simulator has no cuBLAS.
+// cublas_v2.h for the simulator: a stand-in for cuBLAS's matrix multiplications, computed on the CPU
+// (cudasim_blas.h), so that code which calls them (llm.c's dev/cuda files, extensions that use a
+// handle) runs and gives the right numbers. Covered: the handle calls, cublasSgemm, cublasDgemm,
+// cublasHgemm, cublasGemmEx, cublasSgemmStridedBatched and cublasGemmStridedBatchedEx, with
+// transposes and fp32/fp16/bf16/fp64 data. The other cuBLAS calls below build and raise an error
+// naming the call. Nothing needs linking: -lcublas is dropped on the simulator.
 #pragma once
 #include "cudasim.h"
+#include "cudasim_blas.h"
 
-struct cublasContext;
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  int math = 0;
+  int pointer_mode = 0;
+};
 typedef cublasContext* cublasHandle_t;
-typedef enum {
-  CUBLAS_STATUS_SUCCESS = 0,
-  CUBLAS_STATUS_NOT_INITIALIZED = 1,
-  CUBLAS_STATUS_ALLOC_FAILED = 3,
-  CUBLAS_STATUS_INVALID_VALUE = 7,
-  CUBLAS_STATUS_ARCH_MISMATCH = 8,
-  CUBLAS_STATUS_MAPPING_ERROR = 11,
-  CUBLAS_STATUS_EXECUTION_FAILED = 13,
-  CUBLAS_STATUS_INTERNAL_ERROR = 14,
-  CUBLAS_STATUS_NOT_SUPPORTED = 15,
-  CUBLAS_STATUS_LICENSE_ERROR = 16,
-} cublasStatus_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
 typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
 typedef enum {
@@ -35,13 +31,6 @@ typedef enum {
   CUBLAS_COMPUTE_64F = 70,
 } cublasComputeType_t;
 typedef enum { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 } cublasGemmAlgo_t;
-#ifndef CUDASIM_LIBRARY_TYPES
-#define CUDASIM_LIBRARY_TYPES
-typedef enum {
-  CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_8I = 3, CUDA_R_32I = 10, CUDA_R_16BF = 14,
-} cudaDataType_t;
-typedef cudaDataType_t cudaDataType;
-#endif
 
 inline const char* cublasGetStatusString(cublasStatus_t s) {
   switch (s) {
@@ -59,32 +48,138 @@ inline const char* cublasGetStatusString(cublasStatus_t s) {
   return "CUBLAS_STATUS_UNKNOWN";
 }
 
-namespace cudasim {
-[[noreturn]] inline void no_cublas(const char* name) {
-  throw std::runtime_error(std::string(name) + ": the simulator has no cuBLAS. Write the kernel yourself, or "
-                           "compare with torch.matmul in Python; run cuBLAS code with the cuda backend.");
+// ---- the handle -------------------------------------------------------------------------------
+inline cublasStatus_t cublasCreate(cublasHandle_t* h) {
+  if (h == nullptr) ::cudasim::blas::fail("cublasCreate", "handle", "is a null pointer");
+  *h = new cublasContext();
+  return CUBLAS_STATUS_SUCCESS;
 }
-}  // namespace cudasim
+inline cublasStatus_t cublasCreate_v2(cublasHandle_t* h) { return cublasCreate(h); }
+inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { return cublasDestroy(h); }
+inline cublasContext& cudasim_blas_handle(cublasHandle_t h, const char* call) {
+  if (h == nullptr) ::cudasim::blas::fail(call, "handle", "is null: create it with cublasCreate first");
+  return *h;
+}
+inline cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+  cudasim_blas_handle(h, "cublasSetStream").stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t* s) {
+  *s = cudasim_blas_handle(h, "cublasGetStream").stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) {
+  cudasim_blas_handle(h, "cublasSetMathMode").math = m;  // TF32 or not: the stand-in computes in double
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t* m) {
+  *m = cublasMath_t(cudasim_blas_handle(h, "cublasGetMathMode").math);
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t m) {
+  cudasim_blas_handle(h, "cublasSetPointerMode").pointer_mode = m;  // host and device memory are one here
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasGetPointerMode(cublasHandle_t h, cublasPointerMode_t* m) {
+  *m = cublasPointerMode_t(cudasim_blas_handle(h, "cublasGetPointerMode").pointer_mode);
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void*, size_t) {
+  cudasim_blas_handle(h, "cublasSetWorkspace");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- matrix multiplications: C = alpha op(A) op(B) + beta C, column-major ----------------------
+namespace cudasim::blas {
+inline bool transposed(const char* call, const char* arg, cublasOperation_t op) {
+  if (op != CUBLAS_OP_N && op != CUBLAS_OP_T && op != CUBLAS_OP_C)
+    fail(call, arg, "is not CUBLAS_OP_N, CUBLAS_OP_T or CUBLAS_OP_C");
+  return op != CUBLAS_OP_N;  // real data: the conjugate transpose is the transpose
+}
+// The scale type of a compute type (what alpha and beta point to).
+inline cudaDataType_t scale_type(const char* call, cublasComputeType_t c) {
+  switch (c) {
+    case CUBLAS_COMPUTE_16F: return CUDA_R_16F;
+    case CUBLAS_COMPUTE_32F: case CUBLAS_COMPUTE_32F_FAST_16F: case CUBLAS_COMPUTE_32F_FAST_16BF:
+    case CUBLAS_COMPUTE_32F_FAST_TF32: return CUDA_R_32F;
+    case CUBLAS_COMPUTE_64F: return CUDA_R_64F;
+  }
+  fail(call, "computeType", "is not one the stand-in has (CUBLAS_COMPUTE_16F, _32F and its _FAST_ forms, _64F)");
+}
+inline cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const void* alpha, const void* A, cudaDataType_t at, int lda, long long sa,
+                           const void* B, cudaDataType_t bt, int ldb, long long sb, const void* beta, void* C,
+                           cudaDataType_t ct, int ldc, long long sc, int batch, cudaDataType_t scale) {
+  cudasim_blas_handle(h, call);
+  bool tA = transposed(call, "transa", ta), tB = transposed(call, "transb", tb);
+  check_dims(call, m, n, k, batch);
+  check_ld(call, "lda", lda, tA ? k : m);
+  check_ld(call, "ldb", ldb, tB ? n : k);
+  check_ld(call, "ldc", ldc, m);
+  Matrix a{A, at, tA ? (long long)lda : 1, tA ? 1 : (long long)lda, sa};
+  Matrix b{B, bt, tB ? (long long)ldb : 1, tB ? 1 : (long long)ldb, sb};
+  Matrix c{C, ct, 1, ldc, sc};
+  multiply(call, m, n, k, batch, read(scale, alpha, call, "alpha"), a, b, read(scale, beta, call, "beta"), c, c);
+  return CUBLAS_STATUS_SUCCESS;
+}
+}  // namespace cudasim::blas
+
+inline cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const float* alpha, const float* A, int lda, const float* B, int ldb,
+                                  const float* beta, float* C, int ldc) {
+  return ::cudasim::blas::gemm("cublasSgemm", h, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb, 0,
+                               beta, C, CUDA_R_32F, ldc, 0, 1, CUDA_R_32F);
+}
+inline cublasStatus_t cublasDgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const double* alpha, const double* A, int lda, const double* B, int ldb,
+                                  const double* beta, double* C, int ldc) {
+  return ::cudasim::blas::gemm("cublasDgemm", h, ta, tb, m, n, k, alpha, A, CUDA_R_64F, lda, 0, B, CUDA_R_64F, ldb, 0,
+                               beta, C, CUDA_R_64F, ldc, 0, 1, CUDA_R_64F);
+}
+inline cublasStatus_t cublasHgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                  const __half* alpha, const __half* A, int lda, const __half* B, int ldb,
+                                  const __half* beta, __half* C, int ldc) {
+  return ::cudasim::blas::gemm("cublasHgemm", h, ta, tb, m, n, k, alpha, A, CUDA_R_16F, lda, 0, B, CUDA_R_16F, ldb, 0,
+                               beta, C, CUDA_R_16F, ldc, 0, 1, CUDA_R_16F);
+}
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                int n, int k, const float* alpha, const float* A, int lda,
+                                                long long sa, const float* B, int ldb, long long sb,
+                                                const float* beta, float* C, int ldc, long long sc, int batch) {
+  return ::cudasim::blas::gemm("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, CUDA_R_32F, lda, sa, B,
+                               CUDA_R_32F, ldb, sb, beta, C, CUDA_R_32F, ldc, sc, batch, CUDA_R_32F);
+}
+inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                                 int n, int k, const void* alpha, const void* A, cudaDataType_t at,
+                                                 int lda, long long sa, const void* B, cudaDataType_t bt, int ldb,
+                                                 long long sb, const void* beta, void* C, cudaDataType_t ct, int ldc,
+                                                 long long sc, int batch, cublasComputeType_t compute,
+                                                 cublasGemmAlgo_t) {
+  const char* call = "cublasGemmStridedBatchedEx";
+  ::cudasim::blas::check_types(call, at, bt, ct);
+  return ::cudasim::blas::gemm(call, h, ta, tb, m, n, k, alpha, A, at, lda, sa, B, bt, ldb, sb, beta, C, ct, ldc, sc,
+                               batch, ::cudasim::blas::scale_type(call, compute));
+}
+inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const void* alpha, const void* A, cudaDataType_t at, int lda, const void* B,
+                                   cudaDataType_t bt, int ldb, const void* beta, void* C, cudaDataType_t ct, int ldc,
+                                   cublasComputeType_t compute, cublasGemmAlgo_t) {
+  const char* call = "cublasGemmEx";
+  ::cudasim::blas::check_types(call, at, bt, ct);
+  return ::cudasim::blas::gemm(call, h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
+                               ::cudasim::blas::scale_type(call, compute));
+}
 
 // Any arguments are accepted, so the file builds; the call raises (cublasLt.h uses it too).
 #define CUDASIM_NO_CUBLAS(name)                                                 \
   template <class... A>                                                         \
-  inline cublasStatus_t name(A&&...) { ::cudasim::no_cublas(#name); }
-CUDASIM_NO_CUBLAS(cublasCreate)
-CUDASIM_NO_CUBLAS(cublasDestroy)
-CUDASIM_NO_CUBLAS(cublasSetStream)
-CUDASIM_NO_CUBLAS(cublasGetStream)
-CUDASIM_NO_CUBLAS(cublasSetMathMode)
-CUDASIM_NO_CUBLAS(cublasGetMathMode)
-CUDASIM_NO_CUBLAS(cublasSetPointerMode)
-CUDASIM_NO_CUBLAS(cublasSetWorkspace)
-CUDASIM_NO_CUBLAS(cublasSgemm)
-CUDASIM_NO_CUBLAS(cublasDgemm)
-CUDASIM_NO_CUBLAS(cublasHgemm)
-CUDASIM_NO_CUBLAS(cublasGemmEx)
-CUDASIM_NO_CUBLAS(cublasSgemmStridedBatched)
-CUDASIM_NO_CUBLAS(cublasGemmStridedBatchedEx)
+  inline cublasStatus_t name(A&&...) { ::cudasim::blas::not_covered(#name); }
 CUDASIM_NO_CUBLAS(cublasGemmBatchedEx)
+CUDASIM_NO_CUBLAS(cublasSgemmBatched)
 CUDASIM_NO_CUBLAS(cublasSgemv)
 CUDASIM_NO_CUBLAS(cublasSaxpy)
 CUDASIM_NO_CUBLAS(cublasSdot)

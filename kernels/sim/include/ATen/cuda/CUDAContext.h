@@ -18,11 +18,14 @@ inline int warp_size() { return 32; }
 }  // namespace cuda
 }  // namespace at
 
-// The real header includes cuBLAS; so does this one, with the simulator's stand-in (no cuBLAS:
-// asking for a handle raises an error that says so).
+// The real header includes cuBLAS; so does this one, with the simulator's stand-in (cublas_v2.h:
+// its matrix multiplications run on the CPU).
 #include <cublas_v2.h>
 namespace at {
 namespace cuda {
-inline cublasHandle_t getCurrentCUDABlasHandle() { ::cudasim::no_cublas("at::cuda::getCurrentCUDABlasHandle"); }
+inline cublasHandle_t getCurrentCUDABlasHandle() {  // one handle for the process: the stand-in keeps no state per device
+  static cublasHandle_t handle = [] { cublasHandle_t h; cublasCreate(&h); return h; }();
+  return handle;
+}
 }  // namespace cuda
 }  // namespace at

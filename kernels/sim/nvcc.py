@@ -1,0 +1,279 @@
+"""The simulator's compiler driver: nvcc's common command line, for code that runs on the CPU.
+
+    kernels/sim/nvcc-sim [options] file.cu ... -o program     a whole program with main() (an executable)
+    kernels/sim/nvcc-sim -c file.cu -o file.o                 an object of simulated code
+    kernels/sim/nvcc-sim -lib a.o b.cu -o libx.a              a static library
+
+(`python -m kernels.sim.nvcc` is the same.) Each .cu file is translated (translate.py) and compiled by the
+host C++ compiler against the simulator's headers; .cpp/.c files are compiled as they are, with those
+headers first too; objects and libraries are linked. So a Makefile runs with `NVCC=kernels/sim/nvcc-sim`,
+and `load(..., extra_objects=[...])` links its objects into a sim build. What nvcc means for the GPU only
+(-arch, -gencode, -lineinfo, --use_fast_math, ...) is ignored with a note; -lcublas, -lcublasLt, -lcudart
+and -lcuda are dropped (the simulator's headers have the stand-ins). The loader maps `extra_cuda_cflags`
+and `extra_ldflags` of a sim build through `host_flags` and `link_flags` here.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# nvcc options that only concern the GPU code or nvcc itself: ignored (those with a value take the next
+# argument unless written with =)
+IGNORED_WITH_VALUE = {"-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code",
+                      "-ccbin", "--compiler-bindir", "-maxrregcount", "--maxrregcount", "-Xptxas", "--ptxas-options",
+                      "-Xnvlink", "--nvlink-options", "-t", "--threads", "--default-stream", "-x", "-Xcudafe"}
+IGNORED = {"-lineinfo", "--generate-line-info", "--use_fast_math", "-use_fast_math", "--expt-relaxed-constexpr",
+           "--expt-extended-lambda", "--extended-lambda", "-G", "--device-debug", "-rdc=true", "-rdc=false",
+           "--relocatable-device-code=true", "--relocatable-device-code=false", "-dc", "-res-usage",
+           "--resource-usage", "--keep", "-keep", "-Wno-deprecated-gpu-targets", "--ftz=true", "--ftz=false",
+           "-ftz=true", "-ftz=false", "--prec-div=false", "--prec-sqrt=false", "--fmad=true", "--fmad=false",
+           "-cudart=static", "-cudart=shared", "--cudart=static", "--cudart=shared", "--forward-unknown-to-host-compiler",
+           "-forward-unknown-to-host-compiler", "--std=c++17", "-Xcompiler=-fPIC"}
+# libraries whose stand-ins are the simulator's headers: nothing to link
+STAND_IN_LIBRARIES = {"cublas", "cublasLt", "cudart", "cudart_static", "cuda", "cudadevrt"}
+# libraries of the CUDA toolkit that the simulator has no stand-in for
+NO_STAND_IN = {"curand", "cufft", "cusparse", "cusolver", "cudnn", "nccl", "nvrtc", "nvToolsExt", "nvjpeg", "npp"}
+
+
+class DriverError(ValueError):
+    """A command line the driver cannot run: the message says which argument and why."""
+
+
+def _value(args: list[str], i: int, flag: str) -> tuple[str, int]:
+    """The value of option `flag` at args[i]: joined (-Idir, -arch=sm_90) or the next argument."""
+    a = args[i]
+    for sep in ("=", ""):
+        if a.startswith(flag + sep) and len(a) > len(flag + sep) and (sep or not a.startswith(flag + "=")):
+            return a[len(flag + sep):], i + 1
+    if i + 1 >= len(args):
+        raise DriverError(f"{flag} needs a value")
+    return args[i + 1], i + 2
+
+
+def _split_xcompiler(value: str) -> list[str]:
+    return [v for v in value.split(",") if v]
+
+
+def host_flags(nvcc_flags: list[str], notes: list[str] | None = None) -> list[str]:
+    """nvcc compile flags as the host compiler's, for simulated code: -I/-D/-U/-O/-std/-g/-w/-f... kept,
+    -Xcompiler's values unwrapped, GPU-only options dropped (each noted in `notes`); an option the driver
+    does not know is a DriverError."""
+    out, i = [], 0
+    notes = [] if notes is None else notes
+    while i < len(nvcc_flags):
+        a = nvcc_flags[i]
+        name = a.split("=", 1)[0]
+        if a in IGNORED or name in IGNORED:
+            notes.append(a)
+            i += 1
+        elif name in IGNORED_WITH_VALUE:
+            if "=" in a:
+                i += 1
+            else:
+                if i + 1 >= len(nvcc_flags):
+                    raise DriverError(f"{a} needs a value")
+                i += 2
+            notes.append(a if "=" in a else f"{a} {nvcc_flags[i - 1]}")
+        elif name in ("-Xcompiler", "--compiler-options"):
+            v, i = _value(nvcc_flags, i, name)
+            out += _split_xcompiler(v)
+        elif name == "-std" or name == "--std":
+            v, i = _value(nvcc_flags, i, name)
+            out.append(f"-std={v}")
+        elif a[:2] in ("-I", "-D", "-U") and not a.startswith("--"):
+            if len(a) > 2:
+                out.append(a)
+                i += 1
+            else:
+                if i + 1 >= len(nvcc_flags):
+                    raise DriverError(f"{a} needs a value")
+                out.append(a + nvcc_flags[i + 1])
+                i += 2
+        elif name in ("--include-path", "--define-macro", "--undefine-macro"):
+            v, i = _value(nvcc_flags, i, name)
+            out.append({"--include-path": "-I", "--define-macro": "-D", "--undefine-macro": "-U"}[name] + v)
+        elif a.startswith("-O") or a in ("-g", "-w", "-fPIC", "-fopenmp", "-pthread") or a.startswith("-W"):
+            out.append(a)
+            i += 1
+        else:
+            raise DriverError(f"the simulator's driver does not know nvcc's option {a!r}"
+                              + (" (a host compiler option goes after -Xcompiler)" if a.startswith("-f") else ""))
+    return out
+
+
+def link_flags(ldflags: list[str], notes: list[str] | None = None) -> list[str]:
+    """Linker flags for simulated code: -lcublas and the other libraries the simulator's headers stand in for
+    are dropped (noted), a CUDA library without a stand-in is a DriverError, the rest is kept."""
+    out, i = [], 0
+    notes = [] if notes is None else notes
+    while i < len(ldflags):
+        a = ldflags[i]
+        if a == "-l" or a == "-L":
+            if i + 1 >= len(ldflags):
+                raise DriverError(f"{a} needs a value")
+            a, i = a + ldflags[i + 1], i + 2
+        else:
+            i += 1
+        if a.startswith("-l"):
+            lib = a[2:]
+            if lib in STAND_IN_LIBRARIES:
+                notes.append(a)
+                continue
+            if lib in NO_STAND_IN or lib.startswith("cu"):
+                raise DriverError(f"{a}: the simulator has no stand-in for lib{lib} (it has cuBLAS's and "
+                                  "cuBLASLt's matrix multiplications and the CUDA runtime); build this with the cuda backend")
+        elif a.startswith("-Xlinker") or a.startswith("--linker-options"):
+            v, i = _value(ldflags, i - 1, a.split("=", 1)[0])
+            out += [f"-Wl,{x}" for x in _split_xcompiler(v)]
+            continue
+        out.append(a)
+    return out
+
+
+def nvcc_object(path: Path) -> bool:
+    """Whether an object or library holds GPU code compiled by nvcc (its fat binary section), which the
+    simulator cannot link."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return b".nv_fatbin" in data or b"__nv_module_id" in data
+
+
+# ---- the driver ---------------------------------------------------------------------------------
+USAGE = __doc__.split("\n\n")[1]
+
+
+def _parse(argv: list[str]) -> dict:
+    """The driver's command line: inputs, output, mode, compile and link flags."""
+    opts = {"inputs": [], "out": None, "mode": "link", "compile": [], "link": [], "notes": [], "shared": False}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            opts["mode"] = "help"
+            return opts
+        if a in ("-c", "--compile", "-dc", "--device-c"):
+            opts["mode"] = "object"
+            i += 1
+        elif a in ("-lib", "--lib"):
+            opts["mode"] = "lib"
+            i += 1
+        elif a in ("-shared", "--shared"):
+            opts["shared"] = True
+            i += 1
+        elif a == "-o" or a.startswith("-o") and not a.startswith("--"):
+            opts["out"], i = _value(argv, i, "-o")
+        elif a == "--output-file":
+            opts["out"], i = _value(argv, i, a)
+        elif a.startswith("-l") or a.startswith("-L") or a.startswith("-Xlinker") or a.startswith("--linker-options"):
+            n = 2 if a in ("-l", "-L", "-Xlinker", "--linker-options") else 1
+            opts["link"] += argv[i:i + n]
+            i += n
+        elif not a.startswith("-"):
+            opts["inputs"].append(a)
+            i += 1
+        else:
+            takes = a.split("=", 1)[0] in IGNORED_WITH_VALUE | {"-Xcompiler", "--compiler-options", "-std", "--std"} \
+                and "=" not in a or a in ("-I", "-D", "-U")
+            n = 2 if takes else 1
+            opts["compile"] += argv[i:i + n]
+            i += n
+    return opts
+
+
+def _compiler() -> list[str]:
+    from ..build.toolchain import cxx
+
+    return shlex.split(cxx("sim"))
+
+
+def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> None:
+    """Compile one input into an object of simulated code: a .cu translated first, a .cpp/.c as it is."""
+    from ..build.errors import BuildError, display_path
+    from ..build.sources import SourceSet
+    from ..paths import INCLUDE, SIM_INCLUDE
+    from .build import FLAGS
+    from .translate import TranslateError, translate_tree
+
+    search = [Path(f[2:]) for f in flags if f.startswith("-I")]
+    if src.suffix == ".cu":
+        try:
+            main = translate_tree(SourceSet.of(src, [*search, INCLUDE]), build_dir / src.stem, display_path)
+        except TranslateError as e:
+            raise BuildError(f"the simulator cannot translate {display_path(src)}:\n{e}") from None
+    else:
+        main = src
+    std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
+    lang = ["-x", "c++"] if src.suffix in (".cu", ".c") and main == src else []
+    command = [*_compiler(), *std, *FLAGS, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
+               *lang, "-c", str(main), "-o", str(obj)]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise BuildError(f"compiling {display_path(src)} for the simulator failed:\n{run.stderr.strip()}")
+
+
+def drive(argv: list[str]) -> int:
+    """Run the driver on a command line; returns the exit status (what went wrong goes to stderr)."""
+    from ..build.errors import BuildError
+
+    try:
+        opts = _parse(argv)
+        if opts["mode"] == "help":
+            print(USAGE)
+            return 0
+        notes: list[str] = []
+        cflags = host_flags(opts["compile"], notes)
+        lflags = link_flags(opts["link"], notes)
+        inputs = [Path(p) for p in opts["inputs"]]
+        if not inputs:
+            raise DriverError("no input files")
+        for p in inputs:
+            if not p.is_file():
+                raise DriverError(f"no such input file: {p}")
+            if p.suffix not in (".cu", ".cpp", ".cc", ".cxx", ".c", ".o", ".a", ".so"):
+                raise DriverError(f"{p}: the driver takes .cu, .cpp, .c, .o, .a and .so files")
+            if p.suffix in (".o", ".a") and nvcc_object(p):
+                raise DriverError(f"{p} was compiled by nvcc for the GPU; build it with this driver for the simulator")
+        sources = [p for p in inputs if p.suffix not in (".o", ".a", ".so")]
+        mode, out = opts["mode"], opts["out"]
+        if mode == "object" and out and len(sources) > 1:
+            raise DriverError("-c with -o takes one source file")
+        if notes:
+            print(f"nvcc-sim: ignored on the simulator: {' '.join(notes)}", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix="nvcc-sim-") as tmp:
+            objects = []
+            for n, src in enumerate(sources):
+                if mode == "object":
+                    obj = Path(out) if out else Path(src.with_suffix(".o").name)
+                else:
+                    obj = Path(tmp) / f"{n}_{src.stem}.o"
+                compile_object(src.resolve(), obj, cflags, Path(tmp) / f"src{n}")
+                objects.append(obj)
+            if mode == "object":
+                return 0
+            linked = objects + [p for p in inputs if p.suffix in (".o", ".a", ".so")]
+            if mode == "lib":
+                target = Path(out or "a.a")
+                target.unlink(missing_ok=True)
+                run = subprocess.run(["ar", "rcs", str(target), *map(str, linked)], capture_output=True, text=True)
+            else:
+                target = Path(out or "a.out")
+                shared = ["-shared"] if opts["shared"] else []
+                run = subprocess.run([*_compiler(), *shared, *map(str, linked), "-o", str(target), *lflags,
+                                      "-pthread", "-ldl"], capture_output=True, text=True)
+            if run.returncode != 0:
+                raise BuildError(f"linking {target} failed:\n{run.stderr.strip()}")
+        return 0
+    except (DriverError, BuildError) as e:
+        print(f"nvcc-sim: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(drive(sys.argv[1:]))

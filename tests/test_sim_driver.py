@@ -1,0 +1,150 @@
+"""The simulator's compiler driver (kernels/sim/nvcc-sim, kernels/sim/nvcc.py): nvcc's command line for code
+that runs on the CPU. A whole program with main() becomes an executable that validates its kernel (and says
+its event timings are not real); -c and -lib make objects and static libraries of simulated code that a
+Makefile links with NVCC=nvcc-sim and that load(..., extra_objects=[...]) links into a sim build."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import load
+from kernels.paths import SIM
+
+pytestmark = [pytest.mark.toolkit, pytest.mark.sim_only]
+
+DRIVER = SIM / "nvcc-sim"
+PROGRAM = Path(__file__).parent / "sim_compat" / "standalone_program.cu"
+
+
+def nvcc_sim(*args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(DRIVER), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    """standalone_program.cu built as llm.c's files are built (GPU-only flags and cuBLAS included)."""
+    d = tmp_path_factory.mktemp("program")
+    run = nvcc_sim("-O3", "--use_fast_math", "-arch=sm_90", "-gencode", "arch=compute_90,code=sm_90", PROGRAM,
+                   "-o", "prog", "-lcublas", "-lcublasLt", cwd=d)
+    assert run.returncode == 0, run.stderr
+    return d / "prog", run.stderr
+
+
+def test_gpu_only_flags_are_ignored_with_a_note(program):
+    _, notes = program
+    assert "ignored on the simulator: --use_fast_math -arch=sm_90 -gencode arch=compute_90,code=sm_90" in notes
+    assert "-lcublas -lcublasLt" in notes
+
+
+def test_a_whole_program_runs_validates_its_kernel_and_labels_its_timing_as_not_real(program):
+    prog, _ = program
+    run = subprocess.run([str(prog), "1"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "kernel 1: 0 of 1000 wrong; time nan ms" in run.stdout
+    assert "cudaEventElapsedTime gives NaN: the simulator runs kernels on the CPU and does not time them" in run.stderr
+
+
+def test_the_programs_planted_mistake_fails_its_validation(program):
+    prog, _ = program
+    run = subprocess.run([str(prog), "2"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "mismatch at 999" in run.stdout and "kernel 2: 1 of 1000 wrong" in run.stdout
+
+
+LIBRARY = """#include <cuda_runtime.h>
+__global__ void scale_kernel(float* x, int n, float by) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= by * FACTOR;
+}
+void scale(float* x, int n, float by) { scale_kernel<<<(n + 63) / 64, 64>>>(x, n, by); cudaDeviceSynchronize(); }
+"""
+MAIN = """#include <cstdio>
+#include <cuda_runtime.h>
+void scale(float* x, int n, float by);
+int main() {
+  float h[100], *d;
+  for (int i = 0; i < 100; i++) h[i] = i;
+  cudaMalloc(&d, sizeof h);
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+  scale(d, 100, 2.0f);
+  cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 100; i++) if (h[i] != 2.0f * 3 * i) { std::printf("wrong at %d: %f\\n", i, h[i]); return 1; }
+  std::printf("ok\\n");
+  return 0;
+}
+"""
+MAKEFILE = """NVCC ?= nvcc
+prog: main.cu libscale.a
+\t$(NVCC) -O2 main.cu -L. -lscale -o prog
+libscale.a: scale.o
+\t$(NVCC) -lib scale.o -o libscale.a
+scale.o: scale.cu
+\t$(NVCC) -c -O2 -DFACTOR=3 -Xcompiler -fPIC -std=c++17 -arch=sm_90 scale.cu -o scale.o
+"""
+EXTENSION = """#include "helpers.cuh"
+void scale(float* x, int n, float by);
+at::Tensor scaled(at::Tensor x, double by) {
+  at::Tensor y = x.clone();
+  scale(y.data_ptr<float>(), y.numel(), by);
+  return y;
+}
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) { m.def("scaled(Tensor x, float by) -> Tensor", &scaled); }
+"""
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A Makefile of the seed route's shape (an object, a static library, a program linking it), run with
+    NVCC=nvcc-sim."""
+    if not shutil.which("make"):
+        pytest.skip("make is not installed")
+    d = tmp_path_factory.mktemp("made")
+    (d / "scale.cu").write_text(LIBRARY)
+    (d / "main.cu").write_text(MAIN)
+    (d / "Makefile").write_text(MAKEFILE)
+    run = subprocess.run(["make", f"NVCC={DRIVER}"], cwd=d, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return d
+
+
+def test_a_makefile_runs_with_the_driver_as_nvcc_and_its_program_links_the_library(made):
+    run = subprocess.run([str(made / "prog")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout == "ok\n", run.stdout + run.stderr
+
+
+def test_load_links_the_drivers_object_or_static_library_into_a_sim_build(made, tmp_path):
+    ext_file = tmp_path / "uses_scale.cu"
+    ext_file.write_text(EXTENSION)
+    x = torch.arange(10.0)
+    torch.testing.assert_close(load(ext_file, "sim", quiet=True, extra_objects=[made / "scale.o"]).scaled(x, 2.0),
+                               6 * x)
+    torch.testing.assert_close(load(ext_file, "sim", quiet=True, extra_ldflags=[f"-L{made}", "-lscale"]).scaled(x, 2.0),
+                               6 * x)
+    # the cache key covers the object's contents: the same options with a rebuilt object link it again
+    run = nvcc_sim("-c", "-DFACTOR=5", made / "scale.cu", "-o", tmp_path / "scale.o", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    shutil.copy(tmp_path / "scale.o", made / "scale.o")
+    torch.testing.assert_close(load(ext_file, "sim", quiet=True, extra_objects=[made / "scale.o"]).scaled(x, 2.0),
+                               10 * x)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--frobnicate", "x.cu"], "does not know nvcc's option '--frobnicate'"),
+    (["x.cu", "-lcurand"], "-lcurand: the simulator has no stand-in for libcurand"),
+    (["missing.cu"], "no such input file: missing.cu"),
+    ([], "no input files"),
+])
+def test_a_command_line_the_driver_cannot_run_fails_saying_why(tmp_path, args, message):
+    (tmp_path / "x.cu").write_text("__global__ void k() {}\n")
+    run = nvcc_sim(*args, cwd=tmp_path)
+    assert run.returncode == 1 and message in run.stderr, run.stderr
+
+
+def test_a_compile_error_names_the_source_line(tmp_path):
+    (tmp_path / "bad.cu").write_text("__global__ void k(float* x) {\n  x[0] = undefined_name;\n}\n")
+    run = nvcc_sim("-c", "bad.cu", cwd=tmp_path)
+    assert run.returncode == 1 and "bad.cu:2" in run.stderr and "undefined_name" in run.stderr, run.stderr
