@@ -447,3 +447,104 @@ def test_cp_async_copies_completing_on_an_mbarrier_arrive_before_the_wait_ends(h
     backend, ext = hopper_ops
     src = torch.randint(1, 256, (1024,), dtype=torch.uint8, device="cuda" if backend == "cuda" else "cpu")
     assert torch.equal(ext.cp_async_mbarrier(src, noinc), src)
+
+
+# ---------------------------------------------------------------------------------------------
+# libcu++'s <cuda/ptx>: the same instructions through cuda::ptx:: functions (tests/sim_kernels/ptx_cccl.cu)
+CCCL = HERE / "ptx_cccl.cu"
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def cccl(request):
+    return request.param, _load_hopper(CCCL, request.param)
+
+
+def _tile(x: torch.Tensor, row0: int, col0: int) -> torch.Tensor:
+    """The 32 x 64 tile of x at (row0, col0), zeros outside x (what a TMA load of it brings)."""
+    t = torch.zeros(32, 64, device=x.device)
+    part = x[row0:row0 + 32, col0:col0 + 64]
+    t[:part.shape[0], :part.shape[1]] = part
+    return t
+
+
+@pytest.mark.parametrize("row0, col0", [(0, 0), (40, 16), (90, 100)])
+def test_cuda_ptx_mbarrier_tma_load_and_bulk_stores_match_torch(cccl, row0, col0):
+    backend, ext = cccl
+    x = torch.randn(100, 140, device="cuda" if backend == "cuda" else "cpu")
+    y, b = ext.cccl_tiles(x, row0, col0, False)
+    a_tile, b_tile = _tile(x, row0, col0), _tile(x, row0 + 32, col0)
+    want = torch.zeros_like(x)
+    part = want[row0:row0 + 32, col0:col0 + 64]
+    part.copy_((2 * a_tile + b_tile)[:part.shape[0], :part.shape[1]])
+    assert torch.equal(y, want)
+    assert torch.equal(b, b_tile)
+
+
+@pytest.mark.parametrize("row0, col0", [(0, 0), (90, 100)])
+def test_cuda_ptx_forms_and_asm_forms_give_the_same_answer(cccl, row0, col0):
+    backend, ext = cccl
+    x = torch.randn(100, 140, device="cuda" if backend == "cuda" else "cpu")
+    got, want = ext.cccl_tiles(x, row0, col0, False), ext.cccl_tiles(x, row0, col0, True)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+CCCL_MISUSE = {
+    1: ("CCCL-WRONG-PARITY", r"cuda::ptx::mbarrier_try_wait_parity at ptx_cccl\.cu:{line}: deadlock: this wait for the phase "
+                             r"of parity 1 to complete can never end: .* 1 of 1 arrivals still to come"),
+    2: ("CCCL-NO-EXPECT", r"cuda::ptx::cp_async_bulk_tensor at ptx_cccl\.cu:{line}: the copies that complete on this "
+                          r"mbarrier brought 8192 bytes, more than the 0 bytes that expect_tx announced"),
+    3: ("CCCL-TOO-MANY-BYTES", r"cuda::ptx::mbarrier_try_wait_parity at ptx_cccl\.cu:{line}: deadlock: .*transaction count "
+                               r"of 8192 byte\(s\) \(expect_tx at ptx_cccl\.cu:\d+ announced 16384 bytes"),
+    4: ("CCCL-NO-INIT", r"cuda::ptx::mbarrier_arrive at ptx_cccl\.cu:{line}: no mbarrier is initialised"),
+}
+
+
+@sim_only
+@pytest.mark.parametrize("what", list(CCCL_MISUSE))
+def test_cuda_ptx_misuse_is_an_error_naming_the_line(what):
+    marker, pattern = CCCL_MISUSE[what]
+    ext = load(CCCL, "sim")
+    line = rf"{_line_of(marker, CCCL)}(?: \(called from [^)]*\))?"
+    with pytest.raises(RuntimeError, match=pattern.format(line=line)):
+        ext.cccl_misuse(torch.randn(64, 64), what)
+
+
+BEYOND = [  # a call outside the subset, and what the build says of it at the call's line
+    ("cuda::ptx::getctarank(x)", r"cuda::ptx::getctarank is not supported by the simulator yet"),
+    ("cuda::ptx::tensormap_replace_global_address(cuda::ptx::space_global, x, x)",
+     r"cuda::ptx::tensormap_replace_global_address is not supported by the simulator yet"),
+    ("cuda::ptx::mbarrier_arrive(cuda::ptx::sem_release, cuda::ptx::scope_gpu, cuda::ptx::space_shared, &bar)",
+     r"this form of cuda::ptx::mbarrier_arrive is not supported by the simulator yet"),
+    ("cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_shared, x, x, 16u, &bar)",
+     r"cuda::ptx::cp_async_bulk from shared memory to a cluster's shared memory needs thread-block clusters"),
+]
+
+
+@sim_only
+def test_cuda_ptx_outside_the_subset_is_a_compile_error_naming_it(tmp_path):
+    src = tmp_path / "beyond.cu"  # one build: the compiler reports every call
+    src.write_text('#include "helpers.cuh"\n#include <cuda/ptx>\n__global__ void k(float* x) {\n'
+                   '  __shared__ uint64_t bar;\n' + "".join(f"  {call};\n" for call, _ in BEYOND) + "}\n")
+    with pytest.raises(BuildError) as e:
+        load(src, "sim")
+    for line, (_, message) in enumerate(BEYOND, 5):
+        # clang++ says it on the call's line, g++ on the header's line after "beyond.cu:N:M: required from here"
+        assert re.search(rf"beyond\.cu:{line}:\d+:[^\n]*(\n[^\n]*){{0,3}}?{message}", str(e.value)), (line, message)
+
+
+def test_cuda_ptx_copy_completes_on_a_cuda_barrier_through_its_native_handle(cccl):
+    backend, ext = cccl
+    x = torch.randn(20, 40, device="cuda" if backend == "cuda" else "cpu")
+    assert torch.equal(ext.cccl_barrier(x), _tile(x, 0, 0))
+
+
+def test_cuda_ptx_elect_sync_elects_one_lane_of_its_mask(cccl):
+    backend, ext = cccl
+    try:
+        got = ext.cccl_elect(torch.zeros(1, device="cuda" if backend == "cuda" else "cpu")).cpu().view(4, 32)
+    except RuntimeError as e:
+        if "has no cuda::ptx::elect_sync" in str(e) and backend == "cuda":
+            pytest.skip(str(e))
+        raise
+    assert got.sum(1).tolist() == [1, 1, 1, 1]  # one lane a warp, for each mask
+    assert got[2:, 8:16].sum(1).tolist() == [1, 1]  # inside the mask of lanes 8-15

@@ -1,0 +1,259 @@
+// ptx_cccl.cu: libcu++'s <cuda/ptx> forms of Hopper's mbarrier, TMA and bulk copies (cuda::ptx::mbarrier_*,
+// cp_async_bulk_tensor, cp_async_bulk, ...), in a kernel that also has the same steps as asm statements, so
+// that the two can be compared (tests/test_sim_ptx.py). The cuda backend needs an sm_90 GPU; build with
+// TORCH_CUDA_ARCH_LIST=9.0a as the other Hopper kernels.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+//
+//   op           what it computes
+//   cccl_tiles   for x [rows, cols] float (cols a multiple of 4), the 32 x 64 tiles A at (row0, col0) and B
+//                at (row0 + 32, col0), zeros outside x: y, zeros but for 2 A + B at (row0, col0) (clipped
+//                to x), and B. A comes by TMA on an mbarrier phase that every thread arrives on and waits
+//                for with its state token, B by TMA on the next phase, waited for by its parity; y is
+//                written by a TMA store, B by a 1-D bulk store. use_asm: the same steps as asm statements.
+//   cccl_barrier the tile A at (0, 0) loaded by cuda::ptx::cp_async_bulk_tensor on a cuda::barrier (through
+//                cuda::device::barrier_native_handle), waited for with the barrier's own arrive and wait
+//   cccl_elect   for 64 threads: which ones cuda::ptx::elect_sync(mask) elects, with the mask of the whole
+//                warp (first 32 values) and of lanes 8-15 (called by those lanes only; next 64 values)
+//                (libcu++ has elect_sync since after CUDA 13.0: with an older one the op says so)
+//   cccl_misuse  what = 1: a wait for a phase that nobody arrives on (the wrong parity); 2: a TMA load on a
+//                barrier whose expect_tx was forgotten; 3: an expect_tx of more bytes than the copy brings;
+//                4: an arrival on a barrier never initialised. The simulator reports each at its line.
+#include "helpers.cuh"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros_like.h>
+#include <cstdint>
+#include <cuda.h>
+#include <cuda/barrier>
+#include <cuda/ptx>
+
+#include "ptx_common.cuh"
+
+namespace ptx = cuda::ptx;
+
+constexpr int kRows = 32, kCols = 64, kTileBytes = kRows * kCols * 4;
+
+// =============================================================================================
+// cccl_tiles
+template <bool kAsm>
+__global__ void cccl_tiles_kernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap y_map,
+                                  int row0, int col0, float* b_out) {
+  __shared__ alignas(128) float a[kRows * kCols];
+  __shared__ alignas(128) float b[kRows * kCols];
+  __shared__ uint64_t bar;
+  const bool leader = threadIdx.x == 0;
+  if (leader) {
+    if constexpr (kAsm) {
+      mbar_init(&bar, blockDim.x);
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    } else {
+      ptx::mbarrier_init(&bar, blockDim.x);
+      ptx::fence_proxy_async(ptx::space_shared);
+    }
+  }
+  __syncthreads();
+
+  // phase 0: A; every thread arrives (the leader announcing the bytes) and waits for its own state
+  uint64_t state;
+  if constexpr (kAsm) {
+    if (leader) {
+      asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 %0, [%1], %2;"
+                   : "=l"(state) : "r"(smem_addr(&bar)), "r"(kTileBytes) : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                   :: "r"(smem_addr(a)), "l"(&x_map), "r"(col0), "r"(row0), "r"(smem_addr(&bar)) : "memory");
+    } else {
+      asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(smem_addr(&bar)) : "memory");
+    }
+    uint32_t done = 0;
+    while (!done)
+      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done) : "r"(smem_addr(&bar)), "l"(state) : "memory");
+  } else {
+    if (leader) {
+      state = ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar, kTileBytes);
+      const int32_t at[2] = {col0, row0};
+      ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, a, &x_map, at, &bar);
+    } else {
+      state = ptx::mbarrier_arrive(&bar);
+    }
+    while (!ptx::mbarrier_try_wait(&bar, state)) {
+    }
+  }
+
+  // phase 1: B; the leader announces the bytes apart from its arrival, the threads wait for parity 1
+  if constexpr (kAsm) {
+    if (leader) {
+      asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(&bar)), "r"(kTileBytes) : "memory");
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                   :: "r"(smem_addr(b)), "l"(&x_map), "r"(col0), "r"(row0 + kRows), "r"(smem_addr(&bar)) : "memory");
+    }
+    mbar_arrive(&bar);
+    mbar_wait(&bar, 1);
+  } else {
+    if (leader) {
+      ptx::mbarrier_expect_tx(ptx::sem_relaxed, ptx::scope_cta, ptx::space_shared, &bar, kTileBytes);
+      ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, b, &x_map, {col0, row0 + kRows}, &bar);
+    }
+    ptx::mbarrier_arrive(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar);
+    while (!ptx::mbarrier_try_wait_parity(ptx::sem_acquire, ptx::scope_cta, &bar, 1u)) {
+    }
+  }
+
+  for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) a[i] = 2.0f * a[i] + b[i];
+  if constexpr (kAsm) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores, seen by the copies
+  else ptx::fence_proxy_async(ptx::space_shared);
+  __syncthreads();
+  if (leader) {
+    if constexpr (kAsm) {
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];"
+                   :: "l"(&y_map), "r"(col0), "r"(row0), "r"(smem_addr(a)) : "memory");
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                   :: "l"(b_out), "r"(smem_addr(b)), "r"(kTileBytes) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    } else {
+      ptx::cp_async_bulk_tensor(ptx::space_global, ptx::space_shared, &y_map, {col0, row0}, a);
+      ptx::cp_async_bulk(ptx::space_global, ptx::space_shared, b_out, b, kTileBytes);
+      ptx::cp_async_bulk_commit_group();
+      ptx::cp_async_bulk_wait_group(ptx::n32_t<0>());
+    }
+  }
+}
+
+// A 2-D tensor map of a float matrix with 32 x 64 boxes.
+static CUtensorMap tile_map(const at::Tensor& t) {
+  alignas(128) CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(t.size(1)), static_cast<cuuint64_t>(t.size(0))};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(t.size(1)) * 4};
+  const cuuint32_t box[2] = {kCols, kRows}, estride[2] = {1, 1};
+  CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, t.data_ptr(), dims, strides, box, estride,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with error ", std::to_string(static_cast<int>(r)));
+  return map;
+}
+
+std::vector<at::Tensor> cccl_tiles(const at::Tensor& x, int64_t row0, int64_t col0, bool use_asm) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  CHECK_DIM(x, 2);
+  TORCH_CHECK(x.size(1) % 4 == 0 && aligned16(x), "x's rows must be 16-byte multiples and x 16-byte aligned");
+  TORCH_CHECK(row0 >= 0 && col0 >= 0 && col0 % 4 == 0, "row0 and col0 must not be negative, col0 a multiple of 4");
+  at::Tensor y = at::zeros_like(x);
+  at::Tensor b = at::empty({kRows, kCols}, x.options());
+  const CUtensorMap x_map = tile_map(x), y_map = tile_map(y);
+  auto kernel = use_asm ? cccl_tiles_kernel<true> : cccl_tiles_kernel<false>;
+  kernel<<<1, 128>>>(x_map, y_map, static_cast<int>(row0), static_cast<int>(col0), b.data_ptr<float>());
+  CHECK_LAUNCH();
+  return {y, b};
+}
+
+// =============================================================================================
+// cccl_barrier: <cuda/ptx> and <cuda/barrier> on one mbarrier
+__global__ void cccl_barrier_kernel(const __grid_constant__ CUtensorMap x_map, float* out) {
+  __shared__ alignas(128) float a[kRows * kCols];
+#pragma nv_diag_suppress static_var_with_dynamic_init
+  __shared__ cuda::barrier<cuda::thread_scope_block> bar;
+  if (threadIdx.x == 0) {
+    init(&bar, blockDim.x);
+    ptx::fence_proxy_async(ptx::space_shared);
+  }
+  __syncthreads();
+  cuda::barrier<cuda::thread_scope_block>::arrival_token token;
+  if (threadIdx.x == 0) {
+    ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, a, &x_map, {0, 0},
+                              cuda::device::barrier_native_handle(bar));
+    token = cuda::device::barrier_arrive_tx(bar, 1, sizeof(a));
+  } else {
+    token = bar.arrive();
+  }
+  bar.wait(std::move(token));
+  for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) out[i] = a[i];
+}
+
+at::Tensor cccl_barrier(const at::Tensor& x) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  CHECK_DIM(x, 2);
+  TORCH_CHECK(x.size(1) % 4 == 0 && aligned16(x), "x's rows must be 16-byte multiples and x 16-byte aligned");
+  at::Tensor out = at::empty({kRows, kCols}, x.options());
+  cccl_barrier_kernel<<<1, 128>>>(tile_map(x), out.data_ptr<float>());
+  CHECK_LAUNCH();
+  return out;
+}
+
+// =============================================================================================
+// cccl_elect
+#if defined(CUDASIM) || defined(_CUDA_PTX_ELECT_SYNC_H_)
+#define HAS_PTX_ELECT_SYNC 1
+__global__ void cccl_elect_kernel(int* out) {
+  const int t = threadIdx.x, lane = t % 32;
+  out[t] = ptx::elect_sync(0xFFFFFFFFu);
+  out[64 + t] = 0;
+  if (lane >= 8 && lane < 16) out[64 + t] = ptx::elect_sync(0x0000FF00u);
+}
+#endif
+
+at::Tensor cccl_elect(const at::Tensor& like) {
+  CHECK_INPUT(like);
+  at::Tensor out = at::empty({128}, like.options().dtype(at::kInt));
+#ifdef HAS_PTX_ELECT_SYNC
+  cccl_elect_kernel<<<1, 64>>>(out.data_ptr<int>());
+  CHECK_LAUNCH();
+#else
+  TORCH_CHECK(false, "this libcu++ has no cuda::ptx::elect_sync");
+#endif
+  return out;
+}
+
+// =============================================================================================
+// cccl_misuse
+__global__ void cccl_misuse_kernel(const __grid_constant__ CUtensorMap x_map, int what) {
+  __shared__ alignas(128) float a[kRows * kCols];
+  __shared__ uint64_t bar;
+  const int32_t at[2] = {0, 0};
+  if (what != 4) ptx::mbarrier_init(&bar, 1);
+  if (what == 1) {
+    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar, kTileBytes);
+    ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, a, &x_map, at, &bar);
+    while (!ptx::mbarrier_try_wait_parity(&bar, 0u)) {
+    }
+    while (!ptx::mbarrier_try_wait_parity(&bar, 1u)) {  // CCCL-WRONG-PARITY: phase 1 has no arrivals
+    }
+  } else if (what == 2) {
+    ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, a, &x_map, at, &bar);  // CCCL-NO-EXPECT
+    ptx::mbarrier_arrive(&bar);
+    while (!ptx::mbarrier_try_wait_parity(&bar, 0u)) {
+    }
+  } else if (what == 3) {
+    ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &bar, 2 * kTileBytes);
+    ptx::cp_async_bulk_tensor(ptx::space_cluster, ptx::space_global, a, &x_map, at, &bar);
+    while (!ptx::mbarrier_try_wait_parity(&bar, 0u)) {  // CCCL-TOO-MANY-BYTES
+    }
+  } else {
+    ptx::mbarrier_arrive(&bar);  // CCCL-NO-INIT
+  }
+}
+
+void cccl_misuse(const at::Tensor& x, int64_t what) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  CHECK_DIM(x, 2);
+  TORCH_CHECK(what >= 1 && what <= 4, "what is 1 to 4");
+  const CUtensorMap x_map = tile_map(x);
+  cccl_misuse_kernel<<<1, 1>>>(x_map, static_cast<int>(what));
+  CHECK_LAUNCH();
+}
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("cccl_tiles(Tensor x, int row0, int col0, bool use_asm) -> Tensor[]");
+  m.def("cccl_barrier(Tensor x) -> Tensor");
+  m.def("cccl_elect(Tensor like) -> Tensor");
+  m.def("cccl_misuse(Tensor x, int what) -> ()");
+}
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
+  m.impl("cccl_tiles", &cccl_tiles);
+  m.impl("cccl_barrier", &cccl_barrier);
+  m.impl("cccl_elect", &cccl_elect);
+  m.impl("cccl_misuse", &cccl_misuse);
+}
