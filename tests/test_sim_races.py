@@ -127,6 +127,9 @@ def test_the_checker_fails_racy_cases_as_races_and_passes_the_correct_form(races
     assert skipped.passed  # what the check adds: without it, the simulator's orders never interleave the +=
 
 
+# make test-toolkit: the simulator's test kernels and public-style code (the lessons' own kernels raise no false
+# alarm in make test-all: every solution's self-check runs the race check)
+@pytest.mark.toolkit
 def test_the_correct_kernels_of_the_other_test_files_raise_no_false_alarm():
     """Barriers, warp shuffles, cooperative groups, cp.async pipelines, WMMA, a spin lock under atomics."""
     if compiler_problem():

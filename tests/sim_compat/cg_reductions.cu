@@ -1,6 +1,7 @@
 // cg_reductions.cu: cooperative groups at block and warp level, written the way public kernels
 // (llm.c's dev/cuda, the CUDA samples) write them; tests/test_sim_compat.py compares every op
 // with PyTorch on the sim backend and, with a GPU, on cuda.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 //
 //   op                what it exercises
 //   layernorm_rows    a warp per row: tiled_partition<32>, meta_group_rank/size, cg::reduce with plus
