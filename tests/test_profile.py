@@ -230,6 +230,7 @@ def test_lesson09_matmul1_stores_a_column_of_c_in_32_sectors_and_matmul2_a_row_i
 
 
 @pytest.mark.slow
+@pytest.mark.toolkit  # host_api.cu, public extensions' host code, is built by make test-toolkit only
 def test_a_pybind11_function_and_an_op_of_a_namespace_the_file_names_itself_are_profiled():
     """Most public extension code binds with PYBIND11_MODULE or registers TORCH_LIBRARY(myops, m): the profile
     runs both from the instrumented build (whose copy of `myops` gets a suffix, so it loads beside the plain one)."""

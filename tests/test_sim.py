@@ -629,6 +629,7 @@ def test_errors_stay_until_read_as_in_cuda(feat):
 
 
 @sim_only
+@pytest.mark.toolkit  # host_api.cu: public extensions' host code (make test-toolkit)
 def test_pybind_style_with_streams_and_guards(host):
     x = torch.randn(1000)
     torch.testing.assert_close(host.axpb(x, 2.0, 0.5), 2 * x + 0.5)
@@ -637,17 +638,20 @@ def test_pybind_style_with_streams_and_guards(host):
 
 
 @sim_only
+@pytest.mark.toolkit  # host_api.cu: public extensions' host code (make test-toolkit)
 def test_device_properties_look_like_a_gpu(host):
     assert host.properties() == [32, 1, 1024, 48 * 1024, 0]
 
 
 @sim_only
+@pytest.mark.toolkit  # host_api.cu: public extensions' host code (make test-toolkit)
 def test_plain_torch_library_impl_for_cuda_serves_cpu_tensors(host):
     x = torch.randn(10)
     torch.testing.assert_close(torch.ops.sim_host_api_test.twice(x), 2 * x)
 
 
 @sim_only
+@pytest.mark.toolkit  # host_api.cu: public extensions' host code (make test-toolkit)
 def test_check_cuda_accepts_cpu_tensors_and_rejects_others(host):
     with pytest.raises(RuntimeError, match="x must be a CPU tensor \\(the simulator runs CUDA kernels on CPU tensors\\), got a tensor on meta"):
         host.axpb(torch.empty(4, device="meta"), 1.0, 0.0)

@@ -452,14 +452,16 @@ def test_a_failing_check_shows_the_fitting_hint_and_the_command_for_the_next(cap
 
     from kernels.exercises import check_exercise, lesson_dir
 
-    no_guard = plant(lesson_dir("02", solution=True) / "saxpy.cu", "if (i < n) {", "{", "saxpy_no_guard.cu")
-    report = check_exercise("02", "saxpy", path=no_guard, backend="sim", shell=True)
+    # the same planted file as tests/test_lesson02.py's off-by-one: one build serves both
+    off_by_one = plant(lesson_dir("02", solution=True) / "saxpy.cu", "if (i < n) {", "if (i <= n) {",
+                       "lesson02_saxpy_off_by_one.cu")
+    report = check_exercise("02", "saxpy", path=off_by_one, backend="sim", shell=True)
     out = capsys.readouterr().out
     assert not report.passed and "past the end" in out
     assert "  hint 3/4 (it fits this failure): Kernel: the index" in out
     assert "  next hint: make hint LESSON=02 N=4" in out
     assert "hint 1/4" not in out and "hint 2/4" not in out and "hint 4/4" not in out  # one hint, not the ladder
-    check_exercise("02", "saxpy", path=no_guard, backend="sim")
+    check_exercise("02", "saxpy", path=off_by_one, backend="sim")
     assert '  next hint: hint("02", "saxpy", 4)' in capsys.readouterr().out  # in a notebook, the call to run
 
 

@@ -1,6 +1,7 @@
 // host_api.cu: the other binding style (<torch/extension.h> and PYBIND11_MODULE) and the host
 // side of CUDA that PyTorch extensions use: streams, guards, device properties, error checks,
 // and a plain TORCH_LIBRARY_IMPL(ns, CUDA, m) that the simulator registers for CPU tensors.
+// build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 #include <torch/extension.h>
 
 #include <ATen/cuda/CUDAContext.h>
