@@ -58,7 +58,7 @@ PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.
 # A venv that sees the base interpreter's packages, so a torch that is already there is kept. Otherwise
 # kernels/dev/torch_choice.py picks the torch and says why: PyTorch's CPU-only wheels (a fraction of the CUDA
 # build's size) on a Linux x86-64 machine with no NVIDIA driver and no nvcc, else the default; TORCH=cpu or
-# TORCH=cuda decides instead.
+# TORCH=cuda decides instead (a torch already there is kept either way: rm -rf .venv to switch).
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(BASE_PYTHON) -m venv --system-site-packages $(VENV)
 	@echo "setting up $(VENV): torch is large, so the first time takes a few minutes (log: $(VENV)/pip-install.log)"

@@ -452,6 +452,7 @@ def _torch_choice():
     ("", True, "Linux", "x86_64", "", "", "keep"),  # Colab, a GPU machine: the torch there stays
     ("cpu", False, "Linux", "x86_64", "/proc/driver/nvidia/version", "", "cpu"),
     ("cuda", False, "Linux", "x86_64", "", "", "cuda"),
+    ("cuda", True, "Linux", "x86_64", "/proc/driver/nvidia/version", "", "keep"),  # pip would keep it: say so
 ])
 def test_setup_chooses_the_small_torch_where_nothing_could_use_cuda(asked, has_torch, system, machine, driver, nvcc,
                                                                    expected):

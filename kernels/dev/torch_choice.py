@@ -44,6 +44,8 @@ def choose(asked: str, has_torch: bool, system: str, machine: str, driver: str, 
         if asked not in CHOICES:
             raise ValueError(f"TORCH={asked}: expected TORCH=cpu (the CPU-only torch), TORCH=cuda (the CUDA build) "
                              f"or no TORCH (chosen from this machine)")
+        if has_torch:  # pip would keep it whatever was asked
+            return "keep", f"TORCH={asked} was asked for, but this Python already has torch: to switch, rm -rf .venv first"
         return asked, f"TORCH={asked} asked for it"
     if has_torch:
         return "keep", "this Python already has torch"

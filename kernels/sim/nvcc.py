@@ -36,7 +36,8 @@ IGNORED = {"-lineinfo", "--generate-line-info", "--use_fast_math", "-use_fast_ma
 # libraries whose stand-ins are the simulator's headers: nothing to link
 STAND_IN_LIBRARIES = {"cublas", "cublasLt", "cudart", "cudart_static", "cuda", "cudadevrt"}
 # libraries of the CUDA toolkit that the simulator has no stand-in for
-NO_STAND_IN = {"curand", "cufft", "cusparse", "cusolver", "cudnn", "nccl", "nvrtc", "nvToolsExt", "nvjpeg", "npp"}
+NO_STAND_IN = {"curand", "cufft", "cusparse", "cusparseLt", "cusolver", "cudnn", "cufile", "cupti", "nccl", "nvrtc",
+               "nvToolsExt", "nvjpeg", "npp", "nvjitlink", "cudadevrt", "culibos"}
 
 
 class DriverError(ValueError):
@@ -123,7 +124,7 @@ def link_flags(ldflags: list[str], notes: list[str] | None = None) -> list[str]:
             if lib in STAND_IN_LIBRARIES:
                 notes.append(a)
                 continue
-            if lib in NO_STAND_IN or lib.startswith("cu"):
+            if lib in NO_STAND_IN or lib.startswith("cufft") or lib.startswith("npp"):  # the static forms too
                 raise DriverError(f"{a}: the simulator has no stand-in for lib{lib} (it has cuBLAS's and "
                                   "cuBLASLt's matrix multiplications and the CUDA runtime); build this with the cuda backend")
         elif a.startswith("-Xlinker") or a.startswith("--linker-options"):
