@@ -240,6 +240,6 @@ def test_a_pybind11_function_and_an_op_of_a_namespace_the_file_names_itself_are_
     x = torch.rand(1000)
     for fn in (ext.axpb, lambda v, a, b: ext.axpb(v, a, b), lambda v, a, b: torch.ops.sim_host_api_test.twice(v)):
         report = profile(fn, x, 2.0, 1.0)
-        assert {(r.kind, r.line) for r in report.rows} == {("global load", "host_api.cu:14"),
-                                                            ("global store", "host_api.cu:14")}, report
+        assert {(r.kind, r.line) for r in report.rows} == {("global load", "host_api.cu:15"),
+                                                            ("global store", "host_api.cu:15")}, report
     torch.testing.assert_close(ext.axpb(x, 2.0, 1.0), 2 * x + 1)  # the plain build is back afterwards
