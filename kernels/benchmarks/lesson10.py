@@ -44,7 +44,7 @@ QUEUE = "CPU queue time against GPU time, train step"  # rows "<model>: <what>",
 QUEUED, KERNELS, STEP = "CPU queues one step", "GPU kernels of one step (profile)", "one step, synchronised"
 PITFALLS = "pitfalls, eager train step"
 SDPA = "torch SDPA"  # a name that starts with "torch": the README's table of the lessons' kernels leaves it out
-QUEUE_REPEATS = 5  # the queue rows are medians of this many steps
+QUEUE_REPEATS = 11  # the queue rows are medians of this many steps (a CPU-bound step varies from step to step)
 TRACE_PNG = "lesson10_custom_trace.png"
 RECORD_FILES = (TRACE_PNG,)  # copied beside the recorded CSV by --record
 
@@ -133,6 +133,12 @@ def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
     rows, queue = [], []
     for name, model in (("eager", eager), ("custom ops", custom)):
         step = train_step(model, model)
+        queued, synced = [], []  # timed before the profiler runs, so that nothing it leaves behind is timed
+        for _ in range(QUEUE_REPEATS):
+            _sync()
+            queued.append(_wall_ms(step, sync=False))  # returns once the step's kernels are queued
+            _sync()
+            synced.append(_wall_ms(step, sync=True))
         trace = out_dir / TRACE_PNG.replace(".png", ".json") if model is custom else None
         prof = sp.profile_steps(step, on_gpu=on_gpu, trace=trace)
         parts, total = sp.time_by_part(prof, on_gpu=on_gpu), sp.total_ms(prof, on_gpu=on_gpu)
@@ -144,12 +150,6 @@ def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
         if trace is not None:
             sp.plot_trace(trace, out_dir / TRACE_PNG, f"{sp.ACTIVE} profiled training steps of the custom-op model "
                                                       f"({_shape()})")
-        queued, synced = [], []
-        for _ in range(QUEUE_REPEATS):
-            _sync()
-            queued.append(_wall_ms(step, sync=False))  # returns once the step's kernels are queued
-            _sync()
-            synced.append(_wall_ms(step, sync=True))
         figures = {QUEUED: statistics.median(queued), KERNELS: sum(parts.values()), STEP: statistics.median(synced)}
         queue += [Row(QUEUE, f"{name}: {what}", ms, None, None, None, None, None) for what, ms in figures.items()]
     return rows + queue
@@ -176,7 +176,12 @@ def _pitfall_rows() -> list[Row]:
     step = train_step(model, model)
     first = _wall_ms(step, sync=True)  # cuBLAS handles, the allocator's first blocks, lazy module loading
     steady = time_ms(step)
-    unsynced = sorted(_wall_ms(step, sync=False) for _ in range(5))[2]  # returns once the kernels are queued
+
+    def unsynced_once() -> float:  # from an idle GPU, so that no earlier step's backlog is timed with this one
+        _sync()
+        return _wall_ms(step, sync=False)  # returns once the kernels are queued
+
+    unsynced = sorted(unsynced_once() for _ in range(5))[2]
     torch.cuda.synchronize()
     x, y = _batch()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
