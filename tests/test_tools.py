@@ -584,6 +584,17 @@ def test_make_lessons_runs_notebooks_side_by_side_with_torch_threads_shared(monk
     assert abs(float(printed[0][1]) - float(printed[1][1])) < 2  # both ran at once (each sleeps 2 s)
 
 
+def test_make_lessons_starts_the_later_lessons_first_and_keeps_a_lessons_two_notebooks_apart():
+    from kernels.dev.run_notebooks import heaviest_first, notebooks
+
+    order = [nb.relative_to(ROOT).parts[:2] for nb in heaviest_first(notebooks(["lessons", "solutions"]))]
+    assert order[0] == ("lessons", max(p.name for p in (ROOT / "lessons").iterdir() if p.name[:2].isdigit()))
+    assert sorted(order) == sorted(nb.relative_to(ROOT).parts[:2] for nb in notebooks(["lessons", "solutions"]))
+    neighbours = zip(order, order[1:])  # two workers take neighbours at about the same time
+    assert not [a for a, b in neighbours if a[1] == b[1]], "a lesson's notebook and its solution run side by side"
+    assert order[-1][1].startswith("01")  # the shortest last: no core waits long for the final one
+
+
 def _tracked_toolkit_files() -> list[str]:
     """Every file under kernels/ that git tracks: the toolkit's code and everything it reads (headers,
     reference files, recorded figures, the simulator's README)."""

@@ -2,8 +2,8 @@
 
 Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks. On the simulator
 the notebooks run side by side, one per core (at most MAX_JOBS; `--jobs N` to choose), each in its own process
-whose PyTorch gets its share of the cores; kernels that several notebooks build are built once, in the build
-cache. On a GPU they run one at a time, so that the timings they print are not shared.
+whose PyTorch gets its share of the cores, the later (longer) lessons first; kernels that several notebooks build
+are built once, in the build cache. On a GPU they run one at a time, so that the timings they print are not shared.
 
 For maintainers: `python -m kernels.dev.run_notebooks --refresh solutions/NN_topic/...ipynb` executes
 a solution notebook on the simulator and writes its outputs back into it (the outputs that nbval
@@ -37,6 +37,15 @@ def notebooks(folders: list[str]) -> list[Path]:
     for folder in folders:
         found += sorted(p for p in (ROOT / folder).glob("*/*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     return found
+
+
+def heaviest_first(nbs: list[Path]) -> list[Path]:
+    """The order make lessons runs them in: later lessons first (they simulate and build more, so a long one
+    never starts last, while the other cores sit idle), folder by folder, so that a lesson's notebook and its
+    solution, which build the same kernels, rarely run at the same time (one would wait for the other's build)."""
+    folders = list(dict.fromkeys(nb.parent.parent for nb in nbs))
+    return [nb for folder in folders for nb in sorted((n for n in nbs if n.parent.parent == folder),
+                                                      key=lambda n: n.parent.name, reverse=True)]
 
 
 def run(nb_path: Path, timeout: int = 1800, in_place: bool = False) -> tuple[bool, str]:
@@ -155,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backend: {reason()}")
     print(f"running {len(nbs)} notebooks, {jobs} at a time; executed copies go to {OUT.relative_to(ROOT)}/")
     t_all = time.perf_counter()
-    failed = run_side_by_side(nbs, jobs)
+    failed = run_side_by_side(nbs if jobs == 1 else heaviest_first(nbs), jobs)
     if failed:
         print("failed:", *failed, sep="\n  ")
         return 1
