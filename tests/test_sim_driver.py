@@ -137,11 +137,25 @@ def test_load_links_the_drivers_object_or_static_library_into_a_sim_build(made, 
     (["x.cu", "-lcurand"], "-lcurand: the simulator has no stand-in for libcurand"),
     (["missing.cu"], "no such input file: missing.cu"),
     ([], "no input files"),
+    (["-c", "x.cu", "sub/x.cu"], "sub/x.cu and x.cu would each make x.o, one over the other"),
+    (["-optf", "opts.txt", "x.cu"], "options files are not read"),
+    (["-odir", "out", "x.cu", "-o", "prog"], "-odir names where -c puts its objects"),
 ])
 def test_a_command_line_the_driver_cannot_run_fails_saying_why(tmp_path, args, message):
     (tmp_path / "x.cu").write_text("__global__ void k() {}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.cu").write_text("__global__ void k() {}\n")
     run = nvcc_sim(*args, cwd=tmp_path)
     assert run.returncode == 1 and message in run.stderr, run.stderr
+
+
+def test_objects_go_to_odir_and_an_option_that_starts_with_o_is_not_read_as_the_output(tmp_path):
+    (tmp_path / "x.cu").write_text("__global__ void k(float* p) { p[threadIdx.x] = 1; }\n")
+    (tmp_path / "out").mkdir()
+    run = nvcc_sim("-c", "-odir", "out", "x.cu", cwd=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "out" / "x.o").is_file() and not (tmp_path / "dir").exists(), run.stderr
+    run = nvcc_sim("-c", "x.cu", "-o=named.o", cwd=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "named.o").is_file(), run.stderr
 
 
 def test_a_compile_error_names_the_source_line(tmp_path):

@@ -152,7 +152,7 @@ USAGE = __doc__.split("\n\n")[1]
 
 def _parse(argv: list[str]) -> dict:
     """The driver's command line: inputs, output, mode, compile and link flags."""
-    opts = {"inputs": [], "out": None, "mode": "link", "compile": [], "link": [], "notes": [], "shared": False}
+    opts = {"inputs": [], "out": None, "dir": None, "mode": "link", "compile": [], "link": [], "notes": [], "shared": False}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -168,10 +168,14 @@ def _parse(argv: list[str]) -> dict:
         elif a in ("-shared", "--shared"):
             opts["shared"] = True
             i += 1
-        elif a == "-o" or a.startswith("-o") and not a.startswith("--"):
+        elif a.split("=", 1)[0] in ("-odir", "--output-directory"):  # -c's objects go there
+            opts["dir"], i = _value(argv, i, a.split("=", 1)[0])
+        elif a.split("=", 1)[0] in ("-optf", "--options-file"):
+            raise DriverError(f"{a}: options files are not read by the simulator's driver; write the options out")
+        elif a == "-o" or a.startswith("-o") and not a.startswith("--"):  # -o out, -o=out, -oout
             opts["out"], i = _value(argv, i, "-o")
-        elif a == "--output-file":
-            opts["out"], i = _value(argv, i, a)
+        elif a.split("=", 1)[0] == "--output-file":
+            opts["out"], i = _value(argv, i, "--output-file")
         elif a.startswith("-l") or a.startswith("-L") or a.startswith("-Xlinker") or a.startswith("--linker-options"):
             n = 2 if a in ("-l", "-L", "-Xlinker", "--linker-options") else 1
             opts["link"] += argv[i:i + n]
@@ -245,13 +249,21 @@ def drive(argv: list[str]) -> int:
         mode, out = opts["mode"], opts["out"]
         if mode == "object" and out and len(sources) > 1:
             raise DriverError("-c with -o takes one source file")
+        if opts["dir"] and not (mode == "object" and not out):
+            raise DriverError("-odir names where -c puts its objects (without -o); it does nothing here")
+        if mode == "object" and not out:  # each source's object in -odir (or here), named after the source
+            stems = [src.stem for src in sources]
+            same = sorted({str(src) for src in sources if stems.count(src.stem) > 1})
+            if same:
+                raise DriverError(f"{' and '.join(same)} would each make {Path(same[0]).stem}.o, one over the "
+                                  "other: compile them one at a time with -o")
         if notes:
             print(f"nvcc-sim: ignored on the simulator: {' '.join(notes)}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="nvcc-sim-") as tmp:
             objects = []
             for n, src in enumerate(sources):
                 if mode == "object":
-                    obj = Path(out) if out else Path(src.with_suffix(".o").name)
+                    obj = Path(out) if out else Path(opts["dir"] or ".") / src.with_suffix(".o").name
                 else:
                     obj = Path(tmp) / f"{n}_{src.stem}.o"
                 compile_object(src.resolve(), obj, cflags, Path(tmp) / f"src{n}")
