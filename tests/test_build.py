@@ -364,6 +364,24 @@ def test_cache_key_changes_with_the_translator_and_the_simulator_headers(tmp_pat
     assert key_of(SourceSet.of(src), "cuda", []) == key_of(SourceSet.of(src), "cuda", [])  # the cuda key does not read the simulator
 
 
+@pytest.mark.parametrize("backend", ["sim", "cuda"])
+def test_cache_key_covers_headers_found_with_angle_brackets_in_extra_include_paths(tmp_path, backend):
+    from kernels.build.link import LinkOptions
+
+    (tmp_path / "inc" / "lib").mkdir(parents=True)
+    (tmp_path / "inc" / "lib" / "api.h").write_text('#include "detail.h"\n')
+    (tmp_path / "inc" / "lib" / "detail.h").write_text("#define SCALE 2\n")
+    src = tmp_path / "k.cu"
+    src.write_text("#include <lib/api.h>\n#include <vector>\n__global__ void k(float* p) { p[0] = SCALE; }\n")
+    link = LinkOptions.of(extra_include_paths=[tmp_path / "inc"])
+    key = lambda: key_of(SourceSet.of(src, link.search()), backend, [], link)  # noqa: E731
+    k1 = key()
+    (tmp_path / "inc" / "lib" / "detail.h").write_text("#define SCALE 3\n")  # reached through <lib/api.h>
+    k2 = key()
+    (tmp_path / "inc" / "lib" / "api.h").write_text('#include "detail.h"\n// edited\n')
+    assert len({k1, k2, key()}) == 3
+
+
 @pytest.mark.parametrize("backend, query", [("sim", "cxx_version"), ("cuda", "cxx_version"), ("cuda", "nvcc_version")])
 def test_cache_key_changes_with_the_compiler_versions(monkeypatch, backend, query):
     src = HERE / "vector_add.cu"

@@ -132,6 +132,22 @@ def test_load_links_the_drivers_object_or_static_library_into_a_sim_build(made, 
                                10 * x)
 
 
+def test_the_race_checks_instrumented_build_links_what_the_plain_build_linked(made, tmp_path, monkeypatch):
+    from kernels.sim import instrumented
+    from kernels.sim.racecheck import checked
+
+    ext_file = tmp_path / "uses_scale_checked.cu"
+    ext_file.write_text(EXTENSION)
+    x = torch.arange(10.0)
+    ext = load(ext_file, "sim", quiet=True, extra_ldflags=[f"-L{made}", "-lscale"])
+    twin_builds = []
+    monkeypatch.setattr(instrumented, "load", lambda *a, **kw: twin_builds.append(kw) or load(*a, **kw))
+    torch.testing.assert_close(checked(ext.scaled, x, 2.0), 3 * 2.0 * x)
+    # the twin links the library itself (its symbols may also resolve through the plain build, loaded first,
+    # but a twin must not depend on that)
+    assert [kw.get("extra_ldflags") for kw in twin_builds] == [[f"-L{made}", "-lscale"]]
+
+
 @pytest.mark.parametrize("args,message", [
     (["--frobnicate", "x.cu"], "does not know nvcc's option '--frobnicate'"),
     (["x.cu", "-lcurand"], "-lcurand: the simulator has no stand-in for libcurand"),

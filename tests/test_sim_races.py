@@ -181,6 +181,33 @@ def test_a_far_overshoot_in_a_plain_run_faults_in_the_guard_and_the_process_live
     assert "diagnosis: OUT_OF_BOUNDS" in run.stdout and "still alive" in run.stdout
 
 
+CATCH_ALL_OP = """#include "helpers.cuh"
+__global__ void fill(float* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) p[i] = 1.0f;  // one past the end
+}
+at::Tensor ones(at::Tensor x) {
+  at::Tensor y = x.clone();
+  fill<<<(x.numel() + 32) / 32, 32>>>(y.data_ptr<float>(), x.numel());
+  return y;
+}
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) { m.def("ones(Tensor x) -> Tensor", &ones); }
+"""
+
+
+@pytest.mark.toolkit  # two builds of a file of its own
+def test_an_op_registered_for_every_dispatch_key_is_checked_when_it_is_the_function_checked(tmp_path):
+    """m.def(schema, &function), as public extensions often register, gives the op one kernel for every dispatch
+    key (CompositeImplicitAutograd), which runs below the check's TorchDispatchMode: the op itself is taken to its
+    twin directly."""
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    (tmp_path / "catch_all.cu").write_text(CATCH_ALL_OP)
+    ext = load(tmp_path / "catch_all.cu", "sim", quiet=True)
+    with pytest.raises(RuntimeError, match="catch_all.cu:4"):
+        checked(ext.ones, torch.zeros(40))
+
+
 STRUCT_SHUFFLE = """
 struct Pair {{ float m, s; }};
 __global__ void k(const float* x, float* out) {{

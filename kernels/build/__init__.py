@@ -133,7 +133,8 @@ def key_of(sources: SourceSet, backend: str, flags: list[str], link: LinkOptions
         backend_files = []
     if link and not link.empty:
         flags = flags + link.key_parts()
-        backend_files = backend_files + [(f"linked {f}", f) for f in link.linked_files()]
+        backend_files = backend_files + [(f"linked {f}", f) for f in link.linked_files()] + \
+            [(f"included {f}", f) for f in link.angle_included_files(sources)]
     return cache.key(sources, backend, flags, backend_files)
 
 
@@ -178,6 +179,7 @@ def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None
             raise load_error(e, entry, be, so) from None
         (out / f"{name}.ok").write_text(cache.stamp(so))
     loaded.extra_cflags = list(extra_cflags or [])  # the simulator's instrumented twin is built with them too
+    loaded.link_options = link.as_load_options()  # and with the same link options
     remember_namespaces(sources, name, suffix)
     _loaded[name] = loaded
     if after:

@@ -58,6 +58,12 @@ class LinkOptions:
                    objects=[_existing("extra_objects", "object or library file", p, folder=False)
                             for p in _strings("extra_objects", extra_objects)])
 
+    def as_load_options(self) -> dict[str, list[str]]:
+        """These options as load()'s keyword arguments (the ones given), to build the same file again with them."""
+        given = {"extra_cuda_cflags": self.cuda_cflags, "extra_ldflags": self.ldflags,
+                 "extra_include_paths": self.include_paths, "extra_objects": self.objects}
+        return {k: list(v) for k, v in given.items() if v}
+
     @property
     def empty(self) -> bool:
         return not (self.cuda_cflags or self.ldflags or self.include_paths or self.objects)
@@ -72,6 +78,26 @@ class LinkOptions:
         """What of these options goes into the cache key beside the flags (file contents: linked_files)."""
         return ["|cuda_cflags", *self.cuda_cflags, "|ldflags", *self.ldflags, "|include", *self.include_paths,
                 "|objects", *self.objects]
+
+    def angle_included_files(self, sources) -> list[Path]:
+        """The files that `#include <...>` lines of the sources (and of what they reach) find in these include
+        folders: the cache key covers them, as it covers the quoted includes the SourceSet walks."""
+        from .sources import SourceSet
+
+        found: dict[Path, None] = {}
+        todo = [sources]
+        while todo:
+            for name in sorted(todo.pop().system_includes):
+                for folder in map(Path, self.include_paths):
+                    path = (folder / name).resolve()
+                    if path.is_file():
+                        if path not in found:
+                            found[path] = None
+                            reached = SourceSet.of(path, self.search())
+                            found.update(dict.fromkeys(f.resolve() for f in reached.files))
+                            todo.append(reached)
+                        break
+        return list(found)
 
     def linked_files(self) -> list[Path]:
         """The files linked whose contents the cache key covers: the objects, the library files named, and

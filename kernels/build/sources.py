@@ -2,7 +2,7 @@
 
     src = SourceSet.of(Path("kernels/reference/04_memory_bound.cu"))
     src.files                   # the file, then every local header it reaches, in a stable order
-    src.system_includes()       # the <...> headers they include in code
+    src.system_includes         # the <...> headers they include in code
     src.op_namespace("name")    # the namespace whose ops an Extension shows
 
 Both backends, the cache key, the compile check and the simulator's translator read the files through

@@ -86,7 +86,7 @@ _twins: dict[str, Twin] = {}  # by the plain library's file and kind
 
 def _key(plain) -> str:
     return (str(getattr(plain, "path", "")) + ("|module" if isinstance(plain, types.ModuleType) else "|ops")
-            + "|" + " ".join(getattr(plain, "extra_cflags", [])))
+            + "|" + " ".join(getattr(plain, "extra_cflags", [])) + "|" + repr(getattr(plain, "link_options", {})))
 
 
 def build_beside(path: Path) -> subprocess.Popen | None:
@@ -146,7 +146,8 @@ def twin_of(plain) -> Twin:
         if problem:
             raise RuntimeError(problem)
         flags = [*getattr(plain, "extra_cflags", []), *instrumented_flags()]  # the plain build's own flags too
-        _twins[key] = Twin(load(plain.path, "sim", extra_cflags=flags, quiet=True))
+        _twins[key] = Twin(load(plain.path, "sim", extra_cflags=flags, quiet=True,
+                                **getattr(plain, "link_options", {})))  # objects and libraries linked as the plain build
     return _twins[key]
 
 
@@ -175,11 +176,33 @@ def _sim_modules() -> list[types.ModuleType]:
 
 
 def twin_function(fn: Callable, around) -> Callable | None:
-    """A pybind11 function of a sim-loaded module (`ext.my_op`) as its twin's, run through `around`; else None."""
+    """A pybind11 function of a sim-loaded module (`ext.my_op`), or an op of a sim-loaded library with one
+    overload, as its twin's, run through `around`; else None. An op taken directly, not only through the
+    dispatcher: one that `m.def(schema, &function)` registers has a kernel for every dispatch key
+    (CompositeImplicitAutograd), which runs below any TorchDispatchMode, so `redirected` never sees it."""
     for module in _sim_modules():
         name = getattr(fn, "__name__", None)
         if name and getattr(module, name, None) is fn:
             return _wrapped(module, name, around)
+    overload = _single_overload(fn)
+    plain = _sim_library(overload.namespace) if overload is not None else None
+    if plain is None:
+        return None
+
+    def call(*args, **kwargs):
+        twin = twin_of(plain)
+        return around(twin, lambda: twin.op(overload, plain)(*args, **kwargs), overload._opname, args, kwargs)
+    return call
+
+
+def _single_overload(fn):
+    """fn as an OpOverload: itself, or the only overload of an OpOverloadPacket; else None."""
+    import torch
+
+    if isinstance(fn, torch._ops.OpOverload):
+        return fn
+    if isinstance(fn, torch._ops.OpOverloadPacket) and fn.overloads() == ["default"]:
+        return fn.default
     return None
 
 
