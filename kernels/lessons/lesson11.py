@@ -1,5 +1,6 @@
-"""Lesson 11 (other routes to the GPU): the references the routes are checked against, and the
-"spot the bugs" exercise on a CuPy kernel inside autograd (lessons/11_other_routes/cupy_autograd.py).
+"""Lesson 11 (other routes to the GPU): the references the routes are checked against, the "spot the bugs"
+exercise on a CuPy kernel inside autograd (lessons/11_other_routes/cupy_autograd.py), and the route of a CUDA
+library a team already has (lessons/11_other_routes/cuda_library: built by its own Makefile, then linked).
 
 The exercise's self-check runs in three parts. The launch configuration and the scalar arguments'
 types are plain Python and are checked everywhere. The autograd wiring is checked everywhere too:
@@ -12,13 +13,22 @@ differs); it never says how to fix it: spotting the line is the exercise, and th
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
 
 from . import lesson11_cupy as cupy_route
-from ..check import ROWS, Case, Report, check, merge, random_tensor
+from .. import backend as _backend
+from ..build import BuildError, load
+from ..check import ROWS, Case, Report, check, elementwise, like, merge, random_tensor
+from ..paths import LESSONS, SIM, build_root
 from . import Exercise, Hint
 
 # ROWS plus an empty batch; the Triton interpreter runs one program per row in Python, so its
@@ -229,6 +239,134 @@ def run_cupy_autograd(module, backend: str | None) -> Report:
             c.size = f"{label} " + "x".join(map(str, c.size))
     merged = merge("cupy_autograd", [report, fwd, bwd])
     print(merged)
+    return merged
+
+
+# ---------------------------------------------------------------------------------------------
+# A CUDA library you already have: lessons/11_other_routes/cuda_library, built by its Makefile (nvcc, or the
+# simulator's driver nvcc-sim) and linked into an extension (setup.py on a GPU, load(extra_objects=...) on sim).
+
+CUDA_LIBRARY = LESSONS / "11_other_routes" / "cuda_library"
+LIBRARY_NAMES = ("add_gpu", "add_gpu_out")  # the functions Python calls
+
+
+@dataclass(frozen=True)
+class LibraryBug:
+    """One of the seed's bugs, planted in a copy of the library: `old` replaced by `new` in `file`."""
+
+    name: str
+    file: str
+    old: str
+    new: str
+
+
+LIBRARY_BUGS = (
+    LibraryBug("off_by_one", "vector_add.cu", "i < n; i += stride", "i <= n; i += stride"),
+    LibraryBug("capped_grid", "vector_add.cu",
+               "for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += stride)",
+               "if (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n)"),
+    LibraryBug("four_floats", "binding.cpp", "torch::empty_like(a, torch::MemoryFormat::Contiguous)",
+               "torch::empty({4}, a.options())"),
+    LibraryBug("wrong_name", "binding.cpp", 'm.def("add_gpu",', 'm.def("AddGPU",'),
+)
+
+
+def planted_library(bug: LibraryBug) -> Path:
+    """A copy of the library with `bug` planted (build/ext/cuda_library/planted/<name>); its unchanged files
+    are rewritten only when they differ, so make and the build cache reuse what they built before."""
+    dest = build_root() / "cuda_library" / "planted" / bug.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in CUDA_LIBRARY.iterdir():
+        if not src.is_file():
+            continue
+        text = src.read_text()
+        if src.name == bug.file:
+            if text.count(bug.old) != 1:
+                raise ValueError(f"{src.name} holds {bug.old!r} {text.count(bug.old)} times, not once: update "
+                                 f"the planted bug {bug.name}")
+            text = text.replace(bug.old, bug.new)
+        if not (dest / src.name).exists() or (dest / src.name).read_text() != text:
+            (dest / src.name).write_text(text)
+    return dest
+
+
+def make_library(folder: Path, backend: str, out: Path) -> Path:
+    """Run the library's Makefile into `out` with the backend's compiler (nvcc, or the simulator's driver on
+    sim); returns the static library. A failed make is a BuildError with make's output."""
+    from ..build.toolchain import cuda_arch_flags, find_cuda_tool
+
+    if not shutil.which("make"):
+        raise BuildError("the library's route needs `make` (apt install make, or Xcode's command line tools)")
+    args = ["make", "-C", str(folder), f"BUILD={out}"]
+    if backend == "sim":
+        args.append(f"NVCC={SIM / 'nvcc-sim'}")
+    else:
+        args.append(f"NVCC={find_cuda_tool('nvcc') or 'nvcc'}")
+        if cuda_arch_flags():  # the GPUs this process sees, as the toolkit's own builds target them
+            args.append(f"ARCH={' '.join(cuda_arch_flags())}")
+    run = subprocess.run(args, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise BuildError(f"make in {folder.name}/ failed:\n{run.stdout}{run.stderr}".strip())
+    return out / "libvector_add.a"
+
+
+def _setup_py_module(folder: Path, out: Path):
+    """The GPU route: setup.py builds binding.cpp and links the library in `out`; the module it made, imported."""
+    from ..build.toolchain import child_env, cuda_home
+
+    toolkit = {"CUDA_HOME": cuda_home()} if cuda_home() else {}  # the toolkit the toolkit's own builds use
+    run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out), "--build-temp",
+                          str(out / "temp")], cwd=folder, capture_output=True, text=True,
+                         env=child_env(BUILD=str(out), **toolkit))
+    if run.returncode != 0:
+        raise BuildError(f"setup.py in {folder.name}/ failed:\n{run.stdout}{run.stderr}".strip())
+    so = next(out.glob("vector_add_ext*.so"))
+    spec = importlib.util.spec_from_file_location("vector_add_ext", so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_cuda_library(folder: Path = CUDA_LIBRARY, backend: str | None = None, quiet: bool = True):
+    """The library in `folder` built by its Makefile and linked into an extension; returns the extension's
+    module. On cuda: make with nvcc, then setup.py (CUDAExtension, libraries=["vector_add"]). On sim: make with
+    the simulator's driver, then load(binding.cpp, "sim", extra_objects=[the library]) (setup.py would need the
+    simulator's headers and flags, which load supplies)."""
+    be = _backend.resolve(backend)
+    out = build_root() / "cuda_library" / f"{folder.name}-{be}"
+    library = make_library(folder, be, out)
+    if be == "cuda":
+        return _setup_py_module(folder, out)
+    return load(folder / "binding.cpp", "sim", quiet=quiet, extra_objects=[library])
+
+
+def add_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b
+
+
+def check_cuda_library(module, backend: str | None = None, quiet: bool = False) -> Report:
+    """The library's extension against a + b: the names Python calls, then add_gpu_out into a NaN-poisoned output
+    between canaries (a write past the end, an element never written) and add_gpu (the output it allocates)."""
+    report = Report("cuda library")
+    defined = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
+    for name in LIBRARY_NAMES:
+        if not hasattr(module, name):
+            report.cases.append(_case(f"name {name}", f"the extension has no function {name}",
+                                      f"Python calls {name}; the extension defines {', '.join(defined) or 'nothing'}. "
+                                      "The name in the binding's m.def(\"...\") is the one Python sees."))
+    reports = [report]
+    common = dict(sizes=(0, 1, 31, 1000, 2**20 + 3), backend=backend, orders=("forward",), races=False, quiet=True)
+    if hasattr(module, "add_gpu_out"):
+        reports.append(check(module.add_gpu_out, add_ref, elementwise(2), out=like(0), out_names=("out",),
+                             name="add_gpu_out", **common))
+    if hasattr(module, "add_gpu"):
+        reports.append(check(module.add_gpu, add_ref, elementwise(2), name="add_gpu", **common))
+    for r in reports[1:]:
+        for c in r.cases:
+            c.size = f"{r.name} " + ("x".join(map(str, c.size)) if isinstance(c.size, tuple) else str(c.size))
+    merged = merge("cuda library", reports)
+    if not quiet:
+        print(merged)
     return merged
 
 

@@ -1,0 +1,21 @@
+"""The GPU route: link the library that `make` built into a PyTorch extension.
+
+    make && python setup.py build_ext --inplace      (then `import vector_add_ext` from this folder)
+
+CUDAExtension compiles binding.cpp with the host compiler (it has no .cu sources, so nvcc is not run), adds
+the CUDA toolkit's include folder and links libcudart; libraries/library_dirs link libvector_add.a. On the
+simulator this file is not used: kernels.load(binding.cpp, "sim", extra_objects=[...]) links the library
+that `make NVCC=kernels/sim/nvcc-sim` built (kernels/lessons/lesson11.py, build_cuda_library).
+"""
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+BUILD = os.environ.get("BUILD", "build")  # where `make` put the library (make's BUILD)
+
+setup(
+    name="vector_add_ext",
+    ext_modules=[CUDAExtension("vector_add_ext", ["binding.cpp"], libraries=["vector_add"], library_dirs=[BUILD])],
+    cmdclass={"build_ext": BuildExtension},
+)
