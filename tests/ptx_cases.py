@@ -9,8 +9,7 @@ swizzles, rounding), written here independently of the simulator. On a GPU machi
     python tests/ptx_cases.py --out DIR
 
 runs every case on the GPU (in a child process; after a case that faults, the rest go on in a new one) and saves
-{case: {"digest" of its inputs, "out" or "error"}} in one file per source file (the interleaved tensor maps' cases
-in ptx_tma_interleave.pt; `--files ptx_tma_interleave` records that file alone); copied to tests/ptx_vectors/,
+{case: {"digest" of its inputs, "out" or "error"}} in one file per source file; copied to tests/ptx_vectors/,
 the simulator's test then also compares itself with the GPU's answers (bit for bit, or within the stated
 tolerance for float sums whose order the hardware chooses and .approx functions), and expects an error where
 the GPU stopped the kernel.
@@ -40,7 +39,6 @@ class Case:
     atol: float = 0.0
     notes: dict = field(default_factory=dict)
     faults: str = ""          # the GPU stops the kernel: the simulator must raise an error matching this
-    vectors: str = ""         # the vector file that holds its recorded answer, when not the .cu file's stem
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -758,37 +756,25 @@ def wgmma_cases() -> dict[str, Case]:
 DTYPES = {0: (torch.uint8, 1), 7: (torch.float32, 4), 9: (torch.bfloat16, 2), 6: (torch.float16, 2)}
 
 
-def tma_params(dtype: int, dims, strides, box, estride=None, swizzle: int = 0, oob: int = 0,
-               interleave: int = 0) -> torch.Tensor:
-    """rank, dtype, swizzle, oob fill, dims[5], strides[4] (bytes, dims 1..), box[5], elementStrides[5], and
-    for an interleaved map (1: 16B, 2: 32B) the interleave last (the other maps' 23 values, and so their
-    recorded answers, stay as they were)."""
+def tma_params(dtype: int, dims, strides, box, estride=None, swizzle: int = 0, oob: int = 0) -> torch.Tensor:
+    """rank, dtype, swizzle, oob fill, dims[5], strides[4] (bytes, dims 1..), box[5], elementStrides[5]."""
     rank = len(dims)
     pad = lambda v, n, fill: list(v) + [fill] * (n - len(v))  # noqa: E731
     estride = estride or [1] * rank
     return torch.tensor([rank, dtype, swizzle, oob] + pad(dims, 5, 1) + pad(strides, 4, 0) + pad(box, 5, 1) +
-                        pad(estride, 5, 1) + ([interleave] if interleave else []), dtype=torch.long)
-
-
-def _box_steps(v: list[int], rank: int) -> list[int]:
-    """The element strides the box walks with: the driver ignores dimension 0's unless the map is
-    interleaved ('The traversal stride in dimension 0 can be used for the Interleave layout')."""
-    interleaved = len(v) == 24 and v[23] != 0
-    return [v[18] if interleaved else 1] + v[19:18 + rank]
+                        pad(estride, 5, 1), dtype=torch.long)
 
 
 def _tma_walk(p: torch.Tensor, coords, store: bool = False):
     """For each element of the box in shared-memory order: (shared byte offset after the swizzle,
     global byte offset or None outside the tensor). Dim 0 is fastest; along dim d the box takes
-    ceil(box / elementStride) elements, elementStride apart (dim 0's only in an interleaved map, see
-    _box_steps; an interleaved map, NC/8HWC8 say, is walked as any other, its dim 0 the channels of a
-    slice, and the simulator runs it where its rows are 16-byte units at least the swizzle's span). Each row (a
+    ceil(box / elementStride) elements, elementStride apart (dim 0's stride is always 1). Each row (a
     run along dim 0) starts a row's bytes after the last, or the swizzle's span after it when the row is
     narrower (the H100's layout). A store writes a row's last 16 bytes whole: elements past the tensor's
     end in dim 0, up to the next 16 bytes, are written too (the H100 does)."""
     v = p.tolist()
     rank, dtype, swizzle = v[0], v[1], v[2]
-    dims, strides, est = v[4:4 + rank], v[9:9 + rank - 1], _box_steps(v, rank)
+    dims, strides, est = v[4:4 + rank], v[9:9 + rank - 1], [1] + v[19:18 + rank]
     es = DTYPES[dtype][1]
     gstride = [es] + strides
     n, pitch = _box_rows(p)
@@ -816,11 +802,11 @@ def _tma_walk(p: torch.Tensor, coords, store: bool = False):
 
 
 def _box_rows(p: torch.Tensor) -> tuple[list[int], int]:
-    """A box's elements along each dim (ceil(box / elementStride); dim 0's stride counts only in an
-    interleaved map) and the shared-memory bytes from one row's start to the next (see _tma_walk)."""
+    """A box's elements along each dim (ceil(box / elementStride); dim 0's stride is always 1) and the
+    shared-memory bytes from one row's start to the next (see _tma_walk)."""
     v = p.tolist()
     rank, dtype, swizzle = v[0], v[1], v[2]
-    box, est = v[13:13 + rank], _box_steps(v, rank)
+    box, est = v[13:13 + rank], [1] + v[19:18 + rank]
     n = [(box[d] + est[d] - 1) // est[d] for d in range(rank)]
     return n, max(n[0] * DTYPES[dtype][1], 16 << swizzle if swizzle else 0)
 
@@ -869,24 +855,6 @@ def _tma_tensor(seed: int, dtype: int, dims, pad_bytes: int = 0):
     return data, strides[:len(dims) - 1]
 
 
-def _tma_copy_cases(prefix: str, specs, seed: int, vectors: str = "") -> dict[str, Case]:
-    """A load case for each spec (name, dtype, dims, box, coords, swizzle, oob, estride, pad, interleave), and
-    a store case for those without the NaN fill: random data from `seed` + i, a random image from `seed` + 50 + i."""
-    out = {}
-    for i, (name, dtype, dims, box, coords, swz, oob, est, pad, il) in enumerate(specs):
-        data, strides = _tma_tensor(seed + i, dtype, dims, pad)
-        p = tma_params(dtype, dims, strides, box, est, swz, oob, il)
-        c = torch.tensor(list(coords) + [0] * (5 - len(coords)), dtype=torch.int32)
-        faults = "not a multiple of 16" if coords[0] * DTYPES[dtype][1] % 16 else ""
-        out[f"tma_load_{prefix}{name}"] = Case("ptx_hopper.cu", "tma_load_raw", [data, p, c], faults=faults, vectors=vectors)
-        if oob == 0:
-            image = torch.randint(0, 256, (tma_footprint(p),), generator=_gen(seed + 50 + i), dtype=torch.int64)
-            negative = "must not be negative" if min(coords) < 0 else ""  # stores fault there too (H100)
-            out[f"tma_store_{prefix}{name}"] = Case("ptx_hopper.cu", "tma_store_raw", [data, p, c, image.to(torch.uint8)],
-                                                    faults=faults or negative, vectors=vectors)
-    return out
-
-
 def tma_cases() -> dict[str, Case]:
     out = {}
     specs = [  # name, dtype, dims, box, coords, swizzle, oob, estride, pad
@@ -911,7 +879,17 @@ def tma_cases() -> dict[str, Case]:
         ("5d_bf16", 9, [16, 3, 3, 2, 2], [8, 2, 2, 2, 2], [8, 2, 1, 1, 1], 0, 0, None, 0),
         ("2d_f32_element_strides", 7, [64, 40], [16, 9], [4, 5], 0, 0, [1, 3], 0),
     ]
-    out.update(_tma_copy_cases("", [spec + (0,) for spec in specs], 800))
+    for i, (name, dtype, dims, box, coords, swz, oob, est, pad) in enumerate(specs):
+        data, strides = _tma_tensor(800 + i, dtype, dims, pad)
+        p = tma_params(dtype, dims, strides, box, est, swz, oob)
+        c = torch.tensor(list(coords) + [0] * (5 - len(coords)), dtype=torch.int32)
+        faults = "not a multiple of 16" if coords[0] * DTYPES[dtype][1] % 16 else ""
+        out[f"tma_load_{name}"] = Case("ptx_hopper.cu", "tma_load_raw", [data, p, c], faults=faults)
+        if oob == 0:
+            image = torch.randint(0, 256, (tma_footprint(p),), generator=_gen(850 + i), dtype=torch.int64).to(torch.uint8)
+            negative = "must not be negative" if min(coords) < 0 else ""  # stores fault there too (H100)
+            out[f"tma_store_{name}"] = Case("ptx_hopper.cu", "tma_store_raw", [data, p, c, image],
+                                            faults=faults or negative)
     bad = [  # name, dtype, dims, strides, box, swizzle
         ("box_inner_not_16_bytes", 9, [64, 64], [128], [12, 8], 0),
         ("swizzle_128B_inner_256_bytes", 9, [256, 64], [512], [128, 8], 3),
@@ -929,56 +907,6 @@ def tma_cases() -> dict[str, Case]:
     return out
 
 
-INTERLEAVE_VECTORS = "ptx_tma_interleave"  # recorded apart, so that the older files stay as recorded
-
-
-def tma_interleave_cases() -> dict[str, Case]:
-    """Interleaved tensor maps (CU_TENSOR_MAP_INTERLEAVE_16B/32B): loads and stores of rank 3 to 5, ragged
-    boxes with both fills, dim 0's element stride, the swizzles the driver allows with them, and every rule
-    of cuTensorMapEncodeTiled that concerns them (CUDA driver API, 'Tensor Map Object Management')."""
-    out = {}
-    specs = [  # name, dtype, dims, box, coords, swizzle, oob, estride, interleave (1: 16B, 2: 32B)
-        ("3d_f16_nc8hwc8", 6, [8, 10, 6], [8, 4, 3], [0, 4, 2], 0, 0, None, 1),
-        ("4d_bf16_edges", 9, [8, 9, 7, 3], [8, 4, 4, 2], [0, 7, 5, 2], 0, 0, None, 1),
-        ("4d_bf16_nan_fill", 9, [8, 9, 7, 3], [8, 4, 4, 2], [0, -2, 5, 1], 0, 1, None, 1),
-        ("4d_f32_negative", 7, [4, 9, 7, 3], [4, 4, 4, 2], [0, -3, -1, 0], 0, 0, None, 1),
-        ("4d_f32_32B", 7, [8, 6, 5, 2], [8, 4, 4, 2], [0, 3, 2, 0], 1, 0, None, 2),
-        ("5d_bf16_32B_edges", 9, [16, 4, 3, 2, 2], [16, 2, 2, 2, 2], [0, 3, 2, 1, 1], 1, 0, None, 2),
-        ("4d_f32_32B_nan_fill", 7, [8, 5, 4, 2], [8, 2, 4, 2], [0, 4, -2, 1], 1, 1, None, 2),
-        ("3d_u8_element_stride_dim0", 0, [16, 12, 4], [32, 6, 2], [0, 1, 3], 0, 0, [2, 2, 1], 1),
-        ("3d_f16_128B_wide_rows", 6, [64, 8, 4], [64, 8, 2], [0, 2, 1], 3, 0, None, 1),
-        ("3d_bf16_64B_rows_32B_swizzle", 9, [32, 10, 4], [32, 4, 2], [0, 7, 3], 1, 0, None, 1),
-        ("3d_f16_row_start_not_16_bytes", 6, [16, 8, 4], [8, 4, 2], [4, 0, 0], 0, 0, None, 1),  # faults
-    ]
-    out.update(_tma_copy_cases("interleaved_", [spec[:8] + (0, spec[8]) for spec in specs], 900, INTERLEAVE_VECTORS))
-    encode = [  # name (the driver accepts those ending in "valid"), dtype, dims, strides, box, swizzle, interleave, offset
-        ("interleave_16B_rank_2", 6, [8, 64], [16], [8, 8], 0, 1, 0),
-        ("interleave_unknown_mode_3", 6, [8, 6, 5], [16, 96], [8, 4, 4], 0, 3, 0),
-        ("interleave_32B_swizzle_none", 7, [8, 6, 5], [32, 192], [8, 4, 4], 0, 2, 0),
-        ("interleave_32B_swizzle_64B", 7, [8, 6, 5], [32, 192], [8, 4, 4], 2, 2, 0),
-        ("interleave_32B_address_16_past_32", 7, [8, 6, 5], [32, 192], [8, 4, 4], 1, 2, 16),
-        ("interleave_32B_stride_48", 6, [24, 6, 5], [48, 288], [16, 4, 4], 1, 2, 0),
-        ("interleave_16B_stride_24", 6, [12, 6, 5], [24, 144], [8, 4, 4], 0, 1, 0),
-        ("interleave_16B_rank_3_valid", 6, [8, 6, 5], [16, 96], [8, 4, 4], 0, 1, 0),
-        ("interleave_16B_address_16_past_32_valid", 6, [8, 6, 5], [16, 96], [8, 4, 4], 0, 1, 16),
-        ("interleave_16B_box_inner_8_bytes_valid", 6, [8, 6, 5], [16, 96], [4, 4, 4], 0, 1, 0),
-        ("interleave_16B_swizzle_32B_box_inner_64_bytes_valid", 6, [32, 6, 5], [64, 384], [32, 4, 4], 1, 1, 0),
-        ("interleave_32B_swizzle_32B_valid", 7, [8, 6, 5], [32, 192], [8, 4, 4], 1, 2, 0),
-        ("interleave_none_box_inner_8_bytes", 6, [8, 6, 5], [16, 96], [4, 4, 4], 0, 0, 0),
-    ]
-    for name, dtype, dims, strides, box, swz, il, offset in encode:
-        data = torch.zeros(8192, dtype=torch.uint8)
-        p = tma_params(dtype, dims, strides, box, None, swz, 0, il)
-        out[f"tma_encode_{name}"] = Case("ptx_hopper.cu", "tma_encode_status", [data, p, offset],
-                                         vectors=INTERLEAVE_VECTORS)
-    return out
-
-
-def vector_file(case: Case) -> str:
-    """The stem of the file in tests/ptx_vectors/ that holds the case's recorded answer."""
-    return case.vectors or Path(case.file).stem
-
-
 def bulk_reference(src: torch.Tensor, offset: int, size: int) -> torch.Tensor:
     out = torch.zeros_like(src)
     out[offset:offset + size] = src[offset:offset + size]
@@ -987,8 +915,7 @@ def bulk_reference(src: torch.Tensor, offset: int, size: int) -> torch.Tensor:
 
 def all_cases() -> dict[str, Case]:
     cases = {}
-    for part in (mma_cases, matrix_cases, alu_cases, shfl_cases, misc_cases, wgmma_cases, tma_cases,
-                 tma_interleave_cases):
+    for part in (mma_cases, matrix_cases, alu_cases, shfl_cases, misc_cases, wgmma_cases, tma_cases):
         cases.update(part())
     return cases
 
@@ -1069,17 +996,16 @@ def _run_cases(names: list[str], backend: str, results: Path) -> None:
         torch.save(done, results)
 
 
-def record(out_dir: Path, backend: str = "cuda", files: list[str] | None = None) -> None:
-    """Run every case (or those of the vector files named in `files`) and save one file per vector file
-    (see vector_file): {case: {"digest" of the args, "out" or "error"}}. The cases run in child processes;
-    after a case that fails (a fault poisons the CUDA context of its process), the next child goes on with
-    the case after it."""
+def record(out_dir: Path, backend: str = "cuda") -> None:
+    """Run every case and save one file per source file: {case: {"digest" of the args, "out" or "error"}}.
+    The cases run in child processes; after a case that fails (a fault poisons the CUDA context of its
+    process), the next child goes on with the case after it."""
     import subprocess
     import tempfile
 
     out_dir.mkdir(parents=True, exist_ok=True)
     cases = all_cases()
-    names = [n for n, c in cases.items() if not files or vector_file(c) in files]
+    names = list(cases)
     answers: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "part.pt"
@@ -1093,29 +1019,26 @@ def record(out_dir: Path, backend: str = "cuda", files: list[str] | None = None)
             answers.update(part)
     by_file: dict[str, dict] = {}
     for name in names:
-        by_file.setdefault(vector_file(cases[name]), {})[name] = answers[name]
-    for stem, table in by_file.items():
-        torch.save(table, out_dir / f"{stem}.pt")
+        by_file.setdefault(cases[name].file, {})[name] = answers[name]
+    for file, table in by_file.items():
+        torch.save(table, out_dir / (Path(file).stem + ".pt"))
         failed = sum("error" in v for v in table.values())
-        print(f"{stem}: {len(table)} cases ({failed} failed) -> {out_dir / f'{stem}.pt'}")
+        print(f"{file}: {len(table)} cases ({failed} failed) -> {out_dir / (Path(file).stem + '.pt')}")
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--child"]:  # record()'s worker: --child BACKEND RESULTS CASE...
-        _run_cases(sys.argv[4:], sys.argv[2], Path(sys.argv[3]))
-        return
     parser = argparse.ArgumentParser(description="Record the GPU's answers to the PTX test cases (build with "
                                      "TORCH_CUDA_ARCH_LIST=9.0a: the Hopper cases need sm_90a).")
     parser.add_argument("--out", required=True, help="the folder for the vector files (copy them to tests/ptx_vectors/)")
     parser.add_argument("--backend", choices=["cuda", "sim"], default="cuda",
                         help="where to run the cases (sim only to try the recorder without a GPU)")
-    stems = sorted({vector_file(c) for c in all_cases().values()})
-    parser.add_argument("--files", nargs="+", choices=stems, metavar="STEM",
-                        help=f"record only these vector files (of {', '.join(stems)}); default: all")
+    if sys.argv[1:2] == ["--child"]:  # record()'s worker: --child BACKEND RESULTS CASE...
+        _run_cases(sys.argv[4:], sys.argv[2], Path(sys.argv[3]))
+        return
     args = parser.parse_args()
     if args.backend == "cuda" and not torch.cuda.is_available():
         parser.error("needs a GPU (torch.cuda.is_available() is False)")
-    record(Path(args.out), args.backend, args.files)
+    record(Path(args.out), args.backend)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from kernels import load
 from kernels.build import BuildError
 from kernels.sim.translate import TranslateError, translate_source
 from planting import plant
-from ptx_cases import INTERLEAVE_VECTORS, VECTORS, all_cases, args_digest, reference, tma_params, vector_file
+from ptx_cases import VECTORS, all_cases, args_digest, reference
 
 # The simulator's reach beyond the lessons (public CUDA, inline PTX): `make test-toolkit` (kernels/dev/all_tests.py).
 pytestmark = pytest.mark.toolkit
@@ -130,8 +130,9 @@ def hopper():
 _GPU: dict[str, dict] = {}
 
 
-def _gpu_answer(stem: str, name: str):
+def _gpu_answer(file: str, name: str):
     """The H100's recorded answer for a case, or None when tests/ptx_vectors/ does not hold it."""
+    stem = Path(file).stem
     if stem not in _GPU:
         path = VECTORS / f"{stem}.pt"
         _GPU[stem] = torch.load(path, weights_only=False) if path.exists() else {}
@@ -161,7 +162,7 @@ def _diffs(g: torch.Tensor, w: torch.Tensor) -> str:
 def test_instruction_matches_the_ptx_isa_and_the_h100(request, name):
     case = CASES[name]
     ext = request.getfixturevalue("ops" if case.file == "ptx_ops.cu" else "hopper")
-    recorded = _gpu_answer(vector_file(case), name)
+    recorded = _gpu_answer(case.file, name)
     if recorded is not None:
         assert recorded["digest"] == args_digest(case.args), "the recorded answer is for other inputs: record again"
     if case.faults:  # the GPU stops the kernel: so must the simulator, with an error that says why
@@ -175,52 +176,6 @@ def test_instruction_matches_the_ptx_isa_and_the_h100(request, name):
     if recorded is not None:
         assert "error" not in recorded, recorded.get("error")
         _same(got, recorded["out"], case, "simulator vs the H100")
-
-
-@pytest.mark.parametrize("stem", [INTERLEAVE_VECTORS])
-def test_the_h100_vectors_of_newer_cases_are_recorded(stem):
-    """Vector files added after the first recording: until the maintainer records them, the cases above
-    check the simulator against the reference alone."""
-    path = VECTORS / f"{stem}.pt"
-    if not path.exists():
-        pytest.skip(f"the H100's vectors for {stem} are not recorded yet: on an H100, TORCH_CUDA_ARCH_LIST=9.0a "
-                    f"python tests/ptx_cases.py --out tests/ptx_vectors --files {stem}")
-    recorded = torch.load(path, weights_only=False)
-    mine = {n: c for n, c in CASES.items() if vector_file(c) == stem}
-    assert sorted(recorded) == sorted(mine), "the recording is for other cases: record again"
-    stale = [n for n, c in mine.items() if recorded[n]["digest"] != args_digest(c.args)]
-    assert not stale, f"recorded for other inputs: {stale[:3]}"
-
-
-def _interleaved_box(hopper, box0: int, swizzle: int, interleave: int = 1):
-    """Encode a 3-D f16 map (16 channels a slice) whose box rows are box0 elements, and load the box."""
-    data = torch.zeros(16 * 2 * 8 * 4, dtype=torch.uint8)
-    p = tma_params(6, [16, 8, 4], [32, 256], [box0, 4, 2], None, swizzle, 0, interleave)
-    return hopper.tma_load_raw(data, p, torch.zeros(5, dtype=torch.int32))
-
-
-@sim_only
-@pytest.mark.parametrize("box0, swizzle", [(4, 0), (8, 1), (8, 2)], ids=["8-byte-rows", "16-byte-rows-32B-swizzle",
-                                                                        "16-byte-rows-64B-swizzle"])
-def test_an_interleaved_box_with_rows_of_undocumented_layout_is_refused_not_guessed(hopper, box0, swizzle):
-    with pytest.raises(RuntimeError, match=r"interleaved tensor map whose box rows .* take \d+ bytes.*not simulated"):
-        _interleaved_box(hopper, box0, swizzle)
-
-
-@sim_only
-@pytest.mark.parametrize("name, message", [
-    ("interleave_16B_rank_2", r"an interleaved layout .* needs a rank of 3 to 5, got 2"),
-    ("interleave_32B_swizzle_none", r"CU_TENSOR_MAP_INTERLEAVE_32B needs CU_TENSOR_MAP_SWIZZLE_32B, got swizzle mode 0"),
-    ("interleave_32B_address_16_past_32", r"globalAddress must be 32-byte aligned with CU_TENSOR_MAP_INTERLEAVE_32B"),
-    ("interleave_32B_stride_48", r"globalStrides\[0\] must be a multiple of 32 bytes .*INTERLEAVE_32B, got 48"),
-    ("interleave_unknown_mode_3", r"unknown interleave 3"),
-    ("interleave_none_box_inner_8_bytes", r"boxDim\[0\] \* the element size must be a multiple of 16 bytes, got 8"),
-])
-def test_a_refused_interleaved_map_says_why_on_stderr(hopper, capfd, name, message):
-    case = CASES[f"tma_encode_{name}"]
-    assert hopper.tma_encode_status(*case.args) == 1  # CUDA_ERROR_INVALID_VALUE
-    err = capfd.readouterr().err
-    assert re.search(r"cuTensorMapEncodeTiled refused the tensor map \(CUDA_ERROR_INVALID_VALUE\): " + message, err), err
 
 
 def test_cp_async_groups_in_a_ring_give_the_column_sums(ops):
@@ -448,15 +403,6 @@ def test_an_error_in_a_helper_names_the_line_that_called_it(misuse):
     with pytest.raises(RuntimeError, match=rf"at ptx_common\.cuh:{_line_of('WAIT-LOOP', HERE / 'ptx_common.cuh')} "
                                            rf"\(called from ptx_misuse\.cu:{_line_of('nobody arrives', MISUSE)}\)"):
         misuse.misuse(torch.randn(1024), 7)
-
-
-@pytest.mark.parametrize("shape", [(1, 2, 4, 8, 8), (2, 1, 7, 13, 8), (1, 2, 5, 10, 16), (1, 1, 9, 3, 16)],
-                         ids=["nc8hwc8", "nc8hwc8-ragged", "nc16hwc16", "nc16hwc16-ragged"])
-def test_an_interleaved_image_copied_box_by_box_through_tma_is_unchanged(hopper_ops, shape):
-    """Loads fill a box's rows past W and H with zeros; stores write only what lies inside the image."""
-    backend, ext = hopper_ops
-    x = torch.randn(shape, device="cuda" if backend == "cuda" else "cpu").half()
-    assert torch.equal(ext.tma_interleaved_copy(x), x)
 
 
 @pytest.mark.parametrize("row0, col0", [(0, 0), (40, 16), (90, 100)])

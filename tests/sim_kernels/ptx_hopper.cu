@@ -8,8 +8,7 @@
 //   wgmma_raw          one warpgroup: wgmma.mma_async m64nNk16 on a shared-memory image, with A and B
 //                      from matrix descriptors (or A from registers), the scale and transpose
 //                      immediates and scale-d; the accumulators come in and go out as registers
-//   tma_encode_status  cuTensorMapEncodeTiled's result for the given parameters (the tensor's address
-//                      `offset` bytes into `glob`)
+//   tma_encode_status  cuTensorMapEncodeTiled's result for the given parameters
 //   tma_load_raw       cp.async.bulk.tensor.Nd (global to shared) with an mbarrier: the shared image
 //   tma_store_raw      cp.async.bulk.tensor.Nd (shared to global, bulk_group): the global tensor after
 //   bulk_raw           cp.async.bulk (1-D) into shared memory and back out to global memory
@@ -19,9 +18,6 @@
 //   cp_async_mbarrier  64 threads copy 16 bytes each with cp.async and have the copies complete on an
 //                      mbarrier (cp.async.mbarrier.arrive, .noinc or with a plain arrive), then each
 //                      thread reads its neighbour's bytes after the wait
-//   tma_interleaved_copy  an f16 image in NC/8HWC8 (16-byte slices) or NC/16HWC16 (32-byte slices, 32-byte
-//                      swizzle) copied through shared memory one box at a time: a TMA load of the box, its
-//                      ragged edges filled, then a TMA store of it, which writes only what lies inside
 //   barrier_tma_tile   libcu++'s forms (<cuda/barrier>): a 32 x 64 tile of a float matrix loaded with
 //                      cuda::device::experimental::cp_async_bulk_tensor_2d_global_to_shared into a
 //                      1024-aligned static __shared__ tile, completing on a cuda::barrier
@@ -290,9 +286,9 @@ at::Tensor wgmma_raw(const at::Tensor& image, int64_t adesc, int64_t bdesc, cons
 
 // =============================================================================================
 // Tensor maps, from the parameters in `p`: rank, dtype, swizzle, oob fill, then dims[5], strides[4]
-// (bytes), box[5], elementStrides[5], and for an interleaved map its interleave (1: 16B, 2: 32B).
+// (bytes), box[5], elementStrides[5].
 struct MapParams {
-  int rank, dtype, swizzle, oob, interleave;
+  int rank, dtype, swizzle, oob;
   cuuint64_t dims[5], strides[4];
   cuuint32_t box[5], estride[5];
   uint64_t box_bytes;
@@ -300,7 +296,7 @@ struct MapParams {
 };
 
 MapParams map_params(const at::Tensor& p) {
-  TORCH_CHECK((p.numel() == 23 || p.numel() == 24) && p.scalar_type() == at::kLong, "p must hold 23 or 24 int64");
+  TORCH_CHECK(p.numel() == 23 && p.scalar_type() == at::kLong, "p must hold 23 int64");
   auto v = p.cpu();
   const int64_t* x = v.data_ptr<int64_t>();
   MapParams m{};
@@ -308,7 +304,6 @@ MapParams map_params(const at::Tensor& p) {
   m.dtype = static_cast<int>(x[1]);
   m.swizzle = static_cast<int>(x[2]);
   m.oob = static_cast<int>(x[3]);
-  m.interleave = p.numel() == 24 ? static_cast<int>(x[23]) : 0;
   static const int sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
   m.box_bytes = m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0;
   for (int d = 0; d < 5; ++d) {
@@ -316,11 +311,9 @@ MapParams map_params(const at::Tensor& p) {
     if (d < 4) m.strides[d] = static_cast<cuuint64_t>(x[9 + d]);
     m.box[d] = static_cast<cuuint32_t>(x[13 + d]);
     m.estride[d] = static_cast<cuuint32_t>(x[18 + d]);
-    const cuuint32_t step = d > 0 || m.interleave ? m.estride[d] : 1;  // dim 0's counts only when interleaved
-    if (d < m.rank) m.box_bytes *= (m.box[d] + step - 1) / step;
+    if (d < m.rank) m.box_bytes *= (m.box[d] + m.estride[d] - 1) / m.estride[d];
   }
-  const cuuint32_t step0 = m.interleave ? m.estride[0] : 1;
-  const uint64_t row = (m.rank ? (m.box[0] + step0 - 1) / step0 : 1) * (m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0);
+  const uint64_t row = (m.rank ? m.box[0] : 1) * (m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0);
   const uint64_t span = m.swizzle ? 16ull << m.swizzle : 0;
   m.footprint = row && row < span ? m.box_bytes / row * span : m.box_bytes;
   return m;
@@ -328,16 +321,14 @@ MapParams map_params(const at::Tensor& p) {
 
 CUresult encode(CUtensorMap* map, const MapParams& m, void* global) {
   return tensor_map_encoder()(map, static_cast<CUtensorMapDataType>(m.dtype), static_cast<cuuint32_t>(m.rank), global, m.dims,
-                   m.strides, m.box, m.estride, static_cast<CUtensorMapInterleave>(m.interleave),
-                   static_cast<CUtensorMapSwizzle>(m.swizzle),
+                   m.strides, m.box, m.estride, CU_TENSOR_MAP_INTERLEAVE_NONE, static_cast<CUtensorMapSwizzle>(m.swizzle),
                    CU_TENSOR_MAP_L2_PROMOTION_NONE, static_cast<CUtensorMapFloatOOBfill>(m.oob));
 }
 
-int64_t tma_encode_status(const at::Tensor& global, const at::Tensor& p, int64_t offset) {
+int64_t tma_encode_status(const at::Tensor& global, const at::Tensor& p) {
   CHECK_CUDA(global);
-  TORCH_CHECK(offset >= 0 && offset < global.numel(), "offset must lie inside glob");
   alignas(128) CUtensorMap map;
-  return static_cast<int64_t>(encode(&map, map_params(p), static_cast<uint8_t*>(global.data_ptr()) + offset));
+  return static_cast<int64_t>(encode(&map, map_params(p), global.data_ptr()));
 }
 
 __global__ void tma_load_raw_kernel(const __grid_constant__ CUtensorMap map, int rank, int4 c0, int c4, uint32_t bytes,
@@ -453,58 +444,6 @@ std::vector<at::Tensor> tma_store_raw(const at::Tensor& global, const at::Tensor
                                          static_cast<uint32_t>(m.footprint), image.data_ptr<uint8_t>());
   CHECK_LAUNCH();
   return {status, after};
-}
-
-// =============================================================================================
-// tma_interleaved_copy: one block per box of {slice, 8 pixels of W, 4 rows of H, 1 slice of N*C}; thread 0
-// loads the box (1 KiB or 2 KiB) and stores it back out through a map of `out`. Bounded by nothing: a test.
-constexpr uint32_t kBoxW = 8, kBoxH = 4;
-
-__global__ void tma_interleaved_copy_kernel(const __grid_constant__ CUtensorMap in, const __grid_constant__ CUtensorMap out,
-                                            uint32_t box_bytes) {
-  extern __shared__ __align__(16) unsigned char raw[];
-  unsigned char* box = align1024(raw);
-  __shared__ alignas(8) uint64_t bar;
-  if (threadIdx.x != 0) return;  // one thread drives the copy engine
-  mbar_init(&bar, 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  mbar_expect_bytes(&bar, box_bytes);
-  const int w = blockIdx.x * kBoxW, h = blockIdx.y * kBoxH, s = blockIdx.z;
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
-               :: "r"(smem_addr(box)), "l"(reinterpret_cast<uint64_t>(&in)), "r"(smem_addr(&bar)), "r"(0), "r"(w), "r"(h), "r"(s)
-               : "memory");
-  mbar_wait(&bar, 0);  // the box has landed (edges past W or H filled with zeros)
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
-               :: "l"(reinterpret_cast<uint64_t>(&out)), "r"(smem_addr(box)), "r"(0), "r"(w), "r"(h), "r"(s) : "memory");
-  asm volatile("cp.async.bulk.commit_group;");
-  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // shared memory is read before the block ends
-}
-
-// x: [N, C / slice, H, W, slice] f16 with slice = 8 (interleave 16B) or 16 (interleave 32B).
-at::Tensor tma_interleaved_copy(const at::Tensor& x) {
-  CHECK_INPUT(x);
-  TORCH_CHECK(x.dim() == 5 && x.scalar_type() == at::kHalf && (x.size(4) == 8 || x.size(4) == 16),
-              "x must be [N, C/8, H, W, 8] or [N, C/16, H, W, 16] f16, got ", x.sizes());
-  const bool il32 = x.size(4) == 16;
-  const uint64_t slice = x.size(4), W = x.size(3), H = x.size(2), S = x.size(0) * x.size(1);
-  const cuuint64_t dims[4] = {slice, W, H, S};
-  const cuuint64_t strides[3] = {slice * 2, slice * 2 * W, slice * 2 * W * H};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(slice), kBoxW, kBoxH, 1}, estride[4] = {1, 1, 1, 1};
-  at::Tensor out = at::zeros_like(x);
-  alignas(128) CUtensorMap maps[2];
-  const at::Tensor* tensors[2] = {&x, &out};
-  for (int i = 0; i < 2; ++i) {
-    CUresult r = tensor_map_encoder()(&maps[i], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, tensors[i]->data_ptr(), dims, strides,
-                                      box, estride, il32 ? CU_TENSOR_MAP_INTERLEAVE_32B : CU_TENSOR_MAP_INTERLEAVE_16B,
-                                      il32 ? CU_TENSOR_MAP_SWIZZLE_32B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                                      CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with error ", std::to_string(static_cast<int>(r)));
-  }
-  const uint32_t box_bytes = static_cast<uint32_t>(slice * 2 * kBoxW * kBoxH);
-  const dim3 grid((W + kBoxW - 1) / kBoxW, (H + kBoxH - 1) / kBoxH, S);
-  if (S) tma_interleaved_copy_kernel<<<grid, 32, box_bytes + 1024>>>(maps[0], maps[1], box_bytes);
-  CHECK_LAUNCH();
-  return out;
 }
 
 // =============================================================================================
@@ -677,11 +616,10 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("barrier_tma_tile(Tensor x, int row0, int col0) -> Tensor[]");
   m.def("cp_async_mbarrier(Tensor src, bool noinc) -> Tensor");
   m.def("wgmma_raw(Tensor image, int adesc, int bdesc, Tensor a_regs, Tensor c, int n, int kind, int flags, int scale_d) -> Tensor");
-  m.def("tma_encode_status(Tensor glob, Tensor p, int offset=0) -> int");
+  m.def("tma_encode_status(Tensor glob, Tensor p) -> int");
   m.def("tma_load_raw(Tensor glob, Tensor p, Tensor coords) -> Tensor[]");
   m.def("tma_store_raw(Tensor glob, Tensor p, Tensor coords, Tensor image) -> Tensor[]");
   m.def("bulk_raw(Tensor src, int offset, int size) -> Tensor");
-  m.def("tma_interleaved_copy(Tensor x) -> Tensor");
   m.def("mbarrier_ring(Tensor x, int stages) -> Tensor");
 }
 
@@ -690,7 +628,6 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("tma_load_raw", &tma_load_raw);
   m.impl("tma_store_raw", &tma_store_raw);
   m.impl("bulk_raw", &bulk_raw);
-  m.impl("tma_interleaved_copy", &tma_interleaved_copy);
   m.impl("mbarrier_ring", &mbarrier_ring);
   m.impl("tma_encode_status", &tma_encode_status);
   m.impl("barrier_tma_tile", &barrier_tma_tile);

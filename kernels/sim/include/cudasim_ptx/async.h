@@ -580,18 +580,9 @@ CUDASIM_INTERNAL inline void box_walk(const tma::Map& m, const int32_t* c, int d
 
 // What a tiled copy needs beyond its tensor map: the map's rank, and a first coordinate at a 16-byte
 // boundary of the row (the H100 raises an illegal instruction for any other, inside the tensor or not).
-// An interleaved map's box runs when each of its rows (ceil(boxDim[0] / elementStrides[0]) elements) is
-// whole 16-byte units, at least the swizzle's span: then the rows lie back to back, swizzled as any
-// other box. Where the GPU puts narrower rows is documented nowhere, so those are not simulated.
 CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dims, const int32_t* c) {
   if (dims != m.rank)
     fail_at(s, "a " + std::to_string(dims) + "d copy with a tensor map of rank " + std::to_string(m.rank));
-  const uint64_t row = m.n[0] * m.elem, span = m.swizzle ? 16ull << m.swizzle : 16;
-  if (m.interleave && (row % 16 || row < span))
-    fail_at(s, "an interleaved tensor map whose box rows (ceil(boxDim[0] / elementStrides[0]) elements) take " +
-                   std::to_string(row) + " bytes: the simulator runs interleaved boxes whose rows are a multiple of "
-                   "16 bytes and at least the swizzle's span (" + std::to_string(span) + " bytes); the shared-memory "
-                   "layout of narrower rows is not documented, so it is not simulated");
   const long long at = 1ll * c[0] * static_cast<long long>(m.elem);
   if (at % 16)
     fail_at(s, "the box starts at element " + std::to_string(c[0]) + " of dimension 0, " + std::to_string(at) +

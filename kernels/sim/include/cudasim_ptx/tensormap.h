@@ -3,10 +3,8 @@
 // through cudaGetDriverEntryPoint / cudaGetDriverEntryPointByVersion (what code that does not link
 // libcuda does). The stand-in keeps the parameters in the map's 128 opaque bytes and checks them as
 // the driver documents (cuda.h); a map it refuses returns CUDA_ERROR_INVALID_VALUE, as the driver
-// does, and says why on stderr. Interleaved layouts (NC/8HWC8, NC/16HWC16) are maps like any other
-// whose dimension 0 is a slice of the channels: the driver's own rules for them are checked here, and a
-// copy through one runs where its box rows are whole 16-byte units (async.h, check_tma). Not
-// simulated (an error naming the parameter): the 128B_ATOM swizzles, the sub-byte data types, im2col maps.
+// does, and says why on stderr. Not simulated (an error naming the parameter): interleaved layouts,
+// the 128B_ATOM swizzles, the sub-byte data types, im2col maps.
 #pragma once
 #include "../cudasim.h"
 
@@ -87,7 +85,7 @@ constexpr uint64_t kMagic = 0x5041'4D52'4F53'4E45ull;  // marks a map this stand
 
 // A tensor map's parameters, decoded. strides[0] is the element size; dims, box, estride per dim.
 struct Map {
-  int dtype = 0, rank = 0, swizzle = 0, oob = 0, interleave = 0;  // interleave: 0 none, 1 16B, 2 32B
+  int dtype = 0, rank = 0, swizzle = 0, oob = 0;
   uint64_t base = 0, elem = 0;
   uint64_t dims[5] = {1, 1, 1, 1, 1}, strides[5] = {0, 0, 0, 0, 0};
   uint32_t box[5] = {1, 1, 1, 1, 1}, estride[5] = {1, 1, 1, 1, 1};
@@ -113,7 +111,6 @@ CUDASIM_INTERNAL inline bool decode(const CUtensorMap& t, Map& m) {
   uint64_t w = t.opaque[2];
   m.dtype = static_cast<int>(w & 0xFF);
   m.rank = static_cast<int>((w >> 8) & 0xFF);
-  m.interleave = static_cast<int>((w >> 16) & 0xFF);
   m.swizzle = static_cast<int>((w >> 24) & 0xFF);
   m.oob = static_cast<int>((w >> 40) & 0xFF);
   m.base = t.opaque[1];
@@ -123,9 +120,7 @@ CUDASIM_INTERNAL inline bool decode(const CUtensorMap& t, Map& m) {
     m.dims[d] = d < m.rank ? t.opaque[3 + d] : 1;
     m.strides[d] = d == 0 ? m.elem : d < m.rank ? t.opaque[7 + d] : 0;
     m.box[d] = d < m.rank ? static_cast<uint32_t>((t.opaque[12] >> (9 * d)) & 0x1FF) : 1;
-    // dimension 0's element stride counts only in an interleaved layout (the driver ignores it otherwise)
-    const bool strided = d < m.rank && (d > 0 || m.interleave);
-    m.estride[d] = strided ? static_cast<uint32_t>((t.opaque[13] >> (4 * d)) & 0xF) : 1;
+    m.estride[d] = d < m.rank && d > 0 ? static_cast<uint32_t>((t.opaque[13] >> (4 * d)) & 0xF) : 1;
     m.n[d] = (m.box[d] + m.estride[d] - 1) / m.estride[d];
     m.box_bytes *= m.n[d];
   }
@@ -146,20 +141,9 @@ CUDASIM_INTERNAL inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataT
   int es = elem_size(static_cast<int>(dtype));
   if (!es) return refuse("unknown data type " + std::to_string(static_cast<int>(dtype)));
   if (rank < 1 || rank > 5) return refuse("the rank must be 1 to 5, got " + std::to_string(rank));
-  if (interleave < CU_TENSOR_MAP_INTERLEAVE_NONE || interleave > CU_TENSOR_MAP_INTERLEAVE_32B)
-    return refuse("unknown interleave " + std::to_string(static_cast<int>(interleave)));
-  const bool interleaved = interleave != CU_TENSOR_MAP_INTERLEAVE_NONE, il32 = interleave == CU_TENSOR_MAP_INTERLEAVE_32B;
-  if (interleaved && rank < 3)
-    return refuse("an interleaved layout (CU_TENSOR_MAP_INTERLEAVE_16B/32B) needs a rank of 3 to 5, got " +
-                  std::to_string(rank));
-  if (il32 && swizzle != CU_TENSOR_MAP_SWIZZLE_32B)
-    return refuse("CU_TENSOR_MAP_INTERLEAVE_32B needs CU_TENSOR_MAP_SWIZZLE_32B, got swizzle mode " +
-                  std::to_string(static_cast<int>(swizzle)));
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) not_simulated("an interleaved layout (CU_TENSOR_MAP_INTERLEAVE_16B/32B)");
   if (swizzle > CU_TENSOR_MAP_SWIZZLE_128B) not_simulated("the swizzle mode " + std::to_string(static_cast<int>(swizzle)));
-  const unsigned align = il32 ? 32 : 16;  // the 32-byte interleave wants 32-byte address and strides
-  if (!global || reinterpret_cast<uintptr_t>(global) % align)
-    return refuse("globalAddress must be " + std::to_string(align) + "-byte aligned" +
-                  (il32 ? " with CU_TENSOR_MAP_INTERLEAVE_32B" : ""));
+  if (!global || reinterpret_cast<uintptr_t>(global) % 16) return refuse("globalAddress must be 16-byte aligned");
   for (cuuint32_t d = 0; d < rank; ++d) {
     if (dims[d] == 0 || dims[d] > (1ull << 32))
       return refuse("globalDim[" + std::to_string(d) + "] must be 1 to 2^32, got " + std::to_string(dims[d]));
@@ -167,16 +151,14 @@ CUDASIM_INTERNAL inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataT
       return refuse("boxDim[" + std::to_string(d) + "] must be 1 to 256, got " + std::to_string(box[d]));
     if (estride[d] == 0 || estride[d] > 8)
       return refuse("elementStrides[" + std::to_string(d) + "] must be 1 to 8, got " + std::to_string(estride[d]));
-    if (d + 1 < rank && (strides[d] % align || strides[d] >= (1ull << 40)))
-      return refuse("globalStrides[" + std::to_string(d) + "] must be a multiple of " + std::to_string(align) +
-                    " bytes below 2^40" + (il32 ? " with CU_TENSOR_MAP_INTERLEAVE_32B" : "") + ", got " +
+    if (d + 1 < rank && (strides[d] % 16 || strides[d] >= (1ull << 40)))
+      return refuse("globalStrides[" + std::to_string(d) + "] must be a multiple of 16 bytes below 2^40, got " +
                     std::to_string(strides[d]));
   }
-  // the box's inner dimension is bound to 16 bytes and to the swizzle's span only without interleave
-  if (!interleaved && box[0] * es % 16)
+  if (box[0] * es % 16)
     return refuse("boxDim[0] * the element size must be a multiple of 16 bytes, got " + std::to_string(box[0] * es));
   static const unsigned span[] = {0, 32, 64, 128};
-  if (!interleaved && swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * es > span[swizzle])
+  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * es > span[swizzle])
     return refuse("with a " + std::to_string(span[swizzle]) + "B swizzle the box's inner dimension (boxDim[0] * the "
                   "element size) must be at most " + std::to_string(span[swizzle]) + " bytes, got " +
                   std::to_string(box[0] * es));
@@ -186,7 +168,6 @@ CUDASIM_INTERNAL inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataT
   map->opaque[0] = kMagic;
   map->opaque[1] = reinterpret_cast<uint64_t>(global);
   map->opaque[2] = static_cast<uint64_t>(dtype) | (static_cast<uint64_t>(rank) << 8) |
-                   (static_cast<uint64_t>(interleave) << 16) |
                    (static_cast<uint64_t>(swizzle) << 24) | (static_cast<uint64_t>(l2) << 32) |
                    (static_cast<uint64_t>(oob) << 40);
   for (cuuint32_t d = 0; d < rank; ++d) {
