@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from kernels import BuildError
-from kernels.lessons.lesson11 import (CUDA_LIBRARY, LIBRARY_BUGS, build_cuda_library, check_cuda_library,
-                                        make_library, planted_library)
+from kernels.lessons.lesson11 import (CUDA_LIBRARY, LIBRARY_BUGS, LIBRARY_FILES, build_cuda_library,
+                                        check_cuda_library, make_library, planted_library)
 
 pytestmark = pytest.mark.toolkit
 
@@ -114,16 +114,16 @@ def test_every_planted_bug_patches_its_file_once_and_the_copy_differs_from_the_l
     for bug in LIBRARY_BUGS:
         copy = planted_library(bug)
         assert (copy / bug.file).read_text() != (CUDA_LIBRARY / bug.file).read_text()
-        others = [p.name for p in CUDA_LIBRARY.iterdir() if p.is_file() and p.name != bug.file]
+        others = [n for n in LIBRARY_FILES if n != bug.file]
         assert all((copy / n).read_text() == (CUDA_LIBRARY / n).read_text() for n in others)
 
 
 def test_a_library_that_does_not_compile_is_a_build_error_with_the_compilers_words(backend, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
-    for p in CUDA_LIBRARY.iterdir():
-        if p.is_file():
-            (broken / p.name).write_text(p.read_text().replace("out[i] = a[i] + b[i];", "out[i] = a[i] + c[i];"))
+    for name in LIBRARY_FILES:
+        text = (CUDA_LIBRARY / name).read_text()
+        (broken / name).write_text(text.replace("out[i] = a[i] + b[i];", "out[i] = a[i] + c[i];"))
     line = next(n for n, text in enumerate((broken / "vector_add.cu").read_text().splitlines(), 1) if "c[i]" in text)
     with pytest.raises(BuildError) as e:
         make_library(broken, backend, tmp_path / "build")

@@ -260,6 +260,7 @@ class LibraryBug:
     new: str
 
 
+LIBRARY_FILES = ("Makefile", "binding.cpp", "setup.py", "vector_add.cu", "vector_add.h")
 LIBRARY_BUGS = (
     LibraryBug("off_by_one", "vector_add.cu", "i < n; i += stride", "i <= n; i += stride"),
     LibraryBug("capped_grid", "vector_add.cu",
@@ -276,9 +277,7 @@ def planted_library(bug: LibraryBug) -> Path:
     are rewritten only when they differ, so make and the build cache reuse what they built before."""
     dest = build_root() / "cuda_library" / "planted" / bug.name
     dest.mkdir(parents=True, exist_ok=True)
-    for src in CUDA_LIBRARY.iterdir():
-        if not src.is_file():
-            continue
+    for src in (CUDA_LIBRARY / name for name in LIBRARY_FILES):  # not what a build left there (a .so, build/)
         text = src.read_text()
         if src.name == bug.file:
             if text.count(bug.old) != 1:
@@ -315,7 +314,9 @@ def _setup_py_module(folder: Path, out: Path):
     from ..build.toolchain import child_env, cuda_home
 
     toolkit = {"CUDA_HOME": cuda_home()} if cuda_home() else {}  # the toolkit the toolkit's own builds use
-    run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out), "--build-temp",
+    # --force: setuptools rebuilds an extension only when its sources are newer, and the library it links is
+    # not one of them, so a library rebuilt by make would otherwise never reach the extension
+    run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force", "--build-lib", str(out), "--build-temp",
                           str(out / "temp")], cwd=folder, capture_output=True, text=True,
                          env=child_env(BUILD=str(out), **toolkit))
     if run.returncode != 0:

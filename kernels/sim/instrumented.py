@@ -185,7 +185,9 @@ def twin_function(fn: Callable, around) -> Callable | None:
         if name and getattr(module, name, None) is fn:
             return _wrapped(module, name, around)
     overload = _single_overload(fn)
-    plain = _sim_library(overload.namespace) if overload is not None else None
+    if overload is None or not _below_dispatch_modes(overload):  # the others `redirected` sees (autograd kept)
+        return None
+    plain = _sim_library(overload.namespace)
     if plain is None:
         return None
 
@@ -193,6 +195,15 @@ def twin_function(fn: Callable, around) -> Callable | None:
         twin = twin_of(plain)
         return around(twin, lambda: twin.op(overload, plain)(*args, **kwargs), overload._opname, args, kwargs)
     return call
+
+
+def _below_dispatch_modes(overload) -> bool:
+    """Whether the op runs below a TorchDispatchMode: a kernel for every key (CompositeImplicitAutograd), none for
+    the CPU."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return has(overload.name(), "CompositeImplicitAutograd") and not has(overload.name(), "CPU")
 
 
 def _single_overload(fn):

@@ -1,6 +1,5 @@
 // vector_add.cu: the library's kernel and its launcher. nvcc compiles this file into an object (make);
 // the extension's build never sees it, it links the static library that holds the object.
-// build-cache: make test-toolkit (tests/test_cuda_library.py builds it; make test-all does not)
 #include <algorithm>
 
 #include "vector_add.h"
