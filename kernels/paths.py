@@ -13,6 +13,7 @@ SIM_INCLUDE = SIM / "include"                # the simulator's headers (cudasim.
 RECORDED = PACKAGE / "benchmarks" / "recorded"  # GPU figures `make bench RECORD=1` committed
 LESSONS = ROOT / "lessons"
 SOLUTIONS = ROOT / "solutions"
+CUDA_LIBRARY = LESSONS / "11_other_routes" / "cuda_library"  # lesson 11's library built by its own Makefile
 BUILD = ROOT / "build"                       # everything generated: caches, logs, executed notebooks, plots
 
 

@@ -118,6 +118,15 @@ def test_every_planted_bug_patches_its_file_once_and_the_copy_differs_from_the_l
         assert all((copy / n).read_text() == (CUDA_LIBRARY / n).read_text() for n in others)
 
 
+def test_the_planted_copies_take_every_file_the_library_has():
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "."], cwd=CUDA_LIBRARY, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    assert sorted(tracked) == sorted(LIBRARY_FILES)
+
+
 def test_a_library_that_does_not_compile_is_a_build_error_with_the_compilers_words(backend, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()

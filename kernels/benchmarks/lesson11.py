@@ -34,6 +34,7 @@ from .lesson09 import _close as close_by_norm  # lesson 09's check: |got - want|
 
 BUILD_BENCH = "build: first and cached"
 N = 8192
+FUSED, UNFUSED = "triton, fused epilogue", "triton matmul, then bias_gelu"  # the epilogue bench's two Triton rows
 MATMUL_SIZES = (4096, 4000)  # 4000 = 31.25 tiles of 128: every program on the last row and column of C is masked
 
 
@@ -134,8 +135,8 @@ def _matmul_epilogue(copy: float, out_dir: Path) -> list[Row]:
     def correct() -> bool:
         return close_by_norm(ops.matmul(a, b, bias, True), want, 1e-2) and close_by_norm(unfused(), want, 1e-2)
 
-    return bench(f"matmul {size}^3 bf16 + bias + GELU", {"triton, fused epilogue": lambda: ops.matmul(a, b, bias, True),
-                                                         "triton matmul, then bias_gelu": unfused},
+    return bench(f"matmul {size}^3 bf16 + bias + GELU", {FUSED: lambda: ops.matmul(a, b, bias, True),
+                                                         UNFUSED: unfused},
                  flops=2 * size**3, torch_fn=eager, args=(a, b, bias), copy_gbps=copy, check=correct,
                  csv_path=out_dir / "lesson11.csv", plot_path=out_dir / "lesson11_matmul_epilogue.png", show=False)
 
@@ -308,7 +309,7 @@ def epilogue_saving(figures: list[dict]) -> None:
     next to the napkin figure: the second kernel's 64 MiB of extra traffic at the recorded copy bandwidth."""
     ms = {(r["bench"], r["variant"]): r["ms"] for r in figures}
     for bench_name, _ in ms:
-        fused, unfused = ms.get((bench_name, "triton, fused epilogue")), ms.get((bench_name, "triton matmul, then bias_gelu"))
+        fused, unfused = ms.get((bench_name, FUSED)), ms.get((bench_name, UNFUSED))
         plain = ms.get((bench_name.replace(" + bias + GELU", ""), "triton (autotuned)"))
         if fused is None or unfused is None or plain is None:
             continue

@@ -40,7 +40,7 @@ from ..backend import resolve
 from ..build import BuildError, SourceSet, compile_only, display_path, load
 from ..build.sources import code_mask, is_directive
 from ..build.toolchain import cuda_home
-from ..paths import ROOT, build_root
+from ..paths import CUDA_LIBRARY, ROOT, build_root
 
 FOLDERS = ("kernels", "lessons", "solutions", "tests")
 
@@ -80,7 +80,7 @@ LINK_MARK = "// link flags:"
 # PTX) is not built by --warm, the first step of `make test-all`: its tests build it in test-toolkit.
 TOOLKIT_ONLY_MARK = "build-cache: make test-toolkit"
 # Folders whose files are a learner's copy of someone else's code, kept free of this project's marks: the same
-TOOLKIT_ONLY_FOLDERS = ("lessons/11_other_routes/cuda_library",)  # (tests/test_cuda_library.py builds it)
+TOOLKIT_ONLY_FOLDERS = (CUDA_LIBRARY,)  # (tests/test_cuda_library.py builds it)
 
 
 def files(warm: bool = False) -> list[Path]:
@@ -88,7 +88,7 @@ def files(warm: bool = False) -> list[Path]:
     for folder in FOLDERS:
         out += sorted(p for p in (ROOT / folder).rglob("*.cu") if SKIP_MARK not in p.read_text()
                       and not (warm and (TOOLKIT_ONLY_MARK in p.read_text()
-                                         or any(p.is_relative_to(ROOT / f) for f in TOOLKIT_ONLY_FOLDERS))))
+                                         or any(p.is_relative_to(f) for f in TOOLKIT_ONLY_FOLDERS))))
     return out
 
 

@@ -28,7 +28,7 @@ from . import lesson11_cupy as cupy_route
 from .. import backend as _backend
 from ..build import BuildError, load
 from ..check import ROWS, Case, Report, check, elementwise, like, merge, random_tensor
-from ..paths import LESSONS, SIM, build_root
+from ..paths import CUDA_LIBRARY, SIM, build_root
 from . import Exercise, Hint
 
 # ROWS plus an empty batch; the Triton interpreter runs one program per row in Python, so its
@@ -246,7 +246,6 @@ def run_cupy_autograd(module, backend: str | None) -> Report:
 # A CUDA library you already have: lessons/11_other_routes/cuda_library, built by its Makefile (nvcc, or the
 # simulator's driver nvcc-sim) and linked into an extension (setup.py on a GPU, load(extra_objects=...) on sim).
 
-CUDA_LIBRARY = LESSONS / "11_other_routes" / "cuda_library"
 LIBRARY_NAMES = ("add_gpu", "add_gpu_out")  # the functions Python calls
 
 
