@@ -220,7 +220,13 @@ def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeyp
     for model in ("eager", "custom ops"):
         parts = [ms for (b, v), ms in rows.items() if b == bench10.PARTS and v.startswith(model + ": ")]
         assert len(parts) == 6 and rows[(bench10.QUEUE, f"{model}: {bench10.KERNELS}")] == pytest.approx(sum(parts))
-        assert all(rows[(bench10.QUEUE, f"{model}: {what}")] > 0 for what in (bench10.QUEUED, bench10.STEP))
+        assert all(rows[(bench10.QUEUE, f"{model}: {what}{end}")] > 0 for what in (bench10.QUEUED, bench10.STEP)
+                   for end in ("", f", {bench10.LOW}", f", {bench10.HIGH}"))
+        assert bench10.queue_verdict({v: ms for (b, v), ms in rows.items() if b == bench10.QUEUE}, model)
+    queue = [bench10.Row(b, v, ms, None, None, None, None, None) for (b, v), ms in rows.items()]
+    pitfalls = [bench10.Row(bench10.PITFALLS, str(i), i, None, None, None, None, None) for i in range(4)]
+    unsynced = bench10._with_unsynced(pitfalls, queue)[2]  # after the cold and the steady step
+    assert (unsynced.variant, unsynced.ms) == (bench10.UNSYNCED, rows[(bench10.QUEUE, f"eager: {bench10.QUEUED}")])
     assert 0 < (tmp_path / bench10.TRACE_PNG).stat().st_size < 150_000
     assert capsys.readouterr().out.count("ms (agree)") == 2
     bench10.train_step(custom, custom)()  # trains the custom model's weights away from the eager model's
@@ -228,6 +234,27 @@ def test_benchmark_pieces_run_and_its_parity_check_catches_a_wrong_model(monkeyp
     with torch.no_grad():
         custom.blocks[0].fc.weight.mul_(3)  # a wrong model: far outside the bf16 tolerance
     assert not bench10.parity(eager, custom)
+
+
+def test_the_queue_verdict_is_given_only_outside_the_spread_of_the_queueing():
+    from kernels.benchmarks import lesson10 as bench10
+
+    def figures(low, median, high, kernels):
+        named = {bench10.QUEUED: median, f"{bench10.QUEUED}, {bench10.LOW}": low,
+                 f"{bench10.QUEUED}, {bench10.HIGH}": high, bench10.KERNELS: kernels, bench10.STEP: 20.0,
+                 f"{bench10.STEP}, {bench10.LOW}": 19.0, f"{bench10.STEP}, {bench10.HIGH}": 21.0}
+        return {f"m: {what}": ms for what, ms in named.items()}
+
+    assert "(CPU-bound)" in bench10.queue_verdict(figures(13.0, 14.0, 16.0, 12.2), "m")
+    assert "keeps ahead" in bench10.queue_verdict(figures(9.0, 10.0, 12.0, 21.5), "m")
+    for kernels in (13.0, 14.0, 16.0):  # inside the range, or on its edge: no verdict
+        line = bench10.queue_verdict(figures(13.0, 14.0, 16.0, kernels), "m")
+        assert "too close to call" in line and "CPU-bound" not in line
+    old = {k: v for k, v in figures(13.0, 14.0, 16.0, 12.2).items()  # recorded without the spread
+           if not k.endswith((bench10.LOW, bench10.HIGH))}
+    assert "no verdict" in bench10.queue_verdict(old, "m") and "CPU-bound" not in bench10.queue_verdict(old, "m")
+    assert bench10._spread("x", [float(v) for v in range(1, 22)]) == {"x": 11.0, f"x, {bench10.LOW}": 3.0,
+                                                                       f"x, {bench10.HIGH}": 19.0}
 
 
 # The parts of a training step by the profiler ranges of gpt.py: the ops of the eager attention's scale, mask

@@ -12,10 +12,11 @@ models' loss and gradients are checked against the eager model's (bf16 tolerance
 Three more groups of rows, milliseconds alone, for the lesson's notebook to show without a GPU: where a
 training step's time goes by torch.profiler (PARTS rows, eager and custom, the swappable parts found by the
 profiler ranges of gpt.py), how long the CPU takes to queue a step against the GPU time of its kernels (QUEUE
-rows, eager and custom, from the same run: a model whose CPU side takes longer than its kernels is CPU-bound),
-and the measuring pitfalls (PITFALLS rows): the first step against a steady one, a step timed without
-synchronising, and a loss read with .item() every step. The profile of the custom model's step is also drawn as
-a timeline (TRACE_PNG: CPU ops on one lane, GPU kernels on the other), which --record keeps with the CSV.
+rows, eager and custom, from the same run; the timed figures with the range of their middle 80% of steps: a
+model whose CPU side takes longer than its kernels is CPU-bound), and the measuring pitfalls (PITFALLS rows): the
+first step against a steady one, a step timed without synchronising (the eager QUEUE row's figure), and a loss
+read with .item() every step. The profile of the custom model's step is also drawn as a timeline (TRACE_PNG:
+CPU ops on one lane, GPU kernels on the other), which --record keeps with the CSV.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ QUEUE = "CPU queue time against GPU time, train step"  # rows "<model>: <what>",
 QUEUED, KERNELS, STEP = "CPU queues one step", "GPU kernels of one step (profile)", "one step, synchronised"
 PITFALLS = "pitfalls, eager train step"
 SDPA = "torch SDPA"  # a name that starts with "torch": the README's table of the lessons' kernels leaves it out
-QUEUE_REPEATS = 11  # the queue rows are medians of this many steps (a CPU-bound step varies from step to step)
+QUEUE_REPEATS = 21  # the queue rows are medians of this many steps (a CPU-bound step varies from step to step)
+LOW, HIGH = "fastest tenth", "slowest tenth"  # QUEUED and STEP rows also give their spread: "<what>, <LOW>"
 TRACE_PNG = "lesson10_custom_trace.png"
 RECORD_FILES = (TRACE_PNG,)  # copied beside the recorded CSV by --record
 
@@ -127,18 +129,13 @@ def parity(eager, custom, name: str = "custom") -> bool:
 def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
     """ms per training step in each part of the step, by torch.profiler, for both models; and per model the CPU
     time to queue a step (from an idle GPU, not waiting for it), the device time of the step's kernels (the
-    profile's parts added up) and the synchronised step. The custom model's profile is drawn to TRACE_PNG."""
+    profile's parts added up) and the synchronised step, the two timed ones with their spread (_spread). The custom model's profile is drawn to TRACE_PNG."""
     sp = lesson_module("step_profile")
     on_gpu = DEVICE == "cuda"
     rows, queue = [], []
     for name, model in (("eager", eager), ("custom ops", custom)):
         step = train_step(model, model)
-        queued, synced = [], []  # timed before the profiler runs, so that nothing it leaves behind is timed
-        for _ in range(QUEUE_REPEATS):
-            _sync()
-            queued.append(_wall_ms(step, sync=False))  # returns once the step's kernels are queued
-            _sync()
-            synced.append(_wall_ms(step, sync=True))
+        queued, synced = _from_idle(step, QUEUE_REPEATS)  # before the profiler, so nothing it leaves is timed
         trace = out_dir / TRACE_PNG.replace(".png", ".json") if model is custom else None
         prof = sp.profile_steps(step, on_gpu=on_gpu, trace=trace)
         parts, total = sp.time_by_part(prof, on_gpu=on_gpu), sp.total_ms(prof, on_gpu=on_gpu)
@@ -150,9 +147,49 @@ def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
         if trace is not None:
             sp.plot_trace(trace, out_dir / TRACE_PNG, f"{sp.ACTIVE} profiled training steps of the custom-op model "
                                                       f"({_shape()})")
-        figures = {QUEUED: statistics.median(queued), KERNELS: sum(parts.values()), STEP: statistics.median(synced)}
+        figures = {**_spread(QUEUED, queued), KERNELS: sum(parts.values()), **_spread(STEP, synced)}
         queue += [Row(QUEUE, f"{name}: {what}", ms, None, None, None, None, None) for what, ms in figures.items()]
     return rows + queue
+
+
+def _from_idle(step: Callable[[], None], n: int) -> tuple[list[float], list[float]]:
+    """n steps, each started from an idle GPU and timed twice: ms until the CPU has queued it (not waiting for
+    the GPU), then ms of another step with a synchronisation at its end."""
+    queued, synced = [], []
+    for _ in range(n):
+        _sync()
+        queued.append(_wall_ms(step, sync=False))  # returns once the step's kernels are queued
+        _sync()
+        synced.append(_wall_ms(step, sync=True))
+    return queued, synced
+
+
+def _spread(what: str, samples: list[float]) -> dict[str, float]:
+    """The median of the samples and the edges of their middle 80%: {what, "<what>, LOW", "<what>, HIGH"}."""
+    ordered = sorted(samples)
+    edge = len(ordered) // 10  # the fastest and the slowest tenth are left out of the range
+    return {what: statistics.median(ordered), f"{what}, {LOW}": ordered[edge], f"{what}, {HIGH}": ordered[-1 - edge]}
+
+
+def queue_verdict(figures: dict[str, float], model: str) -> str:
+    """One line on whether a model's step waits for the CPU, from its QUEUE rows ({variant: ms}): CPU-bound only
+    when even the fast end of its queueing spread takes longer than its kernels, GPU-bound only when even the
+    slow end takes less, and undecided when the kernels' time falls inside the spread."""
+    cpu, gpu, step = (figures[f"{model}: {what}"] for what in (QUEUED, KERNELS, STEP))
+    if f"{model}: {QUEUED}, {LOW}" not in figures:  # a CSV recorded before the spread was
+        return (f"{model}: the CPU queues a step in {cpu:.2f} ms, its kernels take {gpu:.2f} ms, the step {step:.2f} "
+                f"ms: no spread recorded with these figures, so no verdict (`make bench LESSON=10 RECORD=1` on a GPU "
+                f"records it)")
+    low, high, step_low, step_high = (figures[f"{model}: {what}, {end}"] for what in (QUEUED, STEP)
+                                      for end in (LOW, HIGH))
+    if low > gpu:
+        verdict = "queueing takes longer than the kernels: the GPU waits for the CPU (CPU-bound)"
+    elif high < gpu:
+        verdict = "queueing takes less than the kernels: the CPU keeps ahead of the GPU"
+    else:
+        verdict = "the kernels' time falls inside the queueing's spread: too close to call from these figures"
+    return (f"{model}: the CPU queues a step in {cpu:.2f} ms ({low:.2f}-{high:.2f}), its kernels take {gpu:.2f} ms, "
+            f"the step {step:.2f} ms ({step_low:.2f}-{step_high:.2f}): {verdict}")
 
 
 def _shape() -> str:
@@ -177,11 +214,6 @@ def _pitfall_rows() -> list[Row]:
     first = _wall_ms(step, sync=True)  # cuBLAS handles, the allocator's first blocks, lazy module loading
     steady = time_ms(step)
 
-    def unsynced_once() -> float:  # from an idle GPU, so that no earlier step's backlog is timed with this one
-        _sync()
-        return _wall_ms(step, sync=False)  # returns once the kernels are queued
-
-    unsynced = sorted(unsynced_once() for _ in range(5))[2]
     torch.cuda.synchronize()
     x, y = _batch()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -202,9 +234,18 @@ def _pitfall_rows() -> list[Row]:
     steps(3, False)
     quiet, logged = steps(20, False), steps(20, True)
     named = {"first step (cold)": first, "steady step (median, synchronised)": steady,
-             "one step timed without synchronising": unsynced, "20 steps, one sync at the end (per step)": quiet,
-             "20 steps, loss.item() each step (per step)": logged}
+             "20 steps, one sync at the end (per step)": quiet, "20 steps, loss.item() each step (per step)": logged}
     return [Row(PITFALLS, k, v, None, None, None, None, None) for k, v in named.items()]
+
+
+UNSYNCED = "one step timed without synchronising"  # a PITFALLS row: the eager model's QUEUED figure, not re-timed
+
+
+def _with_unsynced(pitfalls: list[Row], queue: list[Row]) -> list[Row]:
+    """The pitfall rows with the unsynchronised step after the steady one: the eager model's queueing time
+    from the QUEUE rows (the same measurement; timing it twice in one run gave two different figures)."""
+    eager = next(r for r in queue if r.bench == QUEUE and r.variant == f"eager: {QUEUED}")
+    return pitfalls[:2] + [dataclasses.replace(eager, bench=PITFALLS, variant=UNSYNCED)] + pitfalls[2:]
 
 
 def run(out_dir: Path) -> list[Row]:
@@ -233,7 +274,8 @@ def run(out_dir: Path) -> list[Row]:
                       plot_path=out_dir / f"lesson10_{label.replace(' ', '_')}.png", show=False)
     labelled = [dataclasses.replace(r, variant=f"{r.bench.split(',')[0]}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson10_all.png", show=False)
-    extra = pitfalls + _profile_rows(eager, custom, out_dir)
+    profiles = _profile_rows(eager, custom, out_dir)
+    extra = _with_unsynced(pitfalls, profiles) + profiles
     write_csv(extra, csv, copy)
     for name in dict.fromkeys(r.bench for r in rows + extra):  # a table per benchmark: times alone read as times
         print(table([r for r in rows + extra if r.bench == name], copy), end="\n\n")
