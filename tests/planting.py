@@ -7,12 +7,15 @@
 A planted bug's self-check runs without the simulator's race and bounds check (its instrumented build and
 checked runs cost more than the rest of the check) unless the test passes races=True: the bugs whose
 diagnosis comes from that check (a data race on global memory, an access past the canary margins) do. The
-solutions' self-checks run with it, so a false alarm on correct code still fails a test.
+solutions' self-checks run with it, so a false alarm on correct code still fails a test. Where an exercise has
+many planted bugs, make test-all runs a few of them and make test-toolkit the rest (toolkit_beyond).
 """
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+
+import pytest
 
 from kernels import load
 from kernels.check import race_check_limit
@@ -39,6 +42,17 @@ def plant(source: Path, old: str, new: str, name: str) -> Path:
     if not dest.exists() or dest.read_text() != planted:
         dest.write_text(planted)
     return dest
+
+
+def toolkit_beyond(bugs, keep: tuple[str, ...]) -> list:
+    """The planted bugs of a parametrize: those named in `keep` run in make test-all, the others only in make
+    test-toolkit (which CI runs too). Each planted bug costs a build or a whole self-check, and make test-all has
+    a time budget: it keeps a bug or two per exercise, enough to fail if the check loses its teeth, and the
+    toolkit suite keeps every one."""
+    names = list(bugs)
+    missing = [k for k in keep if k not in names]
+    assert not missing, f"no planted bug named {missing}: the bugs are {names}"
+    return [n if n in keep else pytest.param(n, marks=pytest.mark.toolkit) for n in names]
 
 
 def built(path: Path) -> Path:

@@ -10,7 +10,7 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise, like
 from kernels.exercises import check_exercise, find, fitting_hint
-from planting import assert_diagnosis, built, self_check, self_check_of_planted
+from planting import assert_diagnosis, built, self_check, self_check_of_planted, toolkit_beyond
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "04_memory_bound"
@@ -159,7 +159,7 @@ def test_exercise_self_check_passes_on_the_solution():
     assert check_exercise("04", "scale_add_vec4", path=built(SOLUTION / "scale_add_vec4.cu")).passed
 
 
-@pytest.mark.parametrize("bug", sorted(PLANTED_BUGS))
+@pytest.mark.parametrize("bug", toolkit_beyond(sorted(PLANTED_BUGS), keep=("lesson04_tail_off_by_one.cu",)))
 def test_exercise_self_check_names_a_planted_bug_and_shows_the_hint_that_fits_it_first(bug):
     old, new, diagnosis, first_hint = PLANTED_BUGS[bug]
     report = self_check_of_planted("04", "scale_add_vec4", SOLUTION / "scale_add_vec4.cu", bug, old, new)

@@ -181,6 +181,29 @@ def test_a_far_overshoot_in_a_plain_run_faults_in_the_guard_and_the_process_live
     assert "diagnosis: OUT_OF_BOUNDS" in run.stdout and "still alive" in run.stdout
 
 
+def test_the_race_check_leaves_dynamo_unloaded_in_a_process_that_compiles_nothing(tmp_path):
+    """PyTorch wraps a dispatch mode's handler in dynamo's disable, which imports torch._dynamo (seconds) on its
+    first call; the check's mode leaves the wrapper off while dynamo is not loaded, and keeps it once it is."""
+    script = tmp_path / "no_dynamo.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, torch
+        from kernels import load
+        from kernels.check import check, elementwise, like
+        ext = load({str(HERE / "toolkit" / "vector_add.cu")!r}, "sim", quiet=True)
+        good = check(ext.add, torch.add, elementwise(2), out=like(0), sizes=[1000], quiet=True)
+        bad = check(ext.add_le, torch.add, elementwise(2), out=like(0), sizes=[1000], orders=("forward",), quiet=True)
+        print("checks:", good.passed, bad.cases[0].diagnosis.name)
+        print("dynamo loaded:", "torch._dynamo" in sys.modules)
+        import torch._dynamo
+        bad = check(ext.add_le, torch.add, elementwise(2), out=like(0), sizes=[1000], orders=("forward",), quiet=True)
+        print("with dynamo:", bad.cases[0].diagnosis.name)
+    """))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=HERE.parent, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "checks: True WROTE_PAST_END" in run.stdout, run.stdout
+    assert "dynamo loaded: False" in run.stdout and "with dynamo: WROTE_PAST_END" in run.stdout, run.stdout
+
+
 CATCH_ALL_OP = """#include "helpers.cuh"
 __global__ void fill(float* p, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -233,6 +233,13 @@ def redirected(around: Callable):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Redirect(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            # PyTorch wraps a mode's __torch_dispatch__ in dynamo's disable, whose first call imports torch._dynamo:
+            # about 5 s in every process that runs a race check. Where dynamo is not loaded yet, nothing in the
+            # process is being compiled, so the wrapper has nothing to keep out and is left off.
+            return "torch._dynamo" in sys.modules
+
         def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
             plain = _sim_library(func.namespace)
             if plain is None:
