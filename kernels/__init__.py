@@ -9,10 +9,11 @@
 it against PyTorch, and `profile` counts a sim kernel's memory accesses per source line (sectors, bank
 conflicts, lanes).
 
-The package: the public API here and in check.py, bench.py, backend.py; the engine in build/ (the
-loader) and sim/ (the simulator); what each lesson declares in lessons/; the lessons' GPU benchmarks in
-benchmarks/; the GPU tools (Nsight Compute, compute-sanitizer, ptxas, doctor) in tools/; the
-maintainers' tools (the test runner, the nvcc compile check, the notebook runner) in dev/.
+The package: the public API here and in check.py, bench.py, backend.py; the notebooks' set-up on Colab in
+colab.py; the engine in build/ (the loader) and sim/ (the simulator); what each lesson declares in lessons/; the
+lessons' GPU benchmarks in benchmarks/; the GPU tools (Nsight Compute, compute-sanitizer, ptxas, doctor) in tools/;
+the maintainers' tools (the test runner, the nvcc compile check, the notebook runner, the notebooks' Colab cells)
+in dev/.
 """
 from .backend import device, gpu_available, resolve as resolve_backend
 from .build import BuildError, load, load_inline

@@ -153,6 +153,11 @@ def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | 
     return rows
 
 
+def device_name() -> str:
+    """The GPU this process times on, by the name its CSVs, tables and charts give it ("" without a GPU)."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+
+
 def _fmt(v: float | None, spec: str) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -179,17 +184,19 @@ def _times_alone(rows: list[Row]) -> bool:
                               for r in rows)
 
 
-def table(rows: list[Row], copy_gbps: float) -> str:
-    """A plain-text table of the rows, with the copy bandwidth they are measured against. Rows of times alone
-    get a column of times in one unit (us, ms or s, by the longest), and no columns of rates."""
+def table(rows: list[Row], copy_gbps: float, device: str | None = None) -> str:
+    """A plain-text table of the rows, headed by the GPU that measured them (device; by default the one this process
+    runs on) and the copy bandwidth they are measured against. Rows of times alone get a column of times in one unit
+    (us, ms or s, by the longest), and no columns of rates."""
+    device = device_name() if device is None else device
     width = max([22] + [len(r.variant) + 2 for r in rows])  # a long name never runs into its time
     if _times_alone(rows):
         unit, per_ms, spec = _time_unit(max(r.ms for r in rows))
-        lines = [rows[0].bench, f"{'variant':<{width}}{'time':>10}"]
+        lines = [rows[0].bench + (f"   ({device})" if device else ""), f"{'variant':<{width}}{'time':>10}"]
         lines += [f"{r.variant:<{width}}{format(r.ms * per_ms, spec):>10} {unit}" + (f"  {r.note}" if r.note else "")
                   for r in rows]
         return "\n".join(lines)
-    lines = [f"{rows[0].bench if rows else ''}   (device copy: {copy_gbps:.0f} GB/s)",
+    lines = [f"{rows[0].bench if rows else ''}   ({device + ', ' if device else ''}device copy: {copy_gbps:.0f} GB/s)",
              f"{'variant':<{width}}{'time':>11}{'GB/s':>9}{'TFLOP/s':>9}{'% copy':>8}{'vs eager':>10}{'vs compile':>11}"]
     for r in rows:
         lines.append(f"{r.variant:<{width}}{r.ms * 1000:>9.1f}us{_fmt(r.gbps, '.0f'):>9}{_fmt(r.tflops, '.1f'):>9}"
@@ -208,11 +215,13 @@ def write_csv(rows: list[Row], path: str | os.PathLike, copy_gbps: float) -> Non
         if new:
             w.writeheader()
         for r in rows:
-            w.writerow({**asdict(r), "copy_gbps": round(copy_gbps, 1), "device": torch.cuda.get_device_name()})
+            w.writerow({**asdict(r), "copy_gbps": round(copy_gbps, 1), "device": device_name()})
 
 
-def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = None, show: bool = True):
-    """A bar chart of GB/s (or TFLOP/s) per variant, with the copy bandwidth as a line."""
+def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = None, show: bool = True,
+         device: str | None = None):
+    """A bar chart of GB/s (or TFLOP/s) per variant, with the copy bandwidth as a line, titled with the benchmark
+    and the GPU that measured it (device; by default the one this process runs on)."""
     import matplotlib
 
     if not show:
@@ -228,7 +237,8 @@ def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = Non
         ax.axhline(copy_gbps, color="#d83b3b", linestyle="--", linewidth=1)
         ax.text(len(rows) - 0.5, copy_gbps, f" copy {copy_gbps:.0f} GB/s", color="#d83b3b", va="bottom", ha="right")
     ax.set_ylabel("GB/s" if use_bw else "TFLOP/s")
-    ax.set_title(rows[0].bench if rows else "")
+    device = device_name() if device is None else device
+    ax.set_title("\n".join(t for t in (rows[0].bench if rows else "", device) if t))
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
     fig.tight_layout()
     if path:
@@ -241,8 +251,9 @@ def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = Non
 
 
 def roofline(points: dict[str, tuple[float, float]], peak_tflops: float, bandwidth_gbps: float,
-             path: str | os.PathLike | None = None, show: bool = True):
-    """A roofline: points are name -> (FLOP per byte, achieved TFLOP/s); the roof is min(peak, AI x bandwidth)."""
+             path: str | os.PathLike | None = None, show: bool = True, device: str | None = None):
+    """A roofline: points are name -> (FLOP per byte, achieved TFLOP/s); the roof is min(peak, AI x bandwidth).
+    Titled with the GPU that measured them (device; by default the one this process runs on)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
@@ -268,7 +279,8 @@ def roofline(points: dict[str, tuple[float, float]], peak_tflops: float, bandwid
                     color=dots[label].get_color(), fontsize=9, va="center")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("roofline")
+    device = device_name() if device is None else device
+    ax.set_title(f"roofline ({device})" if device else "roofline")
     fig.tight_layout()
     if path:
         fig.savefig(path, dpi=120)

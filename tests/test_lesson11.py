@@ -492,7 +492,7 @@ def test_recorded_build_times_are_tabled_in_seconds_but_not_drawn_as_empty_bars(
     shown = []
     monkeypatch.setattr(plt, "show", lambda *a, **k: shown.append(plt.gcf().axes[0].get_title()))
     show_recorded("11", recorded_dir=tmp_path)
-    assert shown == ["bias + GELU 8192x8192 fp32"]
+    assert shown == ["bias + GELU 8192x8192 fp32\nH100"]  # the chart names the GPU that made it
     builds = [line.split(": ", 1)[1].split() for line in capsys.readouterr().out.splitlines()
               if line.startswith("load (.cu): ")]
     assert builds == [["first", "build", "41.00", "s"], ["cached", "load", "0.12", "s"]]  # seconds, apart from the name

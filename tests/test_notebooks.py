@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
 # what a path on one machine looks like: it must not land in a committed notebook
 MACHINE_PATH = re.compile(r"(/(home|Users|root|tmp|work)/|site-packages|[A-Z]:\\\\)")
+# the Colab link and set-up cell: each names its own notebook, so a lesson's and its solution's differ
+COLAB_CELLS = ("colab-link", "colab-setup")  # kernels/dev/colab_cells.py's LINK_ID and SETUP_ID
 
 
 def cells(folder: str, name: str) -> list[dict]:
@@ -63,6 +65,8 @@ def test_lesson_and_solution_differ_only_in_the_exercise_cells(name):
     assert len(lesson) == len(solution), f"{name}: {len(lesson)} cells in the lesson, {len(solution)} in the solution"
     for i, (a, b) in enumerate(zip(lesson, solution)):
         assert a["cell_type"] == b["cell_type"], f"{name} cell {i}"
+        if a.get("id") in COLAB_CELLS and a.get("id") == b.get("id"):
+            continue  # each names its own notebook: test_every_notebook_opens_in_colab_... checks them
         if text(a) != text(b):
             assert a["cell_type"] == "code" and "FILL ME IN" in text(a), (
                 f"{name} cell {i} differs between lessons/ and solutions/ and is not an exercise cell")
@@ -115,3 +119,33 @@ def test_a_lesson_with_a_gpu_benchmark_shows_its_recorded_figures_on_the_simulat
     for c in shown:  # figures differ with each recording, so nbval must not compare them
         assert "nbval-ignore-output" in c["metadata"].get("tags", []) or "NBVAL_IGNORE_OUTPUT" in text(c)
         assert "cuda" in text(c), "the recorded figures are for the simulator: a GPU shows its own"
+
+
+@pytest.mark.parametrize("folder", ["lessons", "solutions"])
+@pytest.mark.parametrize("name", LESSONS)
+def test_every_notebook_opens_in_colab_and_sets_itself_up_there_first(folder, name):
+    from kernels import colab
+    from kernels.dev.colab_cells import LINK_ID, SETUP_ID
+
+    assert (LINK_ID, SETUP_ID) == COLAB_CELLS
+    notebook = f"{folder}/{name}/{name}.ipynb"
+    nb = cells(folder, name)
+    assert nb[0]["cell_type"] == "markdown" and nb[0]["id"] == LINK_ID, f"{notebook}: no Colab link at the top"
+    assert text(nb[0]) == colab.link_cell(notebook), f"{notebook}: run python -m kernels.dev.colab_cells"
+    assert f"github/{colab.REPOSITORY}/blob/{colab.REF}/{notebook})" in text(nb[0])
+    first = next(c for c in nb if c["cell_type"] == "code")
+    assert first["id"] == SETUP_ID and text(first) == colab.first_cell(notebook), (
+        f"{notebook}: its first code cell is not the Colab set-up; run python -m kernels.dev.colab_cells")
+    assert f'"--branch={colab.REF}"' in text(first) and f'"https://github.com/{colab.REPOSITORY}"' in text(first)
+    assert f'setup("{folder}/{name}")' in text(first)
+    assert first["outputs"] == [] and not first["metadata"].get("tags"), "outside Colab the cell prints nothing"
+
+
+def test_the_colab_cells_of_every_notebook_and_the_readmes_link_are_written_from_kernels_colab():
+    from kernels import colab
+    from kernels.dev import colab_cells
+
+    files = [*colab_cells.notebooks(), colab_cells.README]
+    stale = [p.relative_to(ROOT).as_posix() for p in files if len(set(colab_cells.render(p))) > 1]
+    assert len(files) == 2 * len(LESSONS) + 1 and not stale, f"run python -m kernels.dev.colab_cells: {stale}"
+    assert colab.link("lessons/01_thread_model/01_thread_model.ipynb") in (ROOT / "README.md").read_text()

@@ -241,6 +241,44 @@ def test_readme_results_table_is_generated_between_markers(tmp_path):
     assert "| 04 | copy | 2800 | 2850 | copy4 | 2900 | 97% | 1.01x | 1.00x |" in text
     assert "copy1" not in text and "block 32" not in text  # the slower variant and the sweep stay in the CSV
     assert "old" not in text and text.endswith("outro\n")
+    assert "Measured by `make bench` on H100," in text
+
+
+def test_the_results_table_names_every_gpu_its_csvs_come_from(tmp_path):
+    from kernels.benchmarks import results_table
+
+    for lesson, device in (("04", "NVIDIA H100 80GB HBM3"), ("06", "Tesla T4")):
+        (tmp_path / f"lesson{lesson}.csv").write_text(
+            BENCH_HEADER + f"copy,eager,0.21,2800,,0.93,1.0,0.98,,3000,{device}\n"
+                           f"copy,copy4,0.2,2900,,0.97,1.01,1.0,,3000,{device}\n")
+    assert "Measured by `make bench` on NVIDIA H100 80GB HBM3, Tesla T4," in results_table(tmp_path)
+
+
+def test_a_table_names_the_gpu_that_measured_it_and_none_where_there_is_none(monkeypatch):
+    from kernels import bench
+    from kernels.bench import Row, table
+
+    rates = [Row("copy", "copy4", 0.2, 2900.0, None, 0.97, 1.01, None)]
+    times = [Row("pitfalls", "first step", 950.5, None, None, None, None, None)]
+    assert table(rates, 3000, "Tesla T4").splitlines()[0] == "copy   (Tesla T4, device copy: 3000 GB/s)"
+    assert table(times, 3000, "Tesla T4").splitlines()[0] == "pitfalls   (Tesla T4)"
+    monkeypatch.setattr(bench, "device_name", lambda: "")  # no GPU in this process: nothing to name
+    assert table(rates, 3000).splitlines()[0] == "copy   (device copy: 3000 GB/s)"
+    assert table(times, 3000).splitlines()[0] == "pitfalls"
+    monkeypatch.setattr(bench, "device_name", lambda: "NVIDIA H100 80GB HBM3")  # by default, this process's GPU
+    assert table(times, 3000).splitlines()[0] == "pitfalls   (NVIDIA H100 80GB HBM3)"
+
+
+def test_provenance_says_which_gpu_made_a_csv_and_when_it_was_recorded(tmp_path):
+    from kernels.benchmarks import provenance
+
+    measured = tmp_path / "lesson04.csv"
+    measured.write_text(BENCH_HEADER + "copy,eager,0.21,2800,,0.93,1.0,0.98,,3000,Tesla T4\n")
+    assert provenance(measured) == "measured on Tesla T4 by `make bench`"
+    recorded = tmp_path / "recorded.csv"
+    recorded.write_text(BENCH_HEADER.strip() + ",date,torch\n"
+                        "copy,eager,0.21,2800,,0.93,1.0,0.98,,3000,NVIDIA H100 80GB HBM3,2026-11-27,2.11.0+cu130\n")
+    assert provenance(recorded) == "recorded on NVIDIA H100 80GB HBM3 by `make bench`, 2026-11-27, torch 2.11.0+cu130"
 
 
 def test_warming_several_backends_never_mixes_them_in_one_worker(monkeypatch):
@@ -322,11 +360,12 @@ def test_show_recorded_prints_a_labelled_table_per_benchmark_and_plots_each(tmp_
     out = capsys.readouterr().out
     assert out.splitlines()[0] == ("Lesson 06: recorded on NVIDIA H100 80GB HBM3 by `make bench`, 2026-11-20, "
                                    "torch 2.14.0+cu130")
-    assert "sum 1 GiB   (device copy: 3010 GB/s)" in out and "row max   (device copy: 3010 GB/s)" in out
+    assert "sum 1 GiB   (NVIDIA H100 80GB HBM3, device copy: 3010 GB/s)" in out  # each table names its GPU
+    assert "row max   (NVIDIA H100 80GB HBM3, device copy: 3010 GB/s)" in out
     assert any(line.startswith("sum7") and "2753" in line and "1.03x" in line for line in out.splitlines())
     assert [(r.bench, r.variant, r.gbps) for r in rows] == [("sum 1 GiB", "eager", 2684.0),
                                                             ("sum 1 GiB", "sum7", 2753.0), ("row max", "row_max2", 2600.0)]
-    assert shown == ["sum 1 GiB", "row max"]
+    assert shown == ["sum 1 GiB\nNVIDIA H100 80GB HBM3", "row max\nNVIDIA H100 80GB HBM3"]  # and each chart
 
 
 def test_show_recorded_shows_rows_of_milliseconds_alone_as_a_table_without_a_plot(tmp_path, capsys, monkeypatch):

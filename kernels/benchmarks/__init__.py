@@ -58,7 +58,7 @@ def results_table(out_dir: Path = OUT) -> str:
                     groups.setdefault((f.stem[len("lesson"):], r["bench"]), []).append(r)
     if not groups:
         return "No results yet: run `make bench` on a machine with an NVIDIA GPU."
-    device = next(iter(groups.values()))[0].get("device", "")
+    device = _devices([r for rows in groups.values() for r in rows])
     body = []
     lines = [f"Measured by `make bench` on {device}, eager PyTorch and `torch.compile` in the same run. GB/s count "
              "the fewest bytes each op must move; \"of copy\" is against a device-to-device copy measured in the "
@@ -128,12 +128,33 @@ def record(lesson: str | int, out_dir: Path | None = None, recorded_dir: Path | 
     return dst
 
 
+def _devices(records: list[dict]) -> str:
+    """The GPUs a CSV's rows were measured on, as its device column names them, each once."""
+    return ", ".join(dict.fromkeys(r.get("device") or "a device the CSV does not name" for r in records))
+
+
+def _provenance(records: list[dict]) -> str:
+    if records and all(c in records[0] for c in STAMP):
+        date, version = (", ".join(dict.fromkeys(r[c] for r in records)) for c in STAMP)
+        return f"recorded on {_devices(records)} by `make bench`, {date}, torch {version}"
+    return f"measured on {_devices(records)} by `make bench`"
+
+
+def provenance(path: Path) -> str:
+    """Which GPU made the figures of a benchmark's CSV: "recorded on <device> by `make bench`, <date>, torch
+    <version>" for a recorded one (kernels/benchmarks/recorded/), "measured on <device> by `make bench`" for this
+    machine's run (build/bench/)."""
+    with path.open(newline="") as fh:
+        return _provenance(list(csv.DictReader(fh)))
+
+
 def _float(v: str | None) -> float | None:
     return float(v) if v not in ("", None) else None
 
 
 def show_recorded(lesson: str | int, recorded_dir: Path | None = None, plot: bool = True) -> list:
-    """Print the GPU figures `make bench RECORD=1` committed for a lesson as tables, and plot them.
+    """Print the GPU figures `make bench RECORD=1` committed for a lesson as tables, and plot them, each headed by
+    the GPU that measured it.
 
     For learners without a GPU. Returns the rows read (kernels.bench.Row), [] when none are recorded.
     """
@@ -150,20 +171,20 @@ def show_recorded(lesson: str | int, recorded_dir: Path | None = None, plot: boo
     if missing:
         raise ValueError(f"{path.name} lacks the column(s) {', '.join(missing)}: "
                          "recorded CSVs are written by `make bench RECORD=1`")
-    groups: dict[str, list[tuple[Row, float]]] = {}
+    groups: dict[str, list[tuple[Row, dict]]] = {}
     for r in records:
         row = Row(r["bench"], r["variant"], float(r["ms"]), *(_float(r.get(k)) for k in
                   ("gbps", "tflops", "of_copy", "vs_eager", "vs_compile")), r.get("note", ""))
-        groups.setdefault(row.bench, []).append((row, float(r["copy_gbps"])))
-    device, date, version = (", ".join(dict.fromkeys(r[c] for r in records)) for c in ("device", *STAMP))
-    print(f"Lesson {lesson}: recorded on {device} by `make bench`, {date}, torch {version}")
-    for rows in groups.values():
-        copy = rows[0][1]
+        groups.setdefault(row.bench, []).append((row, r))
+    print(f"Lesson {lesson}: {_provenance(records)}")
+    for pairs in groups.values():
+        rows, copy = [row for row, _ in pairs], float(pairs[0][1]["copy_gbps"])
+        device = _devices([r for _, r in pairs])  # each table and chart names its GPU, not only the line above
         print()
-        print(table([r for r, _ in rows], copy))
-        if plot and any(r.gbps or r.tflops for r, _ in rows):  # rows of times alone (build times) have no bars
-            bar_chart([r for r, _ in rows], copy, show=True)
-    return [r for rows in groups.values() for r, _ in rows]
+        print(table(rows, copy, device))
+        if plot and any(r.gbps or r.tflops for r in rows):  # rows of times alone (build times) have no bars
+            bar_chart(rows, copy, show=True, device=device)
+    return [row for pairs in groups.values() for row, _ in pairs]
 
 
 class Bar(NamedTuple):

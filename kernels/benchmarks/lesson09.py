@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from ..bench import Row, bench, copy_bandwidth, plot, roofline, table, time_ms
+from ..bench import Row, bench, copy_bandwidth, device_name, plot, roofline, table, time_ms
 from ..build import load
 from ..lessons import lesson09
 from ..tools.ptxas import resource_table, resource_usage
@@ -98,7 +98,7 @@ def percent_of_cublas_chart(rows: list[Row], path: Path | None = None, show: boo
            color=["#999999" if r.variant == "torch.compile" else "#3b7dd8" for r in kernels])
     ax.axhline(100, color="#d83b3b", linestyle="--", linewidth=1)
     ax.set_ylabel("% of cuBLAS (same dtype)")
-    ax.set_title(f"matmul {SIZE}^3")
+    ax.set_title(f"matmul {SIZE}^3 ({device_name()})")
     plt.setp(ax.get_xticklabels(), rotation=40, ha="right")
     fig.tight_layout()
     if path:

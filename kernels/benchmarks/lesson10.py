@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from ..bench import Row, bench, copy_bandwidth, plot, table, time_ms, write_csv
+from ..bench import Row, bench, copy_bandwidth, device_name, plot, table, time_ms, write_csv
 from ..lessons.lesson10 import gpt_module, lesson_module
 
 LAYERS = 6
@@ -146,7 +146,7 @@ def _profile_rows(eager, custom, out_dir: Path) -> list[Row]:
         rows += [Row(PARTS, f"{name}: {part}", ms, None, None, None, None, None) for part, ms in parts.items()]
         if trace is not None:
             sp.plot_trace(trace, out_dir / TRACE_PNG, f"{sp.ACTIVE} profiled training steps of the custom-op model "
-                                                      f"({_shape()})")
+                                                      f"({_shape()}, {device_name()})")
         figures = {**_spread(QUEUED, queued), KERNELS: sum(parts.values()), **_spread(STEP, synced)}
         queue += [Row(QUEUE, f"{name}: {what}", ms, None, None, None, None, None) for what, ms in figures.items()]
     return rows + queue
