@@ -156,6 +156,10 @@ def test_the_race_checks_instrumented_build_links_what_the_plain_build_linked(ma
     (["-c", "x.cu", "sub/x.cu"], "sub/x.cu and x.cu would each make x.o, one over the other"),
     (["-optf", "opts.txt", "x.cu"], "options files are not read"),
     (["-odir", "out", "x.cu", "-o", "prog"], "-odir names where -c puts its objects"),
+    (["-ptx", "x.cu"], "-ptx asks for GPU code (PTX, cubin or a fat binary), which the simulator does not make"),
+    (["-cubin", "x.cu"], "build it with nvcc"),
+    (["-dlink", "x.cu"], "-dlink takes objects and libraries made with -c or -dc, not sources"),
+    (["-MD", "x.cu", "-o", "prog"], "dependency options go with -M, -MM, or -c with -MD/-MMD"),
 ])
 def test_a_command_line_the_driver_cannot_run_fails_saying_why(tmp_path, args, message):
     (tmp_path / "x.cu").write_text("__global__ void k() {}\n")
@@ -178,3 +182,26 @@ def test_a_compile_error_names_the_source_line(tmp_path):
     (tmp_path / "bad.cu").write_text("__global__ void k(float* x) {\n  x[0] = undefined_name;\n}\n")
     run = nvcc_sim("-c", "bad.cu", cwd=tmp_path)
     assert run.returncode == 1 and "bad.cu:2" in run.stderr and "undefined_name" in run.stderr, run.stderr
+
+
+def test_preprocessing_and_makes_dependency_rules_see_the_source_as_written(tmp_path):
+    """-E, -M/-MM (-MT, -MF) and -c with -MMD -MP as a Makefile uses them; -dlink gives an empty object."""
+    (tmp_path / "scale.h").write_text("#define FACTOR 3.0f\n")
+    (tmp_path / "x.cu").write_text('#include "scale.h"\n#include <cuda_runtime.h>\n'
+                                   "__global__ void k(float* p) { p[threadIdx.x] *= FACTOR; }\n")
+    run = nvcc_sim("-E", "x.cu", cwd=tmp_path)
+    assert run.returncode == 0 and "__global__ void k(float* p) { p[threadIdx.x] *= 3.0f; }" in run.stdout, run.stderr
+    run = nvcc_sim("-MM", "x.cu", cwd=tmp_path)  # the simulator's headers left out, as nvcc leaves out the toolkit's
+    assert run.returncode == 0 and run.stdout.split() == ["x.o:", "x.cu", "scale.h"], run.stdout + run.stderr
+    run = nvcc_sim("-M", "x.cu", cwd=tmp_path)
+    assert run.returncode == 0 and "cuda_runtime.h" in run.stdout, run.stdout + run.stderr
+    run = nvcc_sim("-MM", "-MT", "build/x.o", "-MF", "x.dep", "x.cu", cwd=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "x.dep").read_text().split() == ["build/x.o:", "x.cu", "scale.h"]
+    run = nvcc_sim("-c", "-MMD", "-MP", "x.cu", "-o", "obj.o", cwd=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "obj.o").is_file(), run.stderr
+    rule = (tmp_path / "obj.d").read_text()
+    assert rule.split()[:3] == ["obj.o:", "x.cu", "scale.h"] and "scale.h:" in rule.split(), rule  # -MP's target
+    run = nvcc_sim("-dlink", "obj.o", "-o", "dlink.o", cwd=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "dlink.o").is_file(), run.stderr
+    symbols = subprocess.run(["nm", str(tmp_path / "dlink.o")], capture_output=True, text=True).stdout
+    assert symbols.strip() == ""

@@ -3,13 +3,18 @@
     kernels/sim/nvcc-sim [options] file.cu ... -o program     a whole program with main() (an executable)
     kernels/sim/nvcc-sim -c file.cu -o file.o                 an object of simulated code
     kernels/sim/nvcc-sim -lib a.o b.cu -o libx.a              a static library
+    kernels/sim/nvcc-sim -E file.cu | -M/-MM file.cu          preprocess, or make's dependency rules (-MD/-MMD with
+                                                             -c, -MF, -MT, -MP as nvcc has them)
+    kernels/sim/nvcc-sim -dlink a.o b.o -o dlink.o            the device link step of -rdc builds: an empty object
 
 (`python -m kernels.sim.nvcc` is the same.) Each .cu file is translated (translate.py) and compiled by the
 host C++ compiler against the simulator's headers; .cpp/.c files are compiled as they are, with those
 headers first too; objects and libraries are linked. So a Makefile runs with `NVCC=kernels/sim/nvcc-sim`,
 and `load(..., extra_objects=[...])` links its objects into a sim build. What nvcc means for the GPU only
 (-arch, -gencode, -lineinfo, --use_fast_math, ...) is ignored with a note; -lcublas, -lcublasLt, -lcudart
-and -lcuda are dropped (the simulator's headers have the stand-ins). The loader maps `extra_cuda_cflags`
+and -lcuda are dropped (the simulator's headers have the stand-ins). -E and -M see the source as written (the
+simulator's headers standing in for the toolkit's), not its translation; -ptx, -cubin and -fatbin ask for GPU
+code, which the simulator does not make: they are refused. The loader maps `extra_cuda_cflags`
 and `extra_ldflags` of a sim build through `host_flags` and `link_flags` here.
 """
 from __future__ import annotations
@@ -148,22 +153,45 @@ def nvcc_object(path: Path) -> bool:
 
 # ---- the driver ---------------------------------------------------------------------------------
 USAGE = __doc__.split("\n\n")[1]
+MODES = {"-c": "object", "--compile": "object", "-dc": "object", "--device-c": "object", "-lib": "lib",
+         "--lib": "lib", "-E": "preprocess", "--preprocess": "preprocess", "-M": "deps",
+         "--generate-dependencies": "deps", "-MM": "deps", "--generate-nonsystem-dependencies": "deps",
+         "-dlink": "dlink", "--device-link": "dlink"}
+# dependency rules written while compiling (-MD, -MMD); -MM and -MMD leave out system headers (and the
+# simulator's, which stand in for the toolkit's)
+WITH_COMPILE = {"-MD": "-MD", "--generate-dependencies-with-compile": "-MD", "-MMD": "-MMD",
+                "--generate-nonsystem-dependencies-with-compile": "-MMD"}
+DEPENDENCY_VALUES = {"-MF": "-MF", "--dependency-output": "-MF", "-MT": "-MT", "--dependency-target-name": "-MT"}
+GPU_CODE = {"-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-optix-ir", "--optix-ir", "-ltoir",
+            "--ltoir", "-dlto", "--dlink-time-opt"}
 
 
 def _parse(argv: list[str]) -> dict:
     """The driver's command line: inputs, output, mode, compile and link flags."""
-    opts = {"inputs": [], "out": None, "dir": None, "mode": "link", "compile": [], "link": [], "notes": [], "shared": False}
+    opts = {"inputs": [], "out": None, "dir": None, "mode": "link", "compile": [], "link": [], "notes": [],
+            "shared": False, "deps": [], "system_deps": True}
     i = 0
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
             opts["mode"] = "help"
             return opts
-        if a in ("-c", "--compile", "-dc", "--device-c"):
-            opts["mode"] = "object"
+        if a in GPU_CODE:
+            raise DriverError(f"{a} asks for GPU code (PTX, cubin or a fat binary), which the simulator does not make: "
+                              "build it with nvcc (make compile-check compiles every .cu with it)")
+        if a in MODES:
+            opts["mode"] = MODES[a]
+            opts["system_deps"] = a not in ("-MM", "--generate-nonsystem-dependencies")
             i += 1
-        elif a in ("-lib", "--lib"):
-            opts["mode"] = "lib"
+        elif a in WITH_COMPILE:
+            opts["deps"].append(WITH_COMPILE[a])
+            opts["system_deps"] = WITH_COMPILE[a] == "-MD"
+            i += 1
+        elif a.split("=", 1)[0] in DEPENDENCY_VALUES:
+            value, i = _value(argv, i, a.split("=", 1)[0])
+            opts["deps"] += [DEPENDENCY_VALUES[a.split("=", 1)[0]], value]
+        elif a in ("-MP", "--generate-dependency-targets"):
+            opts["deps"].append("-MP")
             i += 1
         elif a in ("-shared", "--shared"):
             opts["shared"] = True
@@ -198,6 +226,36 @@ def _compiler() -> list[str]:
     return shlex.split(cxx("sim"))
 
 
+def _as_written(src: Path, flags: list[str], what: list[str], system_deps: bool = True) -> subprocess.CompletedProcess:
+    """The host compiler's preprocessor on a source as written (not translated), with the simulator's headers
+    standing in for the toolkit's: `what` is -E, or -M/-MM and their options. Without system_deps the
+    simulator's own headers count as system headers, so -MM leaves them out as nvcc leaves out the toolkit's."""
+    from ..paths import INCLUDE, SIM_INCLUDE
+    from .build import FLAGS
+
+    search = ["-isystem" if not system_deps else "-I", str(SIM_INCLUDE)]
+    std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
+    defines = [f for f in FLAGS if f.startswith("-D")]
+    return subprocess.run([*_compiler(), *std, *defines, *search, f"-I{INCLUDE}", f"-I{src.parent}", *flags,
+                           "-x", "c++", *what, str(src)], capture_output=True, text=True)
+
+
+def _dependencies(src: Path, flags: list[str], deps: list[str], system: bool, target: str, out: Path | None) -> str:
+    """make's rule for `src` (-M, or -MM without system headers), its target `target` unless -MT names one,
+    written to -MF's file, or to `out`, or returned."""
+    from ..build.errors import BuildError, display_path
+
+    deps = list(deps)
+    if "-MT" not in deps:
+        deps += ["-MT", target]
+    if "-MF" not in deps and out is not None:
+        deps += ["-MF", str(out)]
+    run = _as_written(src, flags, ["-M" if system else "-MM", *deps], system)
+    if run.returncode != 0:
+        raise BuildError(f"the dependencies of {display_path(src)}:\n{run.stderr.strip()}")
+    return run.stdout
+
+
 def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> None:
     """Compile one input into an object of simulated code: a .cu translated first, a .cpp/.c as it is."""
     from ..build.errors import BuildError, display_path
@@ -221,6 +279,29 @@ def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> N
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise BuildError(f"compiling {display_path(src)} for the simulator failed:\n{run.stderr.strip()}")
+
+
+def _as_written_mode(mode: str, sources: list[Path], out: str | None, cflags: list[str], opts: dict) -> int:
+    """-E and -M/-MM: to -o's file (or -MF's) when given, else to standard output."""
+    from ..build.errors import BuildError, display_path
+
+    if out and len(sources) > 1:
+        raise DriverError(f"{'-E' if mode == 'preprocess' else '-M'} with -o takes one source file")
+    text = []
+    for src in sources:
+        if mode == "preprocess":
+            run = _as_written(src, cflags, ["-DCUDASIM_PREPROCESS_ONLY", "-E"])
+            if run.returncode != 0:
+                raise BuildError(f"preprocessing {display_path(src)} failed:\n{run.stderr.strip()}")
+            text.append(run.stdout)
+        else:
+            text.append(_dependencies(src, cflags, opts["deps"], opts["system_deps"], src.with_suffix(".o").name,
+                                      Path(out) if out else None))
+    if out and mode == "preprocess":
+        Path(out).write_text("".join(text))
+    else:
+        sys.stdout.write("".join(text))
+    return 0
 
 
 def drive(argv: list[str]) -> int:
@@ -247,6 +328,18 @@ def drive(argv: list[str]) -> int:
                 raise DriverError(f"{p} was compiled by nvcc for the GPU; build it with this driver for the simulator")
         sources = [p for p in inputs if p.suffix not in (".o", ".a", ".so")]
         mode, out = opts["mode"], opts["out"]
+        if opts["deps"] and mode not in ("object", "deps"):
+            raise DriverError(f"{' '.join(opts['deps'])}: dependency options go with -M, -MM, or -c with -MD/-MMD")
+        if mode in ("preprocess", "deps"):
+            return _as_written_mode(mode, sources, out, cflags, opts)
+        if mode == "dlink":  # device code is linked with the host code on the simulator: nothing is left to link
+            if sources:
+                raise DriverError("-dlink takes objects and libraries made with -c or -dc, not sources")
+            run = subprocess.run([*_compiler(), "-x", "c++", "-c", "-", "-o", out or "a_dlink.o"], input="",
+                                 capture_output=True, text=True)
+            if run.returncode != 0:
+                raise BuildError(f"writing the device link's object failed:\n{run.stderr.strip()}")
+            return 0
         if mode == "object" and out and len(sources) > 1:
             raise DriverError("-c with -o takes one source file")
         if opts["dir"] and not (mode == "object" and not out):
@@ -268,6 +361,9 @@ def drive(argv: list[str]) -> int:
                     obj = Path(tmp) / f"{n}_{src.stem}.o"
                 compile_object(src.resolve(), obj, cflags, Path(tmp) / f"src{n}")
                 objects.append(obj)
+                if mode == "object" and opts["deps"]:
+                    with_compile = [d for d in opts["deps"] if d not in ("-MD", "-MMD")]
+                    _dependencies(src, cflags, with_compile, opts["system_deps"], obj.name, obj.with_suffix(".d"))
             if mode == "object":
                 return 0
             linked = objects + [p for p in inputs if p.suffix in (".o", ".a", ".so")]

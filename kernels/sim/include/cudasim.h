@@ -91,12 +91,15 @@
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Qualifiers: on the CPU every function is host code.
+// Qualifiers: on the CPU every function is host code. (nvcc-sim -E keeps them in its output, where they say
+// what each function is: CUDASIM_PREPROCESS_ONLY.)
+#ifndef CUDASIM_PREPROCESS_ONLY
 #define __global__
 #define __device__
 #define __host__
 #define __constant__
 #define __managed__
+#endif
 #define __forceinline__ inline __attribute__((always_inline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
