@@ -37,7 +37,8 @@ IGNORED = {"-lineinfo", "--generate-line-info", "--use_fast_math", "-use_fast_ma
            "--resource-usage", "--keep", "-keep", "-Wno-deprecated-gpu-targets", "--ftz=true", "--ftz=false",
            "-ftz=true", "-ftz=false", "--prec-div=false", "--prec-sqrt=false", "--fmad=true", "--fmad=false",
            "-cudart=static", "-cudart=shared", "--cudart=static", "--cudart=shared", "--forward-unknown-to-host-compiler",
-           "-forward-unknown-to-host-compiler", "--std=c++17", "-Xcompiler=-fPIC"}
+           "-forward-unknown-to-host-compiler", "--std=c++17", "-Xcompiler=-fPIC", "-objtemp",
+           "--objdir-as-tempdir"}
 # libraries whose stand-ins are the simulator's headers: nothing to link
 STAND_IN_LIBRARIES = {"cublas", "cublasLt", "cudart", "cudart_static", "cuda", "cudadevrt"}
 # libraries of the CUDA toolkit that the simulator has no stand-in for
@@ -200,7 +201,7 @@ def _parse(argv: list[str]) -> dict:
             opts["dir"], i = _value(argv, i, a.split("=", 1)[0])
         elif a.split("=", 1)[0] in ("-optf", "--options-file"):
             raise DriverError(f"{a}: options files are not read by the simulator's driver; write the options out")
-        elif a == "-o" or a.startswith("-o") and not a.startswith("--"):  # -o out, -o=out, -oout
+        elif a == "-o" or a.startswith("-o") and not a.startswith("--") and a not in IGNORED:  # -o out, -o=out, -oout
             opts["out"], i = _value(argv, i, "-o")
         elif a.split("=", 1)[0] == "--output-file":
             opts["out"], i = _value(argv, i, "--output-file")
