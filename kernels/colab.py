@@ -31,7 +31,7 @@ CHECKOUT = "/content/" + REPOSITORY.split("/")[1]  # where the first cell clones
 BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 # Colab's kernel has this module loaded and its runtime sets this variable; either one says "on Colab"
 COLAB_MODULE, COLAB_ENV = "google.colab", "COLAB_RELEASE_TAG"
-MODULES = ("numpy", "matplotlib", "filelock")  # imported by the toolkit and the notebooks; pip names them the same
+MODULES = ("numpy", "matplotlib")  # imported by the notebooks; pip names them the same (filelock comes with torch)
 PROGRAMS = ("ninja",)  # run by torch.utils.cpp_extension for every build; pip's ninja puts it on PATH
 KEPT = ("torch", "triton")  # Colab's own, built for its GPU: never installed over (triton comes with torch)
 
@@ -70,11 +70,11 @@ def first_cell(notebook: str, checkout: str = CHECKOUT) -> str:
         "import os, sys",
         f'if "{COLAB_MODULE}" in sys.modules or "{COLAB_ENV}" in os.environ:',
         f'    checkout = "{checkout}"',
-        "    if not os.path.isdir(checkout):  # the first run: the branch or tag that this notebook's Colab link names",
+        '    if not os.path.isfile(checkout + "/kernels/colab.py"):  # the first run: the ref this notebook\'s link names',
         "        import subprocess",
         f"        clone = subprocess.run([{quoted},",
         f'                                "{url}", checkout],',
-        "                               capture_output=True, text=True)",
+        '                               capture_output=True, text=True, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})',
         "        if clone.returncode:",
         '            raise RuntimeError("git clone failed: " + clone.stderr)',
         "    if checkout not in sys.path:",

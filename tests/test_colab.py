@@ -26,13 +26,16 @@ class Recorder:
 
     def __init__(self, installed: set[str]):
         self.commands: list[list[str]] = []
+        self.environments: list[dict | None] = []
         self.installed = installed
 
     def __call__(self, command, **kwargs):
         command = list(command)
         self.commands.append(command)
+        self.environments.append(kwargs.get("env"))
         if command[:2] == ["git", "clone"]:
-            Path(command[-1]).mkdir(parents=True)
+            (Path(command[-1]) / "kernels").mkdir(parents=True)
+            (Path(command[-1]) / "kernels" / "colab.py").touch()
         if command[1:4] == ["-m", "pip", "install"]:
             self.installed.update(c for c in command[4:] if not c.startswith("-"))
         return subprocess.CompletedProcess(command, 0, "1a2b3c4\n" if command == HEAD else "", "")
@@ -46,7 +49,7 @@ def colab_runtime(monkeypatch, tmp_path):
     monkeypatch.delenv(backend.ENV, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.chdir(tmp_path)
-    installed = set(colab.MODULES)  # Colab has numpy, matplotlib and filelock; ninja is what it lacks here
+    installed = set(colab.MODULES)  # Colab has numpy and matplotlib; ninja is what it lacks here
     monkeypatch.setattr(colab, "missing", lambda: [p for p in (*colab.MODULES, *colab.PROGRAMS) if p not in installed])
     recorder = Recorder(installed)
     monkeypatch.setattr(subprocess, "run", recorder)
@@ -107,6 +110,7 @@ def test_on_colab_the_first_run_clones_the_ref_of_the_link_installs_what_is_miss
         HEAD,
         [sys.executable, "-m", "pip", "install", "--quiet", "ninja"],
     ]
+    assert colab_runtime.recorder.environments[0]["GIT_TERMINAL_PROMPT"] == "0"  # a wrong address fails, never asks
     assert f"/blob/{colab.REF}/" in colab.link(NOTEBOOK)  # the link opens the ref that the cell clones
     assert sys.path[0] == checkout and Path.cwd() == FOLDER
     out = capsys.readouterr().out.splitlines()

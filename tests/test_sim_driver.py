@@ -159,7 +159,7 @@ def test_the_race_checks_instrumented_build_links_what_the_plain_build_linked(ma
     (["-ptx", "x.cu"], "-ptx asks for GPU code (PTX, cubin or a fat binary), which the simulator does not make"),
     (["-cubin", "x.cu"], "build it with nvcc"),
     (["-dlink", "x.cu"], "-dlink takes objects and libraries made with -c or -dc, not sources"),
-    (["-MD", "x.cu", "-o", "prog"], "dependency options go with -M, -MM, or -c with -MD/-MMD"),
+    (["-MD", "x.cu", "sub/x.cu", "-o", "prog"], "dependency options go with -M, -MM, or -MD/-MMD with -c or a"),
 ])
 def test_a_command_line_the_driver_cannot_run_fails_saying_why(tmp_path, args, message):
     (tmp_path / "x.cu").write_text("__global__ void k() {}\n")
@@ -191,17 +191,25 @@ def test_preprocessing_and_makes_dependency_rules_see_the_source_as_written(tmp_
                                    "__global__ void k(float* p) { p[threadIdx.x] *= FACTOR; }\n")
     run = nvcc_sim("-E", "x.cu", cwd=tmp_path)
     assert run.returncode == 0 and "__global__ void k(float* p) { p[threadIdx.x] *= 3.0f; }" in run.stdout, run.stderr
-    run = nvcc_sim("-MM", "x.cu", cwd=tmp_path)  # the simulator's headers left out, as nvcc leaves out the toolkit's
-    assert run.returncode == 0 and run.stdout.split() == ["x.o:", "x.cu", "scale.h"], run.stdout + run.stderr
-    run = nvcc_sim("-M", "x.cu", cwd=tmp_path)
-    assert run.returncode == 0 and "cuda_runtime.h" in run.stdout, run.stdout + run.stderr
+    run = nvcc_sim("-MM", "x.cu", cwd=tmp_path)  # the headers standing in for the toolkit's listed, as nvcc lists its
+    rule = run.stdout.replace("\\\n", " ").split()
+    assert run.returncode == 0 and rule[:3] == ["x.o:", "x.cu", "scale.h"], run.stdout + run.stderr
+    assert any(p.endswith("cuda_runtime.h") for p in rule) and not any(p.startswith("/usr/") for p in rule), rule
+    run = nvcc_sim("-M", "x.cu", cwd=tmp_path)  # and the host's system headers too
+    assert run.returncode == 0 and "/usr/" in run.stdout, run.stdout + run.stderr
     run = nvcc_sim("-MM", "-MT", "build/x.o", "-MF", "x.dep", "x.cu", cwd=tmp_path)
-    assert run.returncode == 0 and (tmp_path / "x.dep").read_text().split() == ["build/x.o:", "x.cu", "scale.h"]
-    run = nvcc_sim("-c", "-MMD", "-MP", "x.cu", "-o", "obj.o", cwd=tmp_path)
-    assert run.returncode == 0 and (tmp_path / "obj.o").is_file(), run.stderr
-    rule = (tmp_path / "obj.d").read_text()
-    assert rule.split()[:3] == ["obj.o:", "x.cu", "scale.h"] and "scale.h:" in rule.split(), rule  # -MP's target
-    run = nvcc_sim("-dlink", "obj.o", "-o", "dlink.o", cwd=tmp_path)
+    assert run.returncode == 0 and (tmp_path / "x.dep").read_text().split()[:3] == ["build/x.o:", "x.cu", "scale.h"]
+    (tmp_path / "build").mkdir()
+    run = nvcc_sim("-MMD", "-MP", "-c", "x.cu", "-o", "build/x.o", cwd=tmp_path)  # the order $(DEPFLAGS) -c gives
+    assert run.returncode == 0 and (tmp_path / "build" / "x.o").is_file(), run.stderr
+    rule = (tmp_path / "build" / "x.d").read_text().split()
+    assert rule[:3] == ["build/x.o:", "x.cu", "scale.h"] and "scale.h:" in rule, rule  # -MP's empty target
+    assert not any(p.startswith("/usr/") for p in rule), rule  # -MMD stays -MM's kind after -c
+    (tmp_path / "main.cu").write_text('#include "scale.h"\nint main() { return FACTOR > 0 ? 0 : 1; }\n')
+    run = nvcc_sim("-MD", "main.cu", "-o", "prog", cwd=tmp_path)  # a program: prog.d, as nvcc writes it
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "prog.d").read_text().split()[:3] == ["prog:", "main.cu", "scale.h"]
+    run = nvcc_sim("-dlink", "-dlto", "build/x.o", "-o", "dlink.o", cwd=tmp_path)
     assert run.returncode == 0 and (tmp_path / "dlink.o").is_file(), run.stderr
     symbols = subprocess.run(["nm", str(tmp_path / "dlink.o")], capture_output=True, text=True).stdout
     assert symbols.strip() == ""

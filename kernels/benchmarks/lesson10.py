@@ -46,7 +46,7 @@ QUEUED, KERNELS, STEP = "CPU queues one step", "GPU kernels of one step (profile
 PITFALLS = "pitfalls, eager train step"
 SDPA = "torch SDPA"  # a name that starts with "torch": the README's table of the lessons' kernels leaves it out
 QUEUE_REPEATS = 21  # the queue rows are medians of this many steps (a CPU-bound step varies from step to step)
-LOW, HIGH = "fastest tenth", "slowest tenth"  # QUEUED and STEP rows also give their spread: "<what>, <LOW>"
+LOW, HIGH = "10th percentile", "90th percentile"  # QUEUED and STEP rows also give their spread: "<what>, <LOW>"
 TRACE_PNG = "lesson10_custom_trace.png"
 RECORD_FILES = (TRACE_PNG,)  # copied beside the recorded CSV by --record
 
@@ -165,7 +165,8 @@ def _from_idle(step: Callable[[], None], n: int) -> tuple[list[float], list[floa
 
 
 def _spread(what: str, samples: list[float]) -> dict[str, float]:
-    """The median of the samples and the edges of their middle 80%: {what, "<what>, LOW", "<what>, HIGH"}."""
+    """The median of the samples and the edges of their middle 80% (the 10th and 90th percentiles; with fewer than
+    ten samples, the fastest and the slowest): {what, "<what>, LOW", "<what>, HIGH"}."""
     ordered = sorted(samples)
     edge = len(ordered) // 10  # the fastest and the slowest tenth are left out of the range
     return {what: statistics.median(ordered), f"{what}, {LOW}": ordered[edge], f"{what}, {HIGH}": ordered[-1 - edge]}

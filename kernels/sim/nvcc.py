@@ -38,7 +38,7 @@ IGNORED = {"-lineinfo", "--generate-line-info", "--use_fast_math", "-use_fast_ma
            "-ftz=true", "-ftz=false", "--prec-div=false", "--prec-sqrt=false", "--fmad=true", "--fmad=false",
            "-cudart=static", "-cudart=shared", "--cudart=static", "--cudart=shared", "--forward-unknown-to-host-compiler",
            "-forward-unknown-to-host-compiler", "--std=c++17", "-Xcompiler=-fPIC", "-objtemp",
-           "--objdir-as-tempdir"}
+           "--objdir-as-tempdir", "-dlto", "--dlink-time-opt"}
 # libraries whose stand-ins are the simulator's headers: nothing to link
 STAND_IN_LIBRARIES = {"cublas", "cublasLt", "cudart", "cudart_static", "cuda", "cudadevrt"}
 # libraries of the CUDA toolkit that the simulator has no stand-in for
@@ -164,7 +164,7 @@ WITH_COMPILE = {"-MD": "-MD", "--generate-dependencies-with-compile": "-MD", "-M
                 "--generate-nonsystem-dependencies-with-compile": "-MMD"}
 DEPENDENCY_VALUES = {"-MF": "-MF", "--dependency-output": "-MF", "-MT": "-MT", "--dependency-target-name": "-MT"}
 GPU_CODE = {"-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-optix-ir", "--optix-ir", "-ltoir",
-            "--ltoir", "-dlto", "--dlink-time-opt"}
+            "--ltoir"}
 
 
 def _parse(argv: list[str]) -> dict:
@@ -182,7 +182,8 @@ def _parse(argv: list[str]) -> dict:
                               "build it with nvcc (make compile-check compiles every .cu with it)")
         if a in MODES:
             opts["mode"] = MODES[a]
-            opts["system_deps"] = a not in ("-MM", "--generate-nonsystem-dependencies")
+            if MODES[a] == "deps":
+                opts["system_deps"] = a not in ("-MM", "--generate-nonsystem-dependencies")
             i += 1
         elif a in WITH_COMPILE:
             opts["deps"].append(WITH_COMPILE[a])
@@ -227,17 +228,16 @@ def _compiler() -> list[str]:
     return shlex.split(cxx("sim"))
 
 
-def _as_written(src: Path, flags: list[str], what: list[str], system_deps: bool = True) -> subprocess.CompletedProcess:
+def _as_written(src: Path, flags: list[str], what: list[str]) -> subprocess.CompletedProcess:
     """The host compiler's preprocessor on a source as written (not translated), with the simulator's headers
-    standing in for the toolkit's: `what` is -E, or -M/-MM and their options. Without system_deps the
-    simulator's own headers count as system headers, so -MM leaves them out as nvcc leaves out the toolkit's."""
+    standing in for the toolkit's: `what` is -E, or -M/-MM and their options. As nvcc's -MM lists the
+    toolkit's headers, -MM lists the simulator's (only the host's system headers are left out)."""
     from ..paths import INCLUDE, SIM_INCLUDE
     from .build import FLAGS
 
-    search = ["-isystem" if not system_deps else "-I", str(SIM_INCLUDE)]
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
     defines = [f for f in FLAGS if f.startswith("-D")]
-    return subprocess.run([*_compiler(), *std, *defines, *search, f"-I{INCLUDE}", f"-I{src.parent}", *flags,
+    return subprocess.run([*_compiler(), *std, *defines, f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
                            "-x", "c++", *what, str(src)], capture_output=True, text=True)
 
 
@@ -251,7 +251,7 @@ def _dependencies(src: Path, flags: list[str], deps: list[str], system: bool, ta
         deps += ["-MT", target]
     if "-MF" not in deps and out is not None:
         deps += ["-MF", str(out)]
-    run = _as_written(src, flags, ["-M" if system else "-MM", *deps], system)
+    run = _as_written(src, flags, ["-M" if system else "-MM", *deps])
     if run.returncode != 0:
         raise BuildError(f"the dependencies of {display_path(src)}:\n{run.stderr.strip()}")
     return run.stdout
@@ -329,8 +329,9 @@ def drive(argv: list[str]) -> int:
                 raise DriverError(f"{p} was compiled by nvcc for the GPU; build it with this driver for the simulator")
         sources = [p for p in inputs if p.suffix not in (".o", ".a", ".so")]
         mode, out = opts["mode"], opts["out"]
-        if opts["deps"] and mode not in ("object", "deps"):
-            raise DriverError(f"{' '.join(opts['deps'])}: dependency options go with -M, -MM, or -c with -MD/-MMD")
+        if opts["deps"] and (mode not in ("object", "deps", "link") or mode == "link" and len(sources) != 1):
+            raise DriverError(f"{' '.join(opts['deps'])}: dependency options go with -M, -MM, or -MD/-MMD with -c "
+                              "or a program of one source")
         if mode in ("preprocess", "deps"):
             return _as_written_mode(mode, sources, out, cflags, opts)
         if mode == "dlink":  # device code is linked with the host code on the simulator: nothing is left to link
@@ -364,7 +365,7 @@ def drive(argv: list[str]) -> int:
                 objects.append(obj)
                 if mode == "object" and opts["deps"]:
                     with_compile = [d for d in opts["deps"] if d not in ("-MD", "-MMD")]
-                    _dependencies(src, cflags, with_compile, opts["system_deps"], obj.name, obj.with_suffix(".d"))
+                    _dependencies(src, cflags, with_compile, opts["system_deps"], str(obj), obj.with_suffix(".d"))
             if mode == "object":
                 return 0
             linked = objects + [p for p in inputs if p.suffix in (".o", ".a", ".so")]
@@ -379,6 +380,10 @@ def drive(argv: list[str]) -> int:
                                       "-pthread", "-ldl"], capture_output=True, text=True)
             if run.returncode != 0:
                 raise BuildError(f"linking {target} failed:\n{run.stderr.strip()}")
+            if mode == "link" and opts["deps"]:  # as nvcc: the program's rule, beside it (prog.d)
+                with_compile = [d for d in opts["deps"] if d not in ("-MD", "-MMD")]
+                _dependencies(sources[0], cflags, with_compile, opts["system_deps"], str(target),
+                              target.with_suffix(".d"))
         return 0
     except (DriverError, BuildError) as e:
         print(f"nvcc-sim: {e}", file=sys.stderr)
