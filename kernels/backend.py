@@ -16,6 +16,14 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
+def gpu_capability() -> tuple[int, int] | None:
+    """The compute capability of the GPU the cuda backend runs on (the current device), as (major, minor);
+    None without a GPU. What kernels.gates compares with each kernel's needs (and what its tests stand in for)."""
+    import torch
+
+    return tuple(torch.cuda.get_device_capability()) if gpu_available() else None
+
+
 def resolve(backend: str | None = None) -> str:
     """The backend to use: the argument, else $KERNELS_BACKEND, else `cuda` with a GPU and `sim` without."""
     choice = backend or os.environ.get(ENV) or ("cuda" if gpu_available() else "sim")

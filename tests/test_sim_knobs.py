@@ -13,6 +13,7 @@ from kernels.sim import knobs
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDASIM_H = ROOT / "kernels" / "sim" / "include" / "cudasim.h"
+RUNTIME_H = CUDASIM_H.with_name("cudasim_runtime.h")  # the device's properties: the capability knob
 FEATURES = Path(__file__).parent / "sim_kernels" / "features.cu"
 
 
@@ -23,7 +24,7 @@ def test_the_python_orders_are_cudasims_kordernames_in_the_same_order():
 
 
 def test_every_knob_python_writes_is_one_cudasim_reads():
-    read = set(re.findall(r'std::getenv\("(CUDASIM_\w+)"\)', CUDASIM_H.read_text()))
+    read = set(re.findall(r'std::getenv\("(CUDASIM_\w+)"\)', CUDASIM_H.read_text() + RUNTIME_H.read_text()))
     assert set(knobs.NAMES) == read
 
 
@@ -32,6 +33,7 @@ def test_every_knob_python_writes_is_one_cudasim_reads():
     ({"shuffle_blocks": "yes"}, "CUDASIM_SHUFFLE_BLOCKS=yes is not a switch; use 1 (blocks in random order) or 0"),
     ({"seed": -3}, "CUDASIM_SEED=-3 is not a seed; use a whole number from 0 up"),
     ({"stack_kb": 8}, "CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got 8"),
+    ({"capability": "seven"}, "CUDASIM_CAPABILITY=seven is not a compute capability; use one such as 7.5 or 9.0"),
 ])
 def test_an_unknown_value_is_refused_in_python_with_the_values_it_takes(kwargs, message):
     before = dict(os.environ)
@@ -57,3 +59,15 @@ def test_the_simulator_refuses_an_unknown_order_at_the_launch_naming_the_orders_
     with pytest.raises(RuntimeError, match=re.escape(
             "CUDASIM_ORDER=reversed is not a thread order; use one of: " + ", ".join(knobs.ORDERS))):
         ext.smem_reverse(torch.randn(256))
+
+
+@pytest.mark.sim_only
+def test_the_simulated_device_reports_the_capability_the_knob_names_and_refuses_one_it_cannot_read(monkeypatch):
+    ext = load(FEATURES, "sim", quiet=True)
+    assert ext.device_capability() == [9, 0]  # an H100's, unset
+    with knobs.set(capability=(7, 5)):
+        assert ext.device_capability() == [7, 5]
+    monkeypatch.setenv("CUDASIM_CAPABILITY", "7.5x")  # written by hand: the test is of the C++ side
+    with pytest.raises(RuntimeError, match=re.escape("CUDASIM_CAPABILITY=7.5x is not a compute capability; use one "
+                                                     "such as 7.5 or 9.0")):
+        ext.device_capability()

@@ -22,12 +22,15 @@ import torch
 
 from ..bench import Row, bench, copy_bandwidth, device_name, plot, roofline, table, time_ms
 from ..build import load
-from ..lessons import lesson09
+from ..gates import runnable
+from ..lessons import lesson09, op_gates
+from ..paths import reference_file
 from ..tools.ptxas import resource_table, resource_usage
 
 SIZE = 4096
 # the ladder as lesson 09 declares it (kernels/lessons/lesson09.py): fp32 variants, the tensor-core ones in bf16/fp16
 FP32, HALF = lesson09.FP32, lesson09.HALF
+NEEDS = op_gates(reference_file("09"))  # the variants a GPU below compute capability 8.0 lacks (lesson09.py)
 # The fp32 variants' block tiles (BM, BN): each tile of A is loaded N / BN times and of B M / BM times,
 # so a variant loads 4 M N K (1/BM + 1/BN) bytes for 2 M N K FLOPs. matmul1/2 load 8 bytes per FMA.
 TILES = {"matmul3": (32, 32), "matmul4": (64, 64), "matmul5": (128, 128), "matmul6": (128, 128),
@@ -66,6 +69,9 @@ def _close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> bool:
 
 def _bench_dtype(ext, names: list[str], dtype: torch.dtype, label: str, copy: float, out_dir: Path, rtol: float,
                  use_tf32: bool = False) -> list[Row]:
+    names = runnable(names, NEEDS.get, dtype)  # what this GPU lacks is left out, with a line that says why
+    if not names:
+        return []
     a = torch.randn(SIZE, SIZE, device="cuda", dtype=dtype)
     b = torch.randn(SIZE, SIZE, device="cuda", dtype=dtype)
     c = torch.empty(SIZE, SIZE, device="cuda", dtype=dtype)
@@ -146,7 +152,8 @@ def _dtypes_of(name: str, half_dtypes: list[str]) -> list[str]:
 
 def quick(names: list[str], half_dtypes: list[str], sweep: bool = False, size: int = SIZE) -> list[str]:
     """One line per variant and dtype: TFLOP/s at size^3 and the fraction of cuBLAS in that dtype, after a check."""
-    wanted = [(name, label) for name in names for label in _dtypes_of(name, half_dtypes)]  # a typo fails before the build
+    wanted = [(name, label) for name in names for label in _dtypes_of(name, half_dtypes)  # a typo fails before the build
+              if runnable([name], NEEDS.get, DTYPES[label])]
     ext = load("09", "cuda", extra_cflags=["-DMATMUL12_SWEEP"] if sweep else None)
     runs = [(name, label, getattr(ext, name)) for name, label in wanted]
     if sweep:

@@ -20,6 +20,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Sequence
 
 from .. import backend as _backend
 from ..paths import INCLUDE, REFERENCE, build_root
@@ -56,13 +57,15 @@ def find_source(source: str | os.PathLike) -> Path:
     raise FileNotFoundError(f"{source!r} matches several reference files ({', '.join(m.stem for m in matches)}): be more precise")
 
 
-def compile_flags(backend: str, extra_cflags: list[str] | None = None, optimise: bool = True) -> list[str]:
-    """The compiler flags of a build: ours, the target GPU architectures (cuda), the caller's.
-    Without `optimise` (a compile check: only validity matters) host code builds unoptimised, much faster."""
+def compile_flags(backend: str, extra_cflags: list[str] | None = None, optimise: bool = True,
+                  archs: Sequence[str] = ()) -> list[str]:
+    """The compiler flags of a build: ours, the target GPU architectures (cuda: `archs`, such as "75" or "90a",
+    else those of the GPUs this process sees), the caller's. Without `optimise` (a compile check: only validity
+    matters) host code builds unoptimised, much faster."""
     if backend == "sim":
         from ..sim.build import FLAGS as base
     else:
-        base = CUDA_FLAGS + cuda_arch_flags()
+        base = CUDA_FLAGS + cuda_arch_flags(archs)
     flags = base + list(extra_cflags or [])
     return flags if optimise else ["-O0" if f == "-O3" else f for f in flags]
 
@@ -84,7 +87,9 @@ def load(source: str | os.PathLike, backend: str | None = None, *, verbose: bool
     the Python module; a file with TORCH_LIBRARY returns an object whose attributes are its ops.
     `python_module=False` loads a file with PYBIND11_MODULE as a library all the same (one whose
     module is not named after the file: the compile check's combined files). Every failure to
-    compile or to load is a BuildError.
+    compile or to load is a BuildError. On a GPU below a gate that the file's lesson declares (a variant
+    or exercise that needs compute capability 8.0, say), what the GPU lacks runs on the simulator
+    instead, after a line that says so (kernels/gates.py).
 
     As PyTorch's cpp_extension.load: `extra_cflags` and `extra_cuda_cflags` are compiler flags of the file
     (nvcc's on cuda; on sim the second are mapped as kernels/sim/nvcc.py maps nvcc's: GPU-only ones dropped),
@@ -94,17 +99,27 @@ def load(source: str | os.PathLike, backend: str | None = None, *, verbose: bool
     build cache's key, with the contents of the objects and of the library files named.
     """
     link = LinkOptions.of(extra_cuda_cflags, extra_ldflags, extra_include_paths, extra_objects)
-    return _load(find_source(source), _backend.resolve(backend), verbose=verbose, extra_cflags=extra_cflags,
-                 quiet=quiet, python_module=python_module, optimise=True, link=link)
+    entry, be = find_source(source), _backend.resolve(backend)
+
+    def build(backend: str):
+        return _load(entry, backend, verbose=verbose, extra_cflags=extra_cflags, quiet=quiet,
+                     python_module=python_module, optimise=True, link=link)
+
+    if be == "cuda":  # what the GPU lacks runs on the simulator (the gates the file's lesson declares)
+        from ..gates import guarded
+
+        return guarded(entry, build)
+    return build(be)
 
 
 def compile_only(source: str | os.PathLike, python_module: bool | None = None,
-                 extra_cflags: list[str] | None = None, **link_options) -> Path:
+                 extra_cflags: list[str] | None = None, archs: Sequence[str] = (), **link_options) -> Path:
     """Compile a .cu file as the real CUDA extension with nvcc, GPU or not, host code unoptimised (only
     validity matters); returns the built library (loaded; `python_module`, `extra_cflags` and the link options,
-    extra_cuda_cflags, extra_ldflags, extra_include_paths and extra_objects, as for `load`)."""
+    extra_cuda_cflags, extra_ldflags, extra_include_paths and extra_objects, as for `load`). `archs`: the GPU
+    architectures to compile for ("75", "90a"; default: those of the GPUs this process sees, sm_90 without one)."""
     ext = _load(find_source(source), "cuda", verbose=False, extra_cflags=extra_cflags, quiet=True,
-                python_module=python_module, optimise=False, link=LinkOptions.of(**link_options))
+                python_module=python_module, optimise=False, link=LinkOptions.of(**link_options), archs=archs)
     return Path(getattr(ext, "so", None) or ext.__file__)
 
 
@@ -152,13 +167,13 @@ def namespace_suffix(flags: list[str]) -> str:
 
 
 def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None, quiet: bool,
-          python_module: bool | None, optimise: bool, link: LinkOptions | None = None):
+          python_module: bool | None, optimise: bool, link: LinkOptions | None = None, archs: Sequence[str] = ()):
     """load() for a resolved file and backend."""
     if be == "sim":
         _backend.settle_torch_threads()
     link = link or LinkOptions()
     sources = SourceSet.of(entry, link.search())
-    flags = compile_flags(be, extra_cflags, optimise=optimise)
+    flags = compile_flags(be, extra_cflags, optimise=optimise, archs=archs)
     suffix = namespace_suffix(flags)
     name = cache.ext_name(entry, be, key_of(sources, be, flags, link))
     if name in _loaded:

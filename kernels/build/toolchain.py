@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from .. import backend as _backend
 from ..paths import ROOT, build_root
@@ -131,13 +132,23 @@ def _visible_gpu_archs() -> tuple[tuple[int, int], ...]:
     return tuple(sorted({min(torch.cuda.get_device_capability(i), top) for i in range(torch.cuda.device_count())}))
 
 
-def cuda_arch_flags() -> list[str]:
-    """nvcc's -gencode flags for the GPUs this process sees (sm_90 without a GPU).
+def gencode(arch: str) -> str:
+    """nvcc's flag that compiles device code for one architecture ("75", "90a") to its machine code."""
+    if not re.fullmatch(r"\d{2,3}a?", arch):
+        raise ValueError(f"expected an architecture such as 75 or 90a, got {arch!r}")
+    return f"-gencode=arch=compute_{arch},code=sm_{arch}"
+
+
+def cuda_arch_flags(archs: Sequence[str] = ()) -> list[str]:
+    """nvcc's -gencode flags for `archs` ("75", "90a"; the compile check's targets), else for the GPUs
+    this process sees (sm_90 without a GPU).
 
     Settled before the cache key is computed, so a library built for one GPU is never loaded on
-    another. Empty when $TORCH_CUDA_ARCH_LIST names the architectures: cpp_extension then reads it,
-    and the key includes it.
+    another. Without `archs`, empty when $TORCH_CUDA_ARCH_LIST names the architectures: cpp_extension
+    then reads it, and the key includes it (given flags that name an architecture, it reads nothing).
     """
+    if archs:
+        return [gencode(a) for a in archs]
     if (os.environ.get("TORCH_CUDA_ARCH_LIST") or "native") != "native":
         return []
     archs = _visible_gpu_archs()

@@ -17,6 +17,7 @@ from .. import lessons
 from ..backend import resolve
 from ..build import BuildError, load
 from ..check import Case, Diagnosis, Report, merge, race_check_on
+from ..gates import ON_SIMULATOR, say, shortfall
 from ..lessons import Exercise, Hint, lesson_dir
 
 __all__ = ["check_exercise", "hint", "find", "fitting_hint", "all_exercises", "Exercise", "Hint", "lesson_dir", "main"]
@@ -94,6 +95,16 @@ def import_fresh(path: Path):
     return module
 
 
+def on_this_gpu(ex: Exercise, backend: str | None) -> str | None:
+    """The backend an exercise's check runs on: `backend`, but "sim" where it resolves to a GPU that lacks what
+    the exercise needs (Exercise.needs), after a line that says so."""
+    line = shortfall(ex.name, ex.needs) if resolve(backend) == "cuda" else None
+    if line is None:
+        return backend
+    say(line + ON_SIMULATOR)
+    return "sim"
+
+
 def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | None = None,
                    solution: bool = False, backend: str | None = None, show_hints: int = 1,
                    shell: bool = False) -> Report:
@@ -107,13 +118,14 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
     reports = []
     for ex in find(lesson, name):
         src = Path(path) if path else lesson_dir(ex.lesson, solution) / ex.file
+        be = on_this_gpu(ex, backend)  # "sim" where the GPU lacks what the exercise needs
         beside = None
-        if src.suffix == ".cu" and resolve(backend) == "sim" and race_check_on():
+        if src.suffix == ".cu" and resolve(be) == "sim" and race_check_on():
             from ..sim.instrumented import build_beside
 
             beside = build_beside(src)  # the race check's build, made beside the plain one
         try:
-            ext = import_fresh(src) if src.suffix == ".py" else load(src, backend)
+            ext = import_fresh(src) if src.suffix == ".py" else load(src, be)
             if getattr(ext, "backend", None) == "sim" and race_check_on():  # its race check's build, loaded now
                 from ..sim.instrumented import prepare
 
@@ -132,7 +144,7 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
                                 diagnosis=Diagnosis.BUILD_FAILED))
             reports.append(r)
             continue
-        r = ex.run(ext, backend)
+        r = ex.run(ext, be)
         _print_hints(ex, r, show_hints, shell)
         reports.append(r)
     if len(reports) == 1:

@@ -6,6 +6,8 @@
 //   ceil_div(a, b)            blocks needed to cover a elements, b per block
 //   CHECK_LAUNCH()            the launch error, checked right after a launch
 //   device_attribute(attr)    an attribute of the current device (SMs, shared memory per block)
+//   arch_at_least(arch), tensor_core_arch<T>(), check_capability(op, arch, what)
+//       gates for kernels that need more than compute capability 7.5 (the lessons' smallest GPU, a T4)
 //   warp_reduce_sum/max, block_reduce_sum/max      (lesson 06 builds these)
 //   block_sums<N>(v, scratch)  N block sums with one barrier (lessons 07, 08)
 //   to_float(v), from_float<T>(f)      float32, bfloat16 and fp16 widened to float and rounded back
@@ -29,6 +31,7 @@
 #include <cstring>
 #include <string>
 #include <torch/library.h>
+#include <type_traits>
 
 // ---------------------------------------------------------------------------------------------
 // Input checks. On a GPU a kernel needs CUDA tensors; the simulator runs the same kernel on CPU
@@ -97,6 +100,38 @@ inline int device_attribute(cudaDeviceAttr attr) {
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, attr, dev));
   return value;
+}
+
+// Compute-capability gates. The lessons run on GPUs of compute capability 7.5 (a T4) and up. Device code that
+// needs a later GPU (bf16 or TF32 tensor cores: 8.0) sits under `if constexpr (arch_at_least(...))` with a body
+// that traps otherwise, so that the file still builds for every GPU; its launcher refuses an older GPU first,
+// with check_capability. The kernel's lesson declares the same gate (kernels/lessons/lessonNN.py: Needs), and on
+// an older GPU the toolkit runs the op on the simulator instead (kernels/gates.py); the message is the same.
+
+// Whether device code is being compiled for architecture `arch` or later, written as __CUDA_ARCH__ writes it
+// (compute capability x 100: 800 for 8.0); true in host code and on the simulator, which compile every branch.
+__host__ __device__ constexpr bool arch_at_least(int arch) {
+#ifdef __CUDA_ARCH__
+  return __CUDA_ARCH__ >= arch;
+#else
+  return arch > 0;
+#endif
+}
+
+// The first architecture whose tensor cores (WMMA) take T: 700 for fp16, 800 for bf16 and for float as TF32.
+template <typename T>
+__host__ __device__ constexpr int tensor_core_arch() {
+  return std::is_same<T, __half>::value ? 700 : 800;
+}
+
+// Refuses a GPU below architecture `arch` (800 for 8.0) for `op` ("`matmul11` needs compute capability 8.0 for
+// TF32 tensor cores (this GPU has 7.5)"; `dtype`, when the gate holds in one dtype only, is named after the op).
+inline void check_capability(const char* op, int arch, const char* what, const char* dtype = nullptr) {
+  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor);
+  const int minor = device_attribute(cudaDevAttrComputeCapabilityMinor);
+  TORCH_CHECK(major * 100 + minor * 10 >= arch, "`", op, "`", dtype ? std::string(" in ") + dtype : std::string(),
+              " needs compute capability ", std::to_string(arch / 100) + "." + std::to_string(arch / 10 % 10), " for ",
+              what, " (this GPU has ", std::to_string(major) + "." + std::to_string(minor), ")");
 }
 
 // A 1-D grid may hold at most 2^31 - 1 blocks.

@@ -3,9 +3,12 @@
 A lesson's module is the one place that says, for lessons/NN_topic/ and kernels/reference/NN_topic.cu:
 
     EXERCISES   the exercises: the file the learner edits, its self-check, its ladder of hints
-                (each Hint tied by name to the checker's diagnoses: kernels.check.Diagnosis)
+                (each Hint tied by name to the checker's diagnoses: kernels.check.Diagnosis), and
+                what it needs of a GPU above compute capability 7.5, if anything (kernels.gates.Needs)
     VARIANTS    the reference file's ops that the tools run: each with the arguments it takes at a
-                size, its dtypes, and the probes `make profile` shows on the simulator
+                size, its dtypes, the probes `make profile` shows on the simulator, and its Needs
+    OP_NEEDS    the Needs of the file's other ops that need more than compute capability 7.5 (a functional
+                form that calls a variant that does), by op name
     GPU_SIZE    the size `make profile KERNEL=...` (Nsight Compute) and the benchmarks run them at
     SIM_SIZE    the size `make profile` runs the probes at on the simulator
     references, tolerances, shapes and check_* functions the notebooks, the checks and the tests share
@@ -25,7 +28,8 @@ from types import ModuleType
 from typing import Callable
 
 from ..check import Case, Diagnosis
-from ..paths import LESSONS, SOLUTIONS
+from ..gates import Needs
+from ..paths import LESSONS, REFERENCE, SOLUTIONS
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class Exercise:
     file: str              # the file name, in lessons/NN_topic/ (stub) and solutions/NN_topic/
     run: Callable          # run(ext, backend) -> Report; ext is the built file, or the imported .py module
     hints: list[str | Hint] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
+    needs: Needs | None = None  # a GPU below it builds and checks the file on the simulator instead
 
 
 @dataclass(frozen=True)
@@ -79,12 +84,14 @@ class Variant:
     """An op of the lesson's reference file that the tools run: `args(size, dtype, device)` gives its
     arguments (fresh tensors) at a size of the lesson's kind (an element count, (rows, cols), (M, N, K));
     it runs in `dtypes` (the first is what Nsight Compute profiles); `probes` are what `make profile`
-    shows of it on the simulator (none: it is not shown there)."""
+    shows of it on the simulator (none: it is not shown there); `needs`, what it needs of a GPU above
+    compute capability 7.5 (a GPU below it runs the op on the simulator instead, kernels/gates.py)."""
 
     name: str
     args: Callable
     dtypes: tuple = ()     # torch dtypes; () is float32
     probes: tuple[Probe, ...] = ()
+    needs: Needs | None = None
 
     @property
     def dtype(self):
@@ -142,3 +149,33 @@ def with_variants() -> list[str]:
 def with_probes() -> list[str]:
     """The lessons whose variants `make profile LESSON=NN` shows on the simulator."""
     return [n for n, m in modules().items() if any(v.probes for v in getattr(m, "VARIANTS", []))]
+
+
+def exercise_files(ex: Exercise) -> tuple[Path, Path]:
+    """An exercise's file as the learner edits it (lessons/NN_topic/) and as solved (solutions/NN_topic/)."""
+    return lesson_dir(ex.lesson) / ex.file, lesson_dir(ex.lesson, solution=True) / ex.file
+
+
+def gated_exercises() -> list[Exercise]:
+    """The exercises that need more of a GPU than compute capability 7.5."""
+    return [ex for m in modules().values() for ex in getattr(m, "EXERCISES", []) if ex.needs]
+
+
+def file_gate(path: Path) -> tuple[str, Needs] | None:
+    """(the exercise's name, its Needs) when `path` is the file of an exercise that needs more than compute
+    capability 7.5 (its stub or its solution); else None."""
+    path = Path(path).resolve()
+    return next(((ex.name, ex.needs) for ex in gated_exercises() if path in exercise_files(ex)), None)
+
+
+def op_gates(path: Path) -> dict[str, Needs]:
+    """The Needs of each op of a lesson's reference file (kernels/reference/NN_topic.cu) that needs more than
+    compute capability 7.5, by op name; {} for any other file."""
+    path = Path(path).resolve()
+    if path.parent != REFERENCE or not path.name[:2].isdigit():
+        return {}
+    try:
+        found = module(path.name[:2])
+    except KeyError:
+        return {}
+    return {**{v.name: v.needs for v in getattr(found, "VARIANTS", []) if v.needs}, **getattr(found, "OP_NEEDS", {})}

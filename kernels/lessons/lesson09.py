@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from ..check import HINTS, Case, Diagnosis, Report, TOLERANCE, check, merge, random_tensor
-from . import Exercise, Hint, Probe, Variant
+from . import Exercise, Hint, Needs, Probe, Variant
 
 # (M, N, K): 1s, sizes just past a 64-wide tile and an 8-deep step, K = 0 (C is all zeros), empty C
 SHAPES = ((1, 1, 1), (1, 64, 8), (64, 1, 9), (64, 64, 8), (65, 65, 9), (63, 130, 17), (7, 3, 200), (130, 70, 1000),
@@ -24,6 +24,13 @@ MATMUL_TOLERANCE = {**TOLERANCE, torch.float32: (1e-4, 1e-3)}
 # that reads A and B from global memory gets the values right with 4228 global loads and no shared ones.
 PROFILE_SHAPE = (70, 70, 20)
 SOLUTION_LOADS = {"global load": 228, "shared load": 6144}
+
+# What needs more of a GPU than a T4 (compute capability 7.5) has: tensor cores take fp16 from 7.0 but bf16 and
+# TF32 from 8.0, and a block may have more than 64 KB of shared memory from 8.0 on. The launchers in
+# kernels/reference/09_matmul.cu refuse an older GPU with the same words (check_capability).
+BF16_TENSOR_CORES = Needs((8, 0), "bf16 tensor cores", (torch.bfloat16,))
+TF32_TENSOR_CORES = Needs((8, 0), "TF32 tensor cores")
+MATMUL12_SHARED = Needs((8, 0), "74 KB of shared memory per block")  # and bf16 tensor cores, in bf16
 
 
 def matmul_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -164,7 +171,8 @@ EXERCISES = [
              "for (int j = 0; j < TN; ++j) rb[j] = Bs[kk][tc + j]; for (int i = 0; i < TM; ++i) for (int j = 0; "
              "j < TN; ++j) acc[i][j] += ra[i] * rb[j]; }   and after the K loop: for i < TM, j < TN: "
              "const int m = m0 + tr + i, n = n0 + tc + j; if (m < M && n < N) C[(int64_t)m * N + n] = acc[i][j];"),
-    ]),    Exercise("09", "matmul_wmma", "matmul_wmma.cu", _run_wmma, hints=[
+    ]),
+    Exercise("09", "matmul_wmma", "matmul_wmma.cu", _run_wmma, needs=BF16_TENSOR_CORES, hints=[
         Hint("The accumulator starts at zero: wmma::fill_fragment(acc, 0.0f) before the loop. Inside the loop, after "
              "the barrier, the step's tiles are BK = 32 deep and a fragment 16: for each 16-deep slice kk = 0, 16, "
              "every lane of the warp makes the same three calls: two load_matrix_sync and one mma_sync (they are "
@@ -200,10 +208,12 @@ PROBES = {"matmul1": "lanes walk down a column of C", "matmul2": "lanes walk alo
 VARIANTS = [
     *(Variant(f"matmul{k}", _matmul_args, (torch.float32,),
               (Probe(f"matmul{k}: {PROBES[f'matmul{k}']}"),) if f"matmul{k}" in PROBES else ()) for k in range(1, 9)),
-    Variant("matmul9", _matmul_args, HALF_DTYPES),
-    Variant("matmul10", _matmul_args, HALF_DTYPES),
-    Variant("matmul11", _matmul_args, (torch.float32,)),  # TF32 tensor cores on float32 inputs
-    Variant("matmul12", _matmul_args, HALF_DTYPES),
+    Variant("matmul9", _matmul_args, HALF_DTYPES, needs=BF16_TENSOR_CORES),
+    Variant("matmul10", _matmul_args, HALF_DTYPES, needs=BF16_TENSOR_CORES),
+    Variant("matmul11", _matmul_args, (torch.float32,), needs=TF32_TENSOR_CORES),  # TF32 tensor cores on float32 inputs
+    Variant("matmul12", _matmul_args, HALF_DTYPES, needs=MATMUL12_SHARED),
 ]
+# The functional form: matmul12 for bfloat16 and float16 (matmul8 for float32, which needs no more than 7.5).
+OP_NEEDS = {"matmul": Needs((8, 0), MATMUL12_SHARED.what, HALF_DTYPES)}
 FP32 = [v.name for v in VARIANTS if v.dtypes == (torch.float32,) and v.name != "matmul11"]
 HALF = [v.name for v in VARIANTS if v.dtypes == HALF_DTYPES]

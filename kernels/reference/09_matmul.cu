@@ -24,6 +24,10 @@
 //
 // The fp32 variants take float32 tensors; matmul9, matmul10 and matmul12 take bfloat16 or float16 (C in the same
 // dtype, rounded once from the fp32 accumulator, as torch.matmul does); matmul11 takes float32.
+// Every variant runs from compute capability 7.5 (a T4) on, but for those that need 8.0: bf16 and TF32 tensor cores
+// (matmul9 and matmul10 in bfloat16, matmul11) and a block of more than 64 KB of shared memory (matmul12). Built for
+// an older GPU their device code traps and their launchers refuse it (kernels/lessons/lesson09.py declares the same
+// gates, and the toolkit runs them on the simulator there).
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
@@ -524,11 +528,21 @@ __device__ __forceinline__ void load_fragment_shared(wmma::fragment<Use, 16, 16,
 }
 #endif
 
+// TF32 fragments (float inputs rounded to 10 mantissa bits) exist from sm_80 on. Compiled for an older GPU, where
+// the kernels that take float trap (tensor_core_arch<float>), these two are only declared.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+using Tf32 = wmma::precision::tf32;
+__device__ __forceinline__ float round_to_tf32(float x) { return wmma::__float_to_tf32(x); }
+#else
+struct Tf32;
+__device__ float round_to_tf32(float x);
+#endif
+
 // SHARED_PTX: the fragments come through load_fragment_shared (bf16: named shared loads) instead of
 // load_matrix_sync.
 template <class W, typename T, bool SHARED_PTX = false>
 __device__ __forceinline__ void wmma_step(const T* as, const T* bs, int wm, int wn, Accumulators<W>& acc) {
-  using In = typename std::conditional<W::TF32, wmma::precision::tf32, T>::type;
+  using In = typename std::conditional<W::TF32, Tf32, T>::type;
   wmma::fragment<wmma::matrix_a, W::FRAG_M, W::FRAG_N, W::FRAG_K, In, wmma::row_major> fa[W::FM];
   wmma::fragment<wmma::matrix_b, W::FRAG_M, W::FRAG_N, W::FRAG_K, In, wmma::row_major> fb;
 #pragma unroll
@@ -538,14 +552,14 @@ __device__ __forceinline__ void wmma_step(const T* as, const T* bs, int wm, int 
       if constexpr (SHARED_PTX) load_fragment_shared(fa[i], &as[(wm + i * W::FRAG_M) * W::LDA + kk], W::LDA);
       else wmma::load_matrix_sync(fa[i], &as[(wm + i * W::FRAG_M) * W::LDA + kk], W::LDA);
       if constexpr (W::TF32)
-        for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
+        for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = round_to_tf32(fa[i].x[e]);
     }
 #pragma unroll
     for (int j = 0; j < W::FN; ++j) {
       if constexpr (SHARED_PTX) load_fragment_shared(fb, &bs[kk * W::LDB + wn + j * W::FRAG_N], W::LDB);
       else wmma::load_matrix_sync(fb, &bs[kk * W::LDB + wn + j * W::FRAG_N], W::LDB);
       if constexpr (W::TF32)
-        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = wmma::__float_to_tf32(fb.x[e]);
+        for (int e = 0; e < fb.num_elements; ++e) fb.x[e] = round_to_tf32(fb.x[e]);
 #pragma unroll
       for (int i = 0; i < W::FM; ++i) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
     }
@@ -562,50 +576,54 @@ __device__ __forceinline__ void wmma_step(const T* as, const T* bs, int wm, int 
 template <class W, typename T, bool ALIGNED>
 __global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS) matmul_wmma_kernel(const T* __restrict__ A, const T* __restrict__ B,
                                                                  T* __restrict__ C, int M, int N, int K) {
-  __shared__ alignas(32) T As[W::STAGES][W::BM * W::LDA];
-  __shared__ alignas(32) T Bs[W::STAGES][W::BK * W::LDB];
-  __shared__ alignas(32) float Cs[W::WARPS][W::FRAG_M * W::FRAG_N];  // a warp's staging tile for the epilogue
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
-  const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * W::BN;
+  if constexpr (!arch_at_least(tensor_core_arch<T>())) {
+    __trap();  // compiled for a GPU whose tensor cores do not take T: the launcher refuses it first
+  } else {
+    __shared__ alignas(32) T As[W::STAGES][W::BM * W::LDA];
+    __shared__ alignas(32) T Bs[W::STAGES][W::BK * W::LDB];
+    __shared__ alignas(32) float Cs[W::WARPS][W::FRAG_M * W::FRAG_N];  // a warp's staging tile for the epilogue
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
+    const int m0 = blockIdx.y * W::BM, n0 = blockIdx.x * W::BN;
 
-  Accumulators<W> acc;
-  zero_accumulators<W>(acc);
-  Vec16<T> a[W::A_LOADS], b[W::B_LOADS];
-  const int steps = (K + W::BK - 1) / W::BK;
+    Accumulators<W> acc;
+    zero_accumulators<W>(acc);
+    Vec16<T> a[W::A_LOADS], b[W::B_LOADS];
+    const int steps = (K + W::BK - 1) / W::BK;
 
-  if (W::STAGES == 2 && steps > 0) {
-    wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, 0, a, b);
-    wmma_store_tiles<W, T>(As[0], Bs[0], a, b);
-    __syncthreads();  // the first tiles are in buffer 0
-  }
-  for (int s = 0; s < steps; ++s) {
-    const int cur = W::STAGES == 2 ? s % 2 : 0;
-    if (W::STAGES == 1) {
-      wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, s * W::BK, a, b);
+    if (W::STAGES == 2 && steps > 0) {
+      wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, 0, a, b);
       wmma_store_tiles<W, T>(As[0], Bs[0], a, b);
-      __syncthreads();  // wait until the tiles are loaded
-    } else if (s + 1 < steps) {
-      wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, (s + 1) * W::BK, a, b);  // in flight during the math
+      __syncthreads();  // the first tiles are in buffer 0
     }
-    wmma_step<W>(As[cur], Bs[cur], wm, wn, acc);
-    if (W::STAGES == 2 && s + 1 < steps) wmma_store_tiles<W, T>(As[1 - cur], Bs[1 - cur], a, b);
-    __syncthreads();  // STAGES 1: done with the tiles before the next load; 2: the next tiles are in
-  }
-  // Epilogue: each fragment through the warp's staging tile, then 8 values per lane with the edges checked.
-  float* stage = Cs[warp];
-#pragma unroll
-  for (int i = 0; i < W::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < W::FN; ++j) {
-      wmma::store_matrix_sync(stage, acc[i][j], W::FRAG_N, wmma::mem_row_major);
-      __syncwarp();  // the fragment is in the staging tile
-      for (int e = lane; e < W::FRAG_M * W::FRAG_N; e += 32) {
-        const int m = m0 + wm + i * W::FRAG_M + e / W::FRAG_N, n = n0 + wn + j * W::FRAG_N + e % W::FRAG_N;
-        if (m < M && n < N) C[(int64_t)m * N + n] = from_float<T>(stage[e]);
+    for (int s = 0; s < steps; ++s) {
+      const int cur = W::STAGES == 2 ? s % 2 : 0;
+      if (W::STAGES == 1) {
+        wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, s * W::BK, a, b);
+        wmma_store_tiles<W, T>(As[0], Bs[0], a, b);
+        __syncthreads();  // wait until the tiles are loaded
+      } else if (s + 1 < steps) {
+        wmma_load_tiles<W, T, ALIGNED>(A, B, M, N, K, m0, n0, (s + 1) * W::BK, a, b);  // in flight during the math
       }
-      __syncwarp();  // every lane has read the tile before the next fragment overwrites it
+      wmma_step<W>(As[cur], Bs[cur], wm, wn, acc);
+      if (W::STAGES == 2 && s + 1 < steps) wmma_store_tiles<W, T>(As[1 - cur], Bs[1 - cur], a, b);
+      __syncthreads();  // STAGES 1: done with the tiles before the next load; 2: the next tiles are in
     }
+    // Epilogue: each fragment through the warp's staging tile, then 8 values per lane with the edges checked.
+    float* stage = Cs[warp];
+#pragma unroll
+    for (int i = 0; i < W::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < W::FN; ++j) {
+        wmma::store_matrix_sync(stage, acc[i][j], W::FRAG_N, wmma::mem_row_major);
+        __syncwarp();  // the fragment is in the staging tile
+        for (int e = lane; e < W::FRAG_M * W::FRAG_N; e += 32) {
+          const int m = m0 + wm + i * W::FRAG_M + e / W::FRAG_N, n = n0 + wn + j * W::FRAG_N + e % W::FRAG_N;
+          if (m < M && n < N) C[(int64_t)m * N + n] = from_float<T>(stage[e]);
+        }
+        __syncwarp();  // every lane has read the tile before the next fragment overwrites it
+      }
+  }
 }
 
 // matmul9: 128x128x32 tiles, 8 warps of 64x32 (4x2 fragments), one buffer.
@@ -702,70 +720,74 @@ __device__ __forceinline__ int2 tile_of_block() {
 template <class W, typename T, bool ALIGNED>
 __global__ void __launch_bounds__(W::THREADS, W::MIN_BLOCKS)
     matmul_wmma_async_kernel(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K) {
-  extern __shared__ uint4 async_smem[];  // uint4 in every instantiation: extern shared arrays share one name and type
-  T* As = reinterpret_cast<T*>(async_smem);
-  T* Bs = As + W::STAGES * W::A_STAGE;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
-  const int2 tile = tile_of_block<W::GROUP>();
-  const int m0 = tile.x * W::BM, n0 = tile.y * W::BN;
+  if constexpr (!arch_at_least(tensor_core_arch<T>())) {
+    __trap();  // compiled for a GPU whose tensor cores do not take T: the launcher refuses it first
+  } else {
+    extern __shared__ uint4 async_smem[];  // uint4 in every instantiation: extern shared arrays share one name and type
+    T* As = reinterpret_cast<T*>(async_smem);
+    T* Bs = As + W::STAGES * W::A_STAGE;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wm = (warp / (W::BN / W::WN)) * W::WM, wn = (warp % (W::BN / W::WN)) * W::WN;
+    const int2 tile = tile_of_block<W::GROUP>();
+    const int m0 = tile.x * W::BM, n0 = tile.y * W::BN;
 
-  Accumulators<W> acc;
-  zero_accumulators<W>(acc);
-  const int steps = (K + W::BK - 1) / W::BK;
+    Accumulators<W> acc;
+    zero_accumulators<W>(acc);
+    const int steps = (K + W::BK - 1) / W::BK;
 
-  // Prologue: the first STAGES - 1 steps in flight, one commit group each (empty past the last step, so
-  // that the wait below always counts the same number of groups).
+    // Prologue: the first STAGES - 1 steps in flight, one commit group each (empty past the last step, so
+    // that the wait below always counts the same number of groups).
 #pragma unroll
-  for (int s = 0; s < W::STAGES - 1; ++s) {
-    if (s < steps)
-      async_load_tiles<W, T, ALIGNED>(As + s * W::A_STAGE, Bs + s * W::B_STAGE, A, B, M, N, K, m0, n0, s * W::BK);
-    __pipeline_commit();
-  }
-  for (int s = 0; s < steps; ++s) {
-    __pipeline_wait_prior(W::STAGES - 2);  // this thread's copies for step s have landed
-    __syncthreads();  // everyone's have, and everyone is done with step s - 1's buffer
-    const int next = s + W::STAGES - 1, fill = next % W::STAGES;  // step s - 1's buffer, free now
-    if (next < steps)
-      async_load_tiles<W, T, ALIGNED>(As + fill * W::A_STAGE, Bs + fill * W::B_STAGE, A, B, M, N, K, m0, n0, next * W::BK);
-    __pipeline_commit();
-    const T* as = As + (s % W::STAGES) * W::A_STAGE;
-    const T* bs = Bs + (s % W::STAGES) * W::B_STAGE;
-    wmma_step<W, T, W::SHARED_PTX>(as, bs, wm, wn, acc);
-  }
-  __pipeline_wait_prior(0);  // only empty groups are left, but no copy may land on the staging tiles
-  __syncthreads();           // every warp is done with the buffers: they become the staging tiles
-
-  // Epilogue: a fragment at a time through the warp's 16x16 float tile; lane l converts row l / 2, columns
-  // 8 (l % 2) .. + 7 and stores them in 16-byte moves where they are inside C (ALIGNED: every row of C starts
-  // 16-byte aligned).
-  float* stage = reinterpret_cast<float*>(async_smem) + warp * W::FRAG_M * W::FRAG_N;
-  const int er = lane / 2, ec = (lane % 2) * 8;
-#pragma unroll
-  for (int i = 0; i < W::FM; ++i)
-#pragma unroll
-    for (int j = 0; j < W::FN; ++j) {
-      wmma::store_matrix_sync(stage, acc[i][j], W::FRAG_N, wmma::mem_row_major);
-      __syncwarp();  // the fragment is in the staging tile
-      const int m = m0 + wm + i * W::FRAG_M + er, n = n0 + wn + j * W::FRAG_N + ec;
-      if (m < M) {
-        T* row = C + (int64_t)m * N;
-        if (ALIGNED && n + 8 <= N) {
-#pragma unroll
-          for (int q = 0; q < 8; q += W::VEC) {
-            Vec16<T> out;
-#pragma unroll
-            for (int e = 0; e < W::VEC; ++e) out.v[e] = from_float<T>(stage[er * W::FRAG_N + ec + q + e]);
-            uint4 raw;
-            memcpy(&raw, &out, 16);
-            *reinterpret_cast<uint4*>(row + n + q) = raw;  // one 16-byte store
-          }
-        } else {
-          for (int e = 0; e < 8 && n + e < N; ++e) row[n + e] = from_float<T>(stage[er * W::FRAG_N + ec + e]);
-        }
-      }
-      __syncwarp();  // every lane has read the tile before the next fragment overwrites it
+    for (int s = 0; s < W::STAGES - 1; ++s) {
+      if (s < steps)
+        async_load_tiles<W, T, ALIGNED>(As + s * W::A_STAGE, Bs + s * W::B_STAGE, A, B, M, N, K, m0, n0, s * W::BK);
+      __pipeline_commit();
     }
+    for (int s = 0; s < steps; ++s) {
+      __pipeline_wait_prior(W::STAGES - 2);  // this thread's copies for step s have landed
+      __syncthreads();  // everyone's have, and everyone is done with step s - 1's buffer
+      const int next = s + W::STAGES - 1, fill = next % W::STAGES;  // step s - 1's buffer, free now
+      if (next < steps)
+        async_load_tiles<W, T, ALIGNED>(As + fill * W::A_STAGE, Bs + fill * W::B_STAGE, A, B, M, N, K, m0, n0, next * W::BK);
+      __pipeline_commit();
+      const T* as = As + (s % W::STAGES) * W::A_STAGE;
+      const T* bs = Bs + (s % W::STAGES) * W::B_STAGE;
+      wmma_step<W, T, W::SHARED_PTX>(as, bs, wm, wn, acc);
+    }
+    __pipeline_wait_prior(0);  // only empty groups are left, but no copy may land on the staging tiles
+    __syncthreads();           // every warp is done with the buffers: they become the staging tiles
+
+    // Epilogue: a fragment at a time through the warp's 16x16 float tile; lane l converts row l / 2, columns
+    // 8 (l % 2) .. + 7 and stores them in 16-byte moves where they are inside C (ALIGNED: every row of C starts
+    // 16-byte aligned).
+    float* stage = reinterpret_cast<float*>(async_smem) + warp * W::FRAG_M * W::FRAG_N;
+    const int er = lane / 2, ec = (lane % 2) * 8;
+#pragma unroll
+    for (int i = 0; i < W::FM; ++i)
+#pragma unroll
+      for (int j = 0; j < W::FN; ++j) {
+        wmma::store_matrix_sync(stage, acc[i][j], W::FRAG_N, wmma::mem_row_major);
+        __syncwarp();  // the fragment is in the staging tile
+        const int m = m0 + wm + i * W::FRAG_M + er, n = n0 + wn + j * W::FRAG_N + ec;
+        if (m < M) {
+          T* row = C + (int64_t)m * N;
+          if (ALIGNED && n + 8 <= N) {
+#pragma unroll
+            for (int q = 0; q < 8; q += W::VEC) {
+              Vec16<T> out;
+#pragma unroll
+              for (int e = 0; e < W::VEC; ++e) out.v[e] = from_float<T>(stage[er * W::FRAG_N + ec + q + e]);
+              uint4 raw;
+              memcpy(&raw, &out, 16);
+              *reinterpret_cast<uint4*>(row + n + q) = raw;  // one 16-byte store
+            }
+          } else {
+            for (int e = 0; e < 8 && n + e < N; ++e) row[n + e] = from_float<T>(stage[er * W::FRAG_N + ec + e]);
+          }
+        }
+        __syncwarp();  // every lane has read the tile before the next fragment overwrites it
+      }
+  }
 }
 
 // matmul12: 128x128x32 tiles, 4 warps of 64x64 (4x4 fragments), four buffers (74 KB of dynamic shared memory);
@@ -914,21 +936,28 @@ static void launch_wmma(const at::Tensor& a, const at::Tensor& b, at::Tensor& c)
   CHECK_LAUNCH();
 }
 
-// matmul9 and matmul10: bfloat16 or float16 in, C in the same dtype.
+// matmul9 and matmul10 (`op`): bfloat16 or float16 in, C in the same dtype. fp16 tensor cores exist from
+// compute capability 7.0, bf16 ones from 8.0 (an older GPU is refused; kernels/lessons/lesson09.py says the same).
 template <template <typename> class W>
-static void launch_wmma_half(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+static void launch_wmma_half(const char* op, const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
   if (nothing_to_do(c)) return;
-  if (a.scalar_type() == at::kBFloat16) launch_wmma<W<__nv_bfloat16>, __nv_bfloat16>(a, b, c);
-  else launch_wmma<W<__half>, __half>(a, b, c);
+  if (a.scalar_type() == at::kBFloat16) {
+    check_capability(op, tensor_core_arch<__nv_bfloat16>(), "bf16 tensor cores", "bfloat16");
+    launch_wmma<W<__nv_bfloat16>, __nv_bfloat16>(a, b, c);
+  } else {
+    launch_wmma<W<__half>, __half>(a, b, c);
+  }
 }
 
-void matmul9(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_half<Wmma9>(a, b, c); }
-void matmul10(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_half<Wmma10>(a, b, c); }
+void matmul9(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_half<Wmma9>("matmul9", a, b, c); }
+void matmul10(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_half<Wmma10>("matmul10", a, b, c); }
 
 void matmul11(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   check_operands(a, b, c, {at::kFloat}, "float32 (rounded to TF32 on the tensor cores)");
-  if (!nothing_to_do(c)) launch_wmma<Wmma11, float>(a, b, c);
+  if (nothing_to_do(c)) return;
+  check_capability("matmul11", tensor_core_arch<float>(), "TF32 tensor cores");
+  launch_wmma<Wmma11, float>(a, b, c);
 }
 
 // matmul12: above 48 KB a kernel must opt in to more dynamic shared memory. The 16-byte
@@ -944,10 +973,14 @@ static void launch_wmma_async_kernel(const at::Tensor& a, const at::Tensor& b, a
   CHECK_LAUNCH();
 }
 
+// A block of more than 64 KB of shared memory needs compute capability 8.0 (a T4, 7.5, stops at 64 KB; bf16
+// tensor cores start there too): an older GPU is refused, as kernels/lessons/lesson09.py declares.
 template <template <typename> class W>
-static void launch_wmma_async(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+static void launch_wmma_async(const char* op, const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   check_operands(a, b, c, {at::kBFloat16, at::kHalf}, "bfloat16 or float16 (the tensor-core inputs)");
   if (nothing_to_do(c)) return;
+  static_assert(W<__half>::SHARED > 64 * 1024, "a block within 64 KB of shared memory runs from 7.5 on: no gate");
+  check_capability(op, 800, (std::to_string(W<__half>::SHARED / 1024) + " KB of shared memory per block").c_str());
   const bool aligned = vec16_ok<__half>(a, b) && aligned16(c);  // both types are 2 bytes: 8 values per 16 bytes
   if (a.scalar_type() == at::kBFloat16) {
     if (aligned) launch_wmma_async_kernel<W<__nv_bfloat16>, __nv_bfloat16, true>(a, b, c);
@@ -958,7 +991,7 @@ static void launch_wmma_async(const at::Tensor& a, const at::Tensor& b, at::Tens
   }
 }
 
-void matmul12(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_async<Wmma12>(a, b, c); }
+void matmul12(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) { launch_wmma_async<Wmma12>("matmul12", a, b, c); }
 
 #ifdef MATMUL12_SWEEP
 // Tile shapes for the benchmark's sweep (`python -m kernels.benchmarks.lesson09 --quick --sweep`), built only

@@ -1,4 +1,5 @@
-"""The simulator's knobs: the CUDASIM_* environment variables that cudasim.h reads at every launch.
+"""The simulator's knobs: the CUDASIM_* environment variables that cudasim.h reads at every launch (and
+CUDASIM_CAPABILITY, which the simulated device's properties read at every query: cudasim_runtime.h).
 
     with knobs.set(order="reverse", shuffle_blocks=True, seed=11):
         ext.sum3(x, out)
@@ -12,13 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from typing import Iterator
 
 ORDER = "CUDASIM_ORDER"
 SHUFFLE_BLOCKS = "CUDASIM_SHUFFLE_BLOCKS"
 SEED = "CUDASIM_SEED"
 STACK_KB = "CUDASIM_STACK_KB"
-NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB)
+CAPABILITY = "CUDASIM_CAPABILITY"  # the compute capability the simulated device reports (an H100's 9.0 unset)
+NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, CAPABILITY)
 
 # The orders in which a block's threads run, as cudasim.h's kOrderNames lists them (same order: the
 # index is what the simulator stores).
@@ -59,10 +62,20 @@ def stack_kb_value(kb: int | str) -> str:
     return text
 
 
+def capability_value(capability: tuple[int, int] | str) -> str:
+    """A compute capability as the simulator reads it, "7.5" (from (7, 5) or "7.5")."""
+    text = ".".join(map(str, capability)) if isinstance(capability, tuple) else str(capability)
+    if not re.fullmatch(r"[1-9]\d*\.\d", text):
+        raise ValueError(f"{CAPABILITY}={capability} is not a compute capability; use one such as 7.5 or 9.0")
+    return text
+
+
 def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,
-           stack_kb: int | None = None) -> dict[str, str]:
+           stack_kb: int | None = None, capability: tuple[int, int] | str | None = None) -> dict[str, str]:
     """The environment entries for the knobs given (None leaves a knob as it is), each value checked."""
     out = {}
+    if capability is not None:
+        out[CAPABILITY] = capability_value(capability)
     if order is not None:
         out[ORDER] = order_value(order)
     if shuffle_blocks is not None:
@@ -76,9 +89,10 @@ def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: i
 
 @contextlib.contextmanager
 def set(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,  # noqa: A001
-        stack_kb: int | None = None) -> Iterator[None]:
-    """Run the block with these knobs (None: as they are); what was there before comes back after it."""
-    new = values(order, shuffle_blocks, seed, stack_kb)
+        stack_kb: int | None = None, capability: tuple[int, int] | str | None = None) -> Iterator[None]:
+    """Run the block with these knobs (None: as they are); what was there before comes back after it.
+    `capability` is what the simulated device reports, (7, 5) for a T4 (the launchers' gates read it)."""
+    new = values(order, shuffle_blocks, seed, stack_kb, capability)
     old = {k: os.environ.get(k) for k in new}
     os.environ.update(new)
     try:

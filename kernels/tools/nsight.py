@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ..build.toolchain import child_env, find_cuda_tool
+from ..gates import shortfall
 from ..paths import BUILD, ROOT, reference_file
 
 WARMUP = 3
@@ -78,6 +79,9 @@ def check_request(lesson: str, kernel: str) -> str | None:
                 f"lesson {lesson} has no workload for it")
     if kernel not in ops:
         return f"lesson {lesson} has no variant {kernel!r}; KERNEL= is one of: {', '.join(ops)}"
+    line = shortfall(kernel, ops[kernel].needs, ops[kernel].dtype)
+    if line:
+        return line + ": Nsight Compute can profile it only on a GPU that has it"
     return None
 
 

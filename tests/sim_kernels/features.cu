@@ -14,7 +14,7 @@
 //   warps                  shuffles, votes, __syncwarp, partial masks and warps, the legacy reduction
 //   atomics                every atomic on every type CUDA has it for, a CAS loop
 //   math and types         intrinsics, bit tricks, vector types, __half and __nv_bfloat16, printf
-//   host side              launch errors and the error API
+//   host side              launch errors and the error API, the device's compute capability
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -854,6 +854,11 @@ std::string error_string(int64_t code) {
          cudaGetErrorString(static_cast<cudaError_t>(code));
 }
 
+// The device's compute capability, [major, minor], as the attributes report it.
+std::vector<int64_t> device_capability() {
+  return {device_attribute(cudaDevAttrComputeCapabilityMajor), device_attribute(cudaDevAttrComputeCapabilityMinor)};
+}
+
 // =============================================================================================
 // registration
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
@@ -892,6 +897,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("launch_config(int[] grid, int[] block, int smem) -> ()", &launch_config);
   m.def("error_api() -> int[]", &error_api);
   m.def("error_string(int code) -> str", &error_string);
+  m.def("device_capability() -> int[]", &device_capability);
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {

@@ -14,10 +14,13 @@
 // conversion intrinsics, CUDA's extra float functions).
 #pragma once
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include "cudasim_round.h"
@@ -144,6 +147,20 @@ enum cudaDeviceAttr {
 };
 
 namespace cudasim {
+// The compute capability reported: an H100's 9.0, or $CUDASIM_CAPABILITY ("7.5") to stand in for an older GPU,
+// whose launchers' refusals (check_capability in helpers.cuh) the tests of the lessons' gates run here
+// (kernels/sim/knobs.py writes it). Read at every query, as the other knobs are at every launch.
+CUDASIM_INTERNAL inline std::pair<int, int> reported_capability() {
+  const char* c = std::getenv("CUDASIM_CAPABILITY");
+  if (!c || !*c) return {9, 0};
+  int major = 0, minor = 0, end = 0;
+  if (std::sscanf(c, "%d.%d%n", &major, &minor, &end) != 2 || c[end] || major < 1 || minor < 0 || minor > 9 ||
+      !std::isdigit(static_cast<unsigned char>(c[0])))
+    throw std::runtime_error(std::string("cudasim: CUDASIM_CAPABILITY=") + c +
+                             " is not a compute capability; use one such as 7.5 or 9.0");
+  return {major, minor};
+}
+
 CUDASIM_INTERNAL inline const cudaDeviceProp& device_properties() {
   static const cudaDeviceProp p = [] {
     cudaDeviceProp d;
@@ -183,6 +200,7 @@ CUDASIM_INTERNAL inline const cudaDeviceProp& device_properties() {
 
 CUDASIM_INTERNAL inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   *p = ::cudasim::device_properties();
+  std::tie(p->major, p->minor) = ::cudasim::reported_capability();
   return cudaSuccess;
 }
 CUDASIM_INTERNAL inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
@@ -214,8 +232,8 @@ CUDASIM_INTERNAL inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAtt
     case cudaDevAttrMaxThreadsPerMultiProcessor: *v = d.maxThreadsPerMultiProcessor; break;
     case cudaDevAttrAsyncEngineCount: *v = d.asyncEngineCount; break;
     case cudaDevAttrUnifiedAddressing: *v = d.unifiedAddressing; break;
-    case cudaDevAttrComputeCapabilityMajor: *v = d.major; break;
-    case cudaDevAttrComputeCapabilityMinor: *v = d.minor; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = ::cudasim::reported_capability().first; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = ::cudasim::reported_capability().second; break;
     case cudaDevAttrStreamPrioritiesSupported: *v = d.streamPrioritiesSupported; break;
     case cudaDevAttrGlobalL1CacheSupported: *v = d.globalL1CacheSupported; break;
     case cudaDevAttrLocalL1CacheSupported: *v = d.localL1CacheSupported; break;
