@@ -80,8 +80,9 @@ lab: setup
 test: setup
 	$(PYTHON) -m kernels.dev.all_tests build-cache lesson-tests
 
+# TARGETS="7.5 8.0 8.9 9.0" (or TARGETS=all): built for each of those GPUs, the gates kept (kernels/gates.py).
 compile-check: setup
-	$(PYTHON) -m kernels.dev.compile_check
+	$(PYTHON) -m kernels.dev.compile_check $(if $(TARGETS),--targets $(TARGETS))
 
 nbval: setup
 	$(PYTHON) -m kernels.dev.all_tests nbval

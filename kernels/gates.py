@@ -67,6 +67,14 @@ class Needs:
         return not self.covers(dtype) or capability >= self.capability
 
 
+def described(name: str, needs: Needs, dtype=None) -> str:
+    """'`matmul11` needs compute capability 8.0 for TF32 tensor cores' (with the dtype where the gate holds in some)."""
+    import torch
+
+    which = f" in {str(dtype).replace('torch.', '')}" if needs.dtypes and isinstance(dtype, torch.dtype) else ""
+    return f"`{name}`{which} needs compute capability {shown(needs.capability)} for {needs.what}"
+
+
 def shortfall(name: str, needs: Needs | None, dtype=None, capability: Capability | None = None) -> str | None:
     """'`matmul11` needs compute capability 8.0 for TF32 tensor cores (this GPU has 7.5)' when the GPU (of
     `capability`, default the one the cuda backend runs on) lacks what `needs` asks for in `dtype`; else None
@@ -74,11 +82,7 @@ def shortfall(name: str, needs: Needs | None, dtype=None, capability: Capability
     have = capability or _backend.gpu_capability()
     if needs is None or have is None or needs.met_by(have, dtype):
         return None
-    import torch
-
-    which = f" in {str(dtype).replace('torch.', '')}" if needs.dtypes and isinstance(dtype, torch.dtype) else ""
-    return (f"`{name}`{which} needs compute capability {shown(needs.capability)} for {needs.what} "
-            f"(this GPU has {shown(have)})")
+    return f"{described(name, needs, dtype)} (this GPU has {shown(have)})"
 
 
 _said: set[str] = set()

@@ -113,16 +113,16 @@ def test_a_failing_group_is_split_until_the_failing_file_reports_its_own_error(m
         files.append(f)
     built = []
 
-    def compile_only(path, python_module=None):
-        assert python_module is False  # a combined file's PYBIND11_MODULEs are named after its parts
+    def compile_only(path, python_module=None, archs=()):
+        assert python_module is False and archs == ()  # a combined file's PYBIND11_MODULEs are named after its parts
         built.append(path)
         if "this does not compile" in Path(path).read_text():
             raise compile_check.BuildError("a combined unit failed")
         return path
 
     def compile_alone(job):
-        path, backend = job
-        assert backend is None  # nvcc, as the file is
+        path, backend, archs = job
+        assert backend is None and archs == ()  # nvcc, as the file is, for the GPUs here
         return path, "nvcc", 0.0, f"{path.name}: error" if path == files[3] else ""
 
     monkeypatch.setattr(compile_check, "build_root", lambda: tmp_path / "build")

@@ -14,6 +14,12 @@ FAILED, and its message, is always the file's own. What a combined unit cannot s
 forgets an #include (or a macro from a header) that an earlier file of its group brought in; the
 simulator builds each file alone.
 
+`--targets 7.5 8.0 8.9 9.0` (or `all`; `make compile-check TARGETS=all`) builds every file for each of those GPUs
+instead of the ones here, at 9.0 also for sm_90a where a file has a branch for it; at a target below a file's
+gate (an exercise's Exercise.needs, a test file's NEEDS_MARK: kernels/gates.py) the file is left out and named,
+and every other file must build. There each build has a process of its own: a file built for two targets
+registers its op namespaces twice, which one process refuses.
+
 `python -m kernels.dev.compile_check --warm [cuda|sim ...]` instead builds every file for the given
 backends (default: the default backend) with the flags the tests and notebooks use, one file per
 core, so that a test run that follows finds every build in the cache. `--jobs N` sets how many
@@ -35,11 +41,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Sequence
 
 from ..backend import resolve
 from ..build import BuildError, SourceSet, compile_only, display_path, load
 from ..build.sources import code_mask, is_directive
 from ..build.toolchain import cuda_home
+from ..gates import TARGETS, Capability, Needs, described, parse, shortfall, shown
 from ..paths import CUDA_LIBRARY, ROOT, build_root
 
 FOLDERS = ("kernels", "lessons", "solutions", "tests")
@@ -47,12 +55,14 @@ FOLDERS = ("kernels", "lessons", "solutions", "tests")
 
 @dataclasses.dataclass
 class Outcome:
-    """What a run did: builds that passed and failed, the reason it was skipped, each build's label and seconds."""
+    """What a run did: builds that passed and failed, the reason it was skipped, each build's label and seconds,
+    and with targets the files a target's gates left out."""
 
     passed: int = 0
     failed: int = 0
     skipped: str = ""
     builds: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+    gated: list[str] = dataclasses.field(default_factory=list)  # "[7.5] file" left out at a target (--targets)
 
     @property
     def code(self) -> int:
@@ -79,6 +89,10 @@ LINK_MARK = "// link flags:"
 # A file that only tests of `make test-toolkit` load (the simulator's coverage of public CUDA and inline
 # PTX) is not built by --warm, the first step of `make test-all`: its tests build it in test-toolkit.
 TOOLKIT_ONLY_MARK = "build-cache: make test-toolkit"
+# A test file whose kernels need more than some of the GPUs the lessons run on (`// needs compute capability: 9.0
+# for TMA and mbarrier transactions`) is left out at the compile check's lower targets (--targets), as an exercise's
+# gate (Exercise.needs) leaves its files out, and its tests skip its cuda runs on such a GPU (needs_line).
+NEEDS_MARK = "// needs compute capability:"
 # Folders whose files are a learner's copy of someone else's code, kept free of this project's marks: the same
 TOOLKIT_ONLY_FOLDERS = (CUDA_LIBRARY,)  # (tests/test_cuda_library.py builds it)
 
@@ -105,6 +119,21 @@ def file_link_flags(path: Path) -> list[str]:
     return file_flags(path, LINK_MARK)
 
 
+def file_needs(path: Path) -> Needs | None:
+    """What a test file's kernels need of a GPU above compute capability 7.5 (NEEDS_MARK), or None."""
+    words = file_flags(path, NEEDS_MARK)
+    if not words:
+        return None
+    if len(words) < 3 or words[1] != "for":
+        raise ValueError(f"{display_path(path)}: expected {NEEDS_MARK} 9.0 for <what>, got {' '.join(words)!r}")
+    return Needs(parse(words[0]), " ".join(words[2:]))
+
+
+def needs_line(path: Path, capability: Capability | None = None) -> str | None:
+    """The line that says a file's kernels need more than the GPU here (of `capability`) has (NEEDS_MARK), or None."""
+    return shortfall(Path(path).name, file_needs(path), capability=capability)
+
+
 def why_not() -> str | None:
     """The reason compile checking is impossible here, or None when it can run."""
     import torch
@@ -117,14 +146,15 @@ def why_not() -> str | None:
     return None
 
 
-def _compile(job: tuple[Path, str | None]) -> tuple[Path, str, float, str]:
-    """Build one file; returns it, the backend, the seconds taken and the error ('' when it built).
-    Any failure is reported, not raised, so that one file cannot stop the check of the others."""
-    path, backend = job
+def _compile(job: tuple) -> tuple[Path, str, float, str]:
+    """Build one file, job (path, backend) or, with nvcc (backend None), (path, None, archs); returns it, the
+    backend, the seconds taken and the error ('' when it built). Any failure is reported, not raised, so that
+    one file cannot stop the check of the others."""
+    path, backend, archs = (*job, ())[:3]
     t0 = time.perf_counter()
     try:
         if backend is None:
-            compile_only(path, extra_cflags=file_flags(path), extra_ldflags=file_link_flags(path))
+            compile_only(path, extra_cflags=file_flags(path), extra_ldflags=file_link_flags(path), archs=archs)
         else:
             load(path, backend, quiet=True, extra_cflags=file_flags(path), extra_ldflags=file_link_flags(path))
         return path, backend or "nvcc", time.perf_counter() - t0, ""
@@ -215,7 +245,9 @@ def _combined(group: list[Path], first: int) -> Path:
     out = build_root() / "compile-check" / f"group_{hashlib.sha256(text.encode()).hexdigest()[:10]}.cu"
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.exists() or out.read_text() != text:
-        out.write_text(text)
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(out)  # atomic: a build of the same group for another target may be reading it
     return out
 
 
@@ -235,17 +267,18 @@ def groups(paths: list[Path], count: int) -> list[list[Path]]:
     return out
 
 
-def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[Path, str]]:
-    """Compile a group; returns it, the seconds taken and the error of each file that failed.
+def _check_group(job: tuple) -> tuple[list[Path], float, dict[Path, str]]:
+    """Compile a group, job (files, first part's number) or (files, first, archs: the GPU architectures, such as
+    "75", default those of the GPUs here); returns it, the seconds taken and the error of each file that failed.
     A group that fails is split in halves, down to single files built as they are."""
-    group, first = job
+    group, first, archs = (*job, ())[:3]
     t0 = time.perf_counter()
     if len(group) == 1:
-        path, _, _, err = _compile((group[0], None))
+        path, _, _, err = _compile((group[0], None, archs))
         return group, time.perf_counter() - t0, {path: err} if err else {}
     try:
         # loaded as a library: its PYBIND11_MODULEs are named after its parts, not after it
-        compile_only(_combined(group, first), python_module=False)
+        compile_only(_combined(group, first), python_module=False, archs=archs)
         return group, time.perf_counter() - t0, {}
     except Exception:  # noqa: BLE001 (the halves say which file failed, with its own message)
         # Said out loud: files that build alone but not together cost a build per half, all the way down.
@@ -253,44 +286,97 @@ def _check_group(job: tuple[list[Path], int]) -> tuple[list[Path], float, dict[P
         half = len(group) // 2
         errors = {}
         for sub, start in ((group[:half], first), (group[half:], first + half)):
-            errors.update(_check_group((sub, start))[2])
+            errors.update(_check_group((sub, start, archs))[2])
         return group, time.perf_counter() - t0, errors
 
 
-def check_with_nvcc(paths: list[Path], jobs: int) -> Outcome:
-    """Compile every file with nvcc in groups (see the module's docstring), `jobs` groups at a time."""
-    todo, first = [], 0
-    for g in groups(paths, jobs):
-        todo.append((g, first))
-        first += len(g)
-    jobs = max(1, min(jobs, len(todo)))
-    print(f"compile check with nvcc: {len(paths)} files in {len(todo)} builds, {jobs} at a time")
-    failed: list[Path] = []
+def needs_sm90a(path: Path) -> bool:
+    """Whether a file's code has a branch for sm_90a's own instructions (wgmma, setmaxnreg: under
+    __CUDA_ARCH_FEAT_SM90_ALL), which only a build for sm_90a compiles."""
+    return SourceSet.of(path).uses(r"\b__CUDA_ARCH_FEAT_SM90_ALL\b")
+
+
+def target_groups(paths: list[Path], target: Capability, count: int) -> list[tuple[list[Path], tuple[str, ...]]]:
+    """The groups of `paths` (see groups) with the architectures each is compiled for at a target: sm_XY, and at
+    9.0 sm_90a beside sm_90 for the files with a branch for it (in groups of their own)."""
+    arch = f"{target[0]}{target[1]}"
+    hopper = [p for p in paths if target == (9, 0) and needs_sm90a(p)]
+    rest = [p for p in paths if p not in hopper]
+    return ([(g, (arch,)) for g in groups(rest, count)] +
+            [(g, (arch, arch + "a")) for g in groups(hopper, count)])
+
+
+def gated_files(target: Capability) -> dict[Path, str]:
+    """The files a GPU of this capability cannot build, by path, with what they need: the files of the exercises
+    that need more (Exercise.needs, kernels/gates.py), and the test files marked so (NEEDS_MARK)."""
+    from .. import lessons
+
+    out = {}
+    for ex in lessons.gated_exercises():
+        for path in lessons.exercise_files(ex) if not ex.needs.met_by(target) else ():
+            out[path.resolve()] = described(ex.name, ex.needs)
+    for path in files():
+        needs = file_needs(path)
+        if needs and not needs.met_by(target):
+            out[path.resolve()] = described(path.name, needs)
+    return out
+
+
+def check_with_nvcc(paths: list[Path], jobs: int, targets: Sequence[Capability] = ()) -> Outcome:
+    """Compile every file with nvcc in groups (see the module's docstring), `jobs` groups at a time: for the GPUs
+    here (sm_90 without one), or for each of `targets` (`make compile-check TARGETS=...`), where the files of
+    exercises that need more than a target has are left out (kernels/gates.py), and every other file must build."""
+    todo: list[tuple[str, tuple]] = []  # (the target's label, the job of _check_group)
     outcome = Outcome()
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    for target in targets or [None]:
+        label, here = "", paths
+        if target is not None:
+            label = f"[{shown(target)}] "
+            left_out = gated_files(target)
+            for path in (p for p in paths if p.resolve() in left_out):
+                print(f"{label}{display_path(path)} not built: {left_out[path.resolve()]}")
+                outcome.gated.append(f"{label}{display_path(path)}")
+            here = [p for p in paths if p.resolve() not in left_out]
+        first = 0
+        for g, archs in target_groups(here, target, jobs) if target else [(g, ()) for g in groups(here, jobs)]:
+            todo.append((label, (g, first, archs)))
+            first += len(g)
+    jobs = max(1, min(jobs, len(todo)))
+    built = sum(len(job[0]) for _, job in todo)
+    where = f" for compute capability {', '.join(shown(t) for t in targets)}" if targets else ""
+    print(f"compile check with nvcc{where}: {built} files in {len(todo)} builds, {jobs} at a time")
+    failed: list[str] = []
+    t0 = time.perf_counter()
+    # With targets, a process per build: a file built for two targets registers its op namespaces twice, which
+    # one process refuses (kernels/build/extension.py)
+    fresh = {"max_tasks_per_child": 1} if targets else {}
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), **fresh) as pool:
         done = 0
         try:
-            for done, (group, secs, errors) in enumerate(pool.map(_check_group, todo), 1):
+            for done, (group, secs, errors) in enumerate(pool.map(_check_group, [job for _, job in todo]), 1):
+                label = todo[done - 1][0]
                 names = ", ".join(display_path(p) for p in group)
                 if len(group) > 3:
                     names = f"{len(group)} files ({display_path(group[0])} ... {display_path(group[-1])})"
                 verdict = "ok" if not errors else f"FAILED: {len(errors)} of {len(group)} files"
-                outcome.builds.append((names, secs))
-                print(f"[{done}/{len(todo)}] {names} {verdict} ({secs:.0f} s)", flush=True)
+                outcome.builds.append((label + names, secs))
+                print(f"[{done}/{len(todo)}] {label}{names} {verdict} ({secs:.0f} s)", flush=True)
                 for path, err in errors.items():
-                    print(f"{display_path(path)} FAILED\n{err}")
-                    failed.append(path)
+                    print(f"{label}{display_path(path)} FAILED\n{err}")
+                    failed.append(label + display_path(path))
         except BrokenProcessPool:  # a build process died (a crash while loading a library)
-            rest = [p for g, _ in todo[done:] for p in g]
-            print(f"a build process died; not checked: {', '.join(display_path(p) for p in rest)}")
+            rest = [label + display_path(p) for label, job in todo[done:] for p in job[0]]
+            print(f"a build process died; not checked: {', '.join(rest)}")
             failed += rest
-    outcome.passed, outcome.failed = len(paths) - len(failed), len(failed)
-    print(f"{outcome.passed} passed, {outcome.failed} failed")
+    outcome.passed, outcome.failed = built - len(failed), len(failed)
+    gated = f", {len(outcome.gated)} not built (gated)" if targets else ""
+    print(f"{outcome.passed} passed, {outcome.failed} failed{gated} in {time.perf_counter() - t0:.0f} s")
     return outcome
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m kernels.dev.compile_check [--jobs N] [--results FILE] [--warm [BACKEND ...]]`."""
+    """`python -m kernels.dev.compile_check [--jobs N] [--results FILE] [--targets CAPABILITY ...|all]
+    [--warm [BACKEND ...]]`."""
     p = argparse.ArgumentParser(prog="python -m kernels.dev.compile_check",
                                 description="Build every .cu of the repository with nvcc (the compile check), or "
                                             "with --warm for the given backends, to fill the build cache.")
@@ -298,9 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm", nargs="*", metavar="BACKEND", choices=["cuda", "sim"],
                    help="build every file for these backends (default: the default backend) instead of checking")
     p.add_argument("--results", type=Path, help="write the counts and each build's time to this JSON file")
+    p.add_argument("--targets", nargs="+", metavar="CAPABILITY",
+                   help="build for each of these compute capabilities (7.5 8.0 8.9 9.0, or all: "
+                        f"{' '.join(shown(t) for t in TARGETS)}), each file's gates kept (kernels/gates.py)")
     a = p.parse_args(argv)
     if a.jobs < 1:
         p.error(f"--jobs must be at least 1, got {a.jobs}")
+    try:
+        targets = list(TARGETS) if a.targets == ["all"] else [parse(t) for t in a.targets or []]
+    except ValueError as e:
+        p.error(f"--targets: {e} (or all)")
+    if a.warm is not None and targets:
+        p.error("--targets is for the compile check with nvcc, not --warm")
     if a.warm is not None:
         backends = [resolve(b) for b in a.warm] or [resolve(None)]
         # One pool per backend: a worker loads what it builds, and a file whose TORCH_LIBRARY names a
@@ -316,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"compile check SKIPPED: {reason}. The simulator tests still ran every kernel.")
             outcome = Outcome(skipped=reason)
         else:
-            outcome = check_with_nvcc(files(), a.jobs)
+            outcome = check_with_nvcc(files(), a.jobs, targets)
     if a.results:
         outcome.write(a.results)
     return outcome.code

@@ -103,10 +103,15 @@ __global__ void arith_kernel(const int* a, const int* b, const int* c, int* out,
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   auto u = [](int v) { return static_cast<unsigned short>(v); };
-  if (bf16)
+  if (bf16) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
     arith_row(__ushort_as_bfloat16(u(a[i])), __ushort_as_bfloat16(u(b[i])), __ushort_as_bfloat16(u(c[i])), out + 17 * i);
-  else
+#else
+    __trap();  // bfloat16's __hfma, __hmax, __hmin exist from sm_80: arith() refuses an older GPU first
+#endif
+  } else {
     arith_row(__ushort_as_half(u(a[i])), __ushort_as_half(u(b[i])), __ushort_as_half(u(c[i])), out + 17 * i);
+  }
 }
 
 // x[i] to fp8: e4m3 saturating, e4m3 not, e5m2 saturating, e5m2 not (bits), and the first and third back.
@@ -180,6 +185,7 @@ at::Tensor arith(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, 
   CHECK_INPUT(a);
   CHECK_SAME_SHAPE(a, b);
   CHECK_SAME_SHAPE(a, c);
+  if (bf16) check_capability("arith", 800, "bf16 arithmetic", "bfloat16");
   const int n = static_cast<int>(a.numel());
   auto out = at::empty({n, 17}, a.options());
   if (n) arith_kernel<<<ceil_div(n, 128), 128>>>(a.data_ptr<int>(), b.data_ptr<int>(), c.data_ptr<int>(),

@@ -3,6 +3,7 @@
 // that the two can be compared (tests/test_sim_ptx.py). The cuda backend needs an sm_90 GPU; build with
 // TORCH_CUDA_ARCH_LIST=9.0a as the other Hopper kernels.
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+// needs compute capability: 9.0 for TMA, bulk copies and mbarrier transactions
 //
 //   op           what it computes
 //   cccl_tiles   for x [rows, cols] float (cols a multiple of 4), the 32 x 64 tiles A at (row0, col0) and B

@@ -3,6 +3,7 @@
 // The wgmma instructions exist only for sm_90a: on the cuda backend build with TORCH_CUDA_ARCH_LIST=9.0a
 // (a build for plain sm_90 compiles, and its wgmma kernels trap).
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+// needs compute capability: 9.0 for TMA, wgmma and mbarrier transactions
 //
 //   op                 what it runs
 //   wgmma_raw          one warpgroup: wgmma.mma_async m64nNk16 on a shared-memory image, with A and B

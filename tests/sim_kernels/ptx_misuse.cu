@@ -3,6 +3,7 @@
 // with the line (the MARKER comments) or, where PTX defines a value but the data has not arrived,
 // gives NaN. Simulator tests only (tests/test_sim_ptx.py); the wgmma cases need sm_90a to build.
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+// needs compute capability: 9.0 for mbarrier transactions, TMA and wgmma
 //
 //   misuse(x, what) runs one kernel; `what`:
 //    1 ldmatrix with a row address that is not 16-byte aligned      12 a wgmma descriptor outside shared memory

@@ -3,6 +3,7 @@
 // (.trans for B), mma.sync.m16n8k16 with fp32 accumulation. tests/test_sim_ptx.py runs it on sim and,
 // with a GPU, on cuda, against PyTorch.
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+// needs compute capability: 8.0 for cp.async and mma.sync on bf16
 //
 //   op          what it computes
 //   mma_matmul  C = A B for A [M, K] and B [K, N] in bf16, C in fp32; any M, K and N multiples of 8

@@ -3,6 +3,7 @@
 // answers are recorded into tests/ptx_vectors/ by tests/ptx_cases.py). Ampere-level instructions here;
 // Hopper's (wgmma, TMA) are in ptx_hopper.cu.
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+// needs compute capability: 9.0 for stmatrix (cp.async and mma.sync on bf16 and TF32: 8.0)
 //
 //   op             what it runs (registers are int32 tensors holding the bits)
 //   mma_raw        one warp: mma.sync with lane l's A, B, C registers in row l; `form` picks the

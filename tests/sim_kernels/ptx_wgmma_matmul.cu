@@ -5,6 +5,7 @@
 // moves registers from the producer to the consumers. tests/test_sim_ptx.py runs it on sim and, on an
 // H100 built for sm_90a (TORCH_CUDA_ARCH_LIST=9.0a), on cuda, against PyTorch.
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
+// needs compute capability: 9.0 for TMA, wgmma and mbarrier transactions
 //
 //   op             what it computes
 //   wgmma_matmul   C = A B in fp32 for A [M, K] and B in bf16, B given as [K, N] (b_kmajor false: its

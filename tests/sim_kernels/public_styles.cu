@@ -178,6 +178,7 @@ at::Tensor argmax(const at::Tensor& x) {
 // reduce_unsigned: __reduce_min/max_sync compare unsigned values as unsigned (sm_80 and later)
 // out[warp] = [min as unsigned, max as unsigned, min as int, max as int] of the warp's 32 values
 __global__ void reduce_unsigned_kernel(const int* v, int* out) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const unsigned u = static_cast<unsigned>(v[threadIdx.x]);
   const unsigned umin = __reduce_min_sync(FULL_MASK, u), umax = __reduce_max_sync(FULL_MASK, u);
@@ -188,12 +189,16 @@ __global__ void reduce_unsigned_kernel(const int* v, int* out) {
     out[4 * warp + 2] = smin;
     out[4 * warp + 3] = smax;
   }
+#else
+  __trap();  // no __reduce_*_sync before sm_80: reduce_unsigned refuses such a GPU first
+#endif
 }
 
 at::Tensor reduce_unsigned(const at::Tensor& v) {
   CHECK_INPUT(v);
   CHECK_DTYPE(v, at::kInt);
   TORCH_CHECK(v.numel() == 64, "expected 64 values (two warps), got ", std::to_string(v.numel()));
+  check_capability("reduce_unsigned", 800, "__reduce_min_sync and __reduce_max_sync");
   auto out = at::empty({2, 4}, v.options());
   reduce_unsigned_kernel<<<1, 64>>>(v.data_ptr<int>(), out.data_ptr<int>());
   CHECK_LAUNCH();

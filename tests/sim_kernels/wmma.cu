@@ -10,6 +10,7 @@
 //   wmma_fill     fill_fragment, then store_matrix_sync with a leading dimension wider than the tile
 //   wmma_counts   num_elements of the fragment types (host code)
 //   to_tf32       wmma::__float_to_tf32 on every element
+// needs compute capability: 8.0 for bf16, TF32 and double tensor cores
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
