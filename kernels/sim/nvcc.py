@@ -354,6 +354,7 @@ def drive(argv: list[str]) -> int:
                                   "other: compile them one at a time with -o")
         if notes:
             print(f"nvcc-sim: ignored on the simulator: {' '.join(notes)}", file=sys.stderr)
+        rule_options = [d for d in opts["deps"] if d not in ("-MD", "-MMD")]  # -MF, -MT, -MP of -MD/-MMD's rules
         with tempfile.TemporaryDirectory(prefix="nvcc-sim-") as tmp:
             objects = []
             for n, src in enumerate(sources):
@@ -364,8 +365,7 @@ def drive(argv: list[str]) -> int:
                 compile_object(src.resolve(), obj, cflags, Path(tmp) / f"src{n}")
                 objects.append(obj)
                 if mode == "object" and opts["deps"]:
-                    with_compile = [d for d in opts["deps"] if d not in ("-MD", "-MMD")]
-                    _dependencies(src, cflags, with_compile, opts["system_deps"], str(obj), obj.with_suffix(".d"))
+                    _dependencies(src, cflags, rule_options, opts["system_deps"], str(obj), obj.with_suffix(".d"))
             if mode == "object":
                 return 0
             linked = objects + [p for p in inputs if p.suffix in (".o", ".a", ".so")]
@@ -381,8 +381,7 @@ def drive(argv: list[str]) -> int:
             if run.returncode != 0:
                 raise BuildError(f"linking {target} failed:\n{run.stderr.strip()}")
             if mode == "link" and opts["deps"]:  # as nvcc: the program's rule, beside it (prog.d)
-                with_compile = [d for d in opts["deps"] if d not in ("-MD", "-MMD")]
-                _dependencies(sources[0], cflags, with_compile, opts["system_deps"], str(target),
+                _dependencies(sources[0], cflags, rule_options, opts["system_deps"], str(target),
                               target.with_suffix(".d"))
         return 0
     except (DriverError, BuildError) as e:
