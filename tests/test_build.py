@@ -205,8 +205,15 @@ def test_sim_builds_use_a_precompiled_header_that_the_compiler_accepts(tmp_path,
         os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns + 60 * 10**9))
         src.write_text(src.read_text() + "// a second edit, after the simulator's header was touched\n")
         works(load(src, "sim", quiet=True))
+        touched = sim_build.pch_path(sim_build.FLAGS, getattr(sim_build, headers))
     finally:
         os.utime(header, ns=(before.st_atime_ns, before.st_mtime_ns))
+    # a build that chose its precompiled header while the time was changed and compiles after it changed back
+    # (another process touching the headers meanwhile): clang's fatal error, then the build parses the headers
+    assert sim_build.pch_file(touched).is_file(), touched
+    monkeypatch.setattr(sim_build, "pch_path", lambda *args, **kw: touched)
+    src.write_text(src.read_text() + "// a third edit, built with the precompiled header of the touched time\n")
+    works(load(src, "sim", quiet=True))
 
 
 @pytest.mark.toolkit

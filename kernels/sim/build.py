@@ -402,9 +402,9 @@ def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: di
         if not quiet:
             print(" with the full torch/extension.h (the light one lacked what this file uses last time) ...",
                   end="", flush=True)
-        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, light_torch=False)
+        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, forget, light_torch=False)
     try:
-        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, light_torch=True)
+        return _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, forget, light_torch=True)
     except _LightTorchFailed as e:
         log = e.log
         if own_error(log):
@@ -414,13 +414,17 @@ def compile_sim(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: di
             print(" the simulator's light torch/extension.h lacks what this file uses: building it with the full "
                   "header ...", end="", flush=True)
     forget()
-    after = _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, light_torch=False)
+    after = _compile_translated(cpp, sources, flags, out, kwargs, quiet, extra, forget, light_torch=False)
     _remember_light_torch_misfit(sources, log)  # only once the real header built it: the file itself was fine
     return after
 
 
+# clang's fatal error for a precompiled header one of whose headers changed time after this build chose it
+STALE_PCH = "has been modified since the precompiled header"
+
+
 def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kwargs: dict, quiet: bool, extra: dict,
-                        *, light_torch: bool):
+                        forget, *, light_torch: bool):
     """One attempt of compile_sim; raises _LightTorchFailed when the light header was used and the
     compiler failed."""
     from ..build import namespace_suffix
@@ -441,12 +445,25 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
     with_runtime = use_pch and prebuilt_runtime(pch)
     if with_runtime and not runtime.exists():  # the object was removed: parse the headers instead
         use_pch, with_runtime = [], False
-    link = fast_linker() + ([str(runtime)] if with_runtime else []) + extra["ldflags"]
-    try:
+
+    def build(use_pch: list[str], with_runtime: bool):
+        link = fast_linker() + ([str(runtime)] if with_runtime else []) + extra["ldflags"]
         with compiler_for("sim"):
             cpp.load(sources=[str(main)],
                      extra_include_paths=[str(SIM_INCLUDE), str(INCLUDE), str(entry.parent), *extra["include_paths"]],
                      extra_cflags=flags + use_pch + extra["cflags"], extra_ldflags=link, **kwargs)
+
+    try:
+        try:
+            build(use_pch, with_runtime)
+        except RuntimeError as e:
+            if not (use_pch and STALE_PCH in str(e)):
+                raise
+            # a simulator header's time changed between choosing the precompiled header and compiling (another
+            # process touched it, or a checkout ran meanwhile): this build parses the headers instead
+            forget()
+            build([], False)
+            return None
     except RuntimeError as e:
         if headers != PCH_HEADERS and str(e).startswith("Error building extension"):
             raise _LightTorchFailed(str(e)) from None
