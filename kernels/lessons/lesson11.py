@@ -315,13 +315,16 @@ def _setup_py_module(folder: Path, out: Path):
     toolkit = {"CUDA_HOME": cuda_home()} if cuda_home() else {}  # the toolkit the toolkit's own builds use
     # --force: setuptools rebuilds an extension only when its sources are newer, and the library it links is
     # not one of them, so a library rebuilt by make would otherwise never reach the extension
+    # a name per folder: the fixed library's module and a planted copy's, imported into one process under one
+    # name, gave the first one both times (a planted bug's check then passed)
+    name = f"vector_add_ext_{folder.name}"
     run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force", "--build-lib", str(out), "--build-temp",
                           str(out / "temp")], cwd=folder, capture_output=True, text=True,
-                         env=child_env(BUILD=str(out), **toolkit))
+                         env=child_env(BUILD=str(out), EXT_NAME=name, **toolkit))
     if run.returncode != 0:
         raise BuildError(f"setup.py in {folder.name}/ failed:\n{run.stdout}{run.stderr}".strip())
-    so = next(out.glob("vector_add_ext*.so"))
-    spec = importlib.util.spec_from_file_location("vector_add_ext", so)
+    so = next(out.glob(f"{name}.*so"))
+    spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -13,9 +13,12 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
 BUILD = os.environ.get("BUILD", "build")  # where `make` put the library (make's BUILD)
+# the module's name; the course's checks give each build of a planted copy its own, because Python hands back the
+# module it loaded first under a name when a second file of that name is imported into the same process
+NAME = os.environ.get("EXT_NAME", "vector_add_ext")
 
 setup(
-    name="vector_add_ext",
-    ext_modules=[CUDAExtension("vector_add_ext", ["binding.cpp"], libraries=["vector_add"], library_dirs=[BUILD])],
+    name=NAME,
+    ext_modules=[CUDAExtension(NAME, ["binding.cpp"], libraries=["vector_add"], library_dirs=[BUILD])],
     cmdclass={"build_ext": BuildExtension},
 )
