@@ -55,6 +55,43 @@ def toolkit_beyond(bugs, keep: tuple[str, ...]) -> list:
     return [n if n in keep else pytest.param(n, marks=pytest.mark.toolkit) for n in names]
 
 
+# The tests whose one assertion, an exercise's self-check passing on its solution, a cell of the lesson's solution
+# notebook makes as well: make test-all's nbval step runs that cell and compares its printed report (the PASS
+# lines) with the one recorded, so a failing check fails there. These tests are toolkit tests (CI runs both
+# suites), and make test-all runs each of those checks once instead of twice. tests/test_ci.py holds every entry
+# to its cell: the cell exists, calls the check named here, has its output compared and recorded as passing.
+# {test id: (solution notebook, cell id, the call in the cell)}
+CHECKED_IN_NOTEBOOKS = {
+    "tests/test_lesson01.py::test_scale_solution_passes_its_self_check":
+        ("solutions/01_thread_model/01_thread_model.ipynb", "442ed368", 'check_exercise("01", "scale"'),
+    "tests/test_lesson02.py::test_saxpy_solution_passes_its_self_check":
+        ("solutions/02_first_kernel/02_first_kernel.ipynb", "355fcf65", 'check_exercise("02", "saxpy"'),
+    "tests/test_lesson03.py::test_self_check_passes_on_the_solution":
+        ("solutions/03_pytorch_op/03_pytorch_op.ipynb", "58a302d2", 'check_exercise("03", "fma"'),
+    "tests/test_lesson04.py::test_exercise_self_check_passes_on_the_solution":
+        ("solutions/04_memory_bound/04_memory_bound.ipynb", "c49c2e3a", 'check_exercise("04", "scale_add_vec4"'),
+    "tests/test_lesson05.py::test_swiglu_solution_passes_its_self_check":
+        ("solutions/05_fused/05_fused.ipynb", "d488f4ab", 'check_exercise("05", "swiglu"'),
+    "tests/test_lesson06.py::test_the_solution_passes_its_self_check[row_max]":
+        ("solutions/06_reductions/06_reductions.ipynb", "2223fcef", 'check_exercise("06", "row_max"'),
+    "tests/test_lesson06.py::test_the_solution_passes_its_self_check[row_sum_block]":
+        ("solutions/06_reductions/06_reductions.ipynb", "6dfbeb45", 'check_exercise("06", "row_sum_block"'),
+    "tests/test_lesson07.py::test_the_softmax_online_solution_passes_its_self_check":
+        ("solutions/07_softmax/07_softmax.ipynb", "l07-28", 'check_exercise("07", "softmax_online"'),
+    "tests/test_lesson08.py::test_the_layernorm_backward_solution_passes_its_self_check":
+        ("solutions/08_layernorm/08_layernorm.ipynb", "8d6686de", 'check_exercise("08", "layernorm_backward"'),
+    "tests/test_lesson08.py::test_the_welford_solution_passes_its_self_check":
+        ("solutions/08_layernorm/08_layernorm.ipynb", "2d135fb2", 'check_exercise("08", "welford_layernorm"'),
+    "tests/test_lesson09.py::test_the_matmul_blocktile_solution_passes_its_self_check":
+        ("solutions/09_matmul/09_matmul.ipynb", "l09-29", 'check_exercise("09", "matmul_blocktile"'),
+    "tests/test_lesson09.py::test_the_matmul_wmma_solution_passes_its_self_check":
+        ("solutions/09_matmul/09_matmul.ipynb", "l09-37", 'check_exercise("09", "matmul_wmma"'),
+    "tests/test_lesson10.py::test_self_check_passes_on_the_solution":
+        ("solutions/10_model/10_model.ipynb", "l10-47", 'check_exercise("10"'),
+}
+checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
+
+
 def built(path: Path) -> Path:
     """`path`, after building it: a file that does not build fails the test here (BuildError), so a
     toolkit change that breaks every build cannot pass for a self-check that caught a bug."""

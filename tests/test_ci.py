@@ -1,5 +1,6 @@
 """The test runner's machinery (`make test-all`, `make test-toolkit`): the nvcc compile check's combined builds and
 the step runner's lanes and summary."""
+import json
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 
 from kernels.dev import all_tests as test_all
 from kernels.dev import compile_check
+from planting import CHECKED_IN_NOTEBOOKS
 
 pytestmark = pytest.mark.toolkit  # make test-toolkit runs these, not make test-all
 
@@ -332,9 +334,30 @@ def test_the_two_suites_split_the_tests_each_runs_once():
     assert any(t.startswith("tests/test_ci.py::") for t in toolkit)
     assert any("test_an_interrupted_build_is_rebuilt_never_loaded" in t for t in toolkit)
     # of a lesson's tests, the toolkit's holds only some planted bugs of a test whose other bugs stay in make
-    # test-all (tests/planting.py, toolkit_beyond)
+    # test-all (tests/planting.py, toolkit_beyond), and the solutions' self-checks that a solution notebook's
+    # compared cell runs in make test-all (CHECKED_IN_NOTEBOOKS, held to its cells below)
     in_test_all = {t.split("[")[0] for t in rest}
-    assert all("[" in t and t.split("[")[0] in in_test_all for t in toolkit if t.startswith("tests/test_lesson"))
+    assert all(("[" in t and t.split("[")[0] in in_test_all) or t in CHECKED_IN_NOTEBOOKS
+               for t in toolkit if t.startswith("tests/test_lesson")), sorted(toolkit)
+    assert set(CHECKED_IN_NOTEBOOKS) <= toolkit, set(CHECKED_IN_NOTEBOOKS) - toolkit
+
+
+@pytest.mark.parametrize("test", sorted(CHECKED_IN_NOTEBOOKS))
+def test_a_self_check_left_to_make_test_all_s_notebooks_is_run_and_compared_there(test):
+    """A solution's self-check that make test-all runs only through its solution notebook: the cell exists, calls
+    the same check, is not left out of nbval's comparison, its recorded output is the check's passing report, and
+    make test-all's nbval step runs the solution notebooks."""
+    notebook, cell_id, call = CHECKED_IN_NOTEBOOKS[test]
+    lesson = test.split("test_lesson")[1][:2]
+    assert notebook.startswith(f"solutions/{lesson}_"), (test, notebook)
+    cells = {c.get("id"): c for c in json.loads((ROOT / notebook).read_text())["cells"]}
+    assert cell_id in cells, f"{notebook} has no cell {cell_id} (its ids: {sorted(k for k in cells if k)})"
+    cell = cells[cell_id]
+    assert call in "".join(cell["source"]), "".join(cell["source"])
+    assert not {"nbval-ignore-output", "nbval-skip"} & set(cell.get("metadata", {}).get("tags", []))
+    printed = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
+    assert "PASS" in printed and "FAIL" not in printed, printed
+    assert "nbval" in test_all.SUITES["all"][1] and "solutions" in test_all.steps(jobs=1)["nbval"].command
 
 
 @pytest.mark.parametrize("failing", ["test-all", "test-toolkit", "nbval-lessons", None])

@@ -7,7 +7,7 @@ import torch
 from kernels import load
 from kernels.check import SIZES, check, elementwise, like
 from kernels.exercises import check_exercise
-from planting import assert_diagnosis, built, self_check, self_check_of_planted
+from planting import assert_diagnosis, built, checked_in_notebook, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "01_thread_model"
@@ -98,6 +98,7 @@ def test_scale_stub_builds_and_fails_its_self_check_with_unwritten_elements():
     assert_diagnosis(report, "never written (still the NaN poison)")
 
 
+@checked_in_notebook
 def test_scale_solution_passes_its_self_check():
     assert check_exercise("01", "scale", path=built(SOLUTION / "scale.cu")).passed
 

@@ -7,7 +7,7 @@ import torch
 from kernels import load
 from kernels.check import SIZES, check, elementwise, like
 from kernels.exercises import check_exercise
-from planting import assert_diagnosis, built, self_check, self_check_of_planted
+from planting import assert_diagnosis, built, checked_in_notebook, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "02_first_kernel"
@@ -117,6 +117,7 @@ def test_saxpy_stub_builds_and_fails_its_self_check_with_the_error_of_a_launch_o
     assert_diagnosis(report, "raised ", "CUDA error: invalid")
 
 
+@checked_in_notebook
 def test_saxpy_solution_passes_its_self_check():
     assert check_exercise("02", "saxpy", path=built(SOLUTION / "saxpy.cu")).passed
 

@@ -11,7 +11,7 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise
 from kernels.exercises import check_exercise
-from planting import assert_diagnosis, built, self_check, self_check_of_planted, toolkit_beyond
+from planting import assert_diagnosis, built, checked_in_notebook, self_check, self_check_of_planted, toolkit_beyond
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "03_pytorch_op"
@@ -134,6 +134,7 @@ def test_self_check_of_the_stub_builds_and_fails_on_unwritten_elements_and_the_m
     assert_diagnosis(report, "never written (still the NaN poison)", "fma_backward does not exist")
 
 
+@checked_in_notebook
 def test_self_check_passes_on_the_solution(capsys):
     assert check_exercise("03", "fma", path=built(SOLUTION / "fma.cu")).passed
 

@@ -10,7 +10,7 @@ import torch
 from kernels import load
 from kernels.check import check, elementwise, like
 from kernels.exercises import check_exercise, find, fitting_hint
-from planting import assert_diagnosis, built, self_check, self_check_of_planted, toolkit_beyond
+from planting import assert_diagnosis, built, checked_in_notebook, self_check, self_check_of_planted, toolkit_beyond
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "04_memory_bound"
@@ -155,6 +155,7 @@ def test_exercise_stub_builds_and_fails_its_self_check_with_unwritten_elements()
     assert_diagnosis(report, "never written (still the NaN poison)")
 
 
+@checked_in_notebook
 def test_exercise_self_check_passes_on_the_solution():
     assert check_exercise("04", "scale_add_vec4", path=built(SOLUTION / "scale_add_vec4.cu")).passed
 

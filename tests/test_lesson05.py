@@ -9,7 +9,7 @@ from kernels import load
 from kernels.check import ROWS, check, random_tensor
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson05 import swiglu_backward_ref, swiglu_ref
-from planting import assert_diagnosis, built, self_check, self_check_of_planted
+from planting import assert_diagnosis, built, checked_in_notebook, self_check, self_check_of_planted
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "05_fused"
@@ -235,6 +235,7 @@ def test_swiglu_stub_builds_and_fails_its_self_check_with_unwritten_elements():
     assert_diagnosis(report, "never written (still the NaN poison)")
 
 
+@checked_in_notebook
 def test_swiglu_solution_passes_its_self_check():
     assert check_exercise("05", "swiglu", path=built(SOLUTION / "swiglu.cu")).passed
 

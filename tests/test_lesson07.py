@@ -10,7 +10,7 @@ from kernels.check import Diagnosis, check, like
 from kernels.lessons import lesson07
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson07 import SHAPES, awkward_rows, causal_ref, check_softmax, register_softmax, softmax_ref
-from planting import plant, self_check, toolkit_beyond
+from planting import checked_in_notebook, plant, self_check, toolkit_beyond
 
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
 # (small cases, first order) finds what the other orders would show. Exercises and planted bugs keep all three.
@@ -211,6 +211,7 @@ def test_the_softmax_online_stub_fails_its_self_check_and_the_first_hint_is_the_
     assert fitting_hint(find("07", "softmax_online")[0], report) == 1
 
 
+@checked_in_notebook
 def test_the_softmax_online_solution_passes_its_self_check():
     assert check_exercise("07", "softmax_online", solution=True).passed
 

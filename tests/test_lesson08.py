@@ -11,7 +11,7 @@ from kernels.exercises import check_exercise
 from kernels.check import check_deterministic
 from kernels.lessons.lesson08 import (DETERMINISM_SHAPE, EPS, SHAPES, backward_inputs, check_layernorm,
                                         check_layernorm_backward, layernorm_ref, register_layernorm)
-from planting import assert_diagnosis, self_check, self_check_of_planted, toolkit_beyond
+from planting import assert_diagnosis, checked_in_notebook, self_check, self_check_of_planted, toolkit_beyond
 
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
 # (small cases, first order) finds what the other orders would show. Exercises and planted bugs keep all three.
@@ -304,6 +304,7 @@ def test_the_layernorm_backward_stub_fails_its_self_check():
     assert_diagnosis(report, "elements are NaN in dx", "never written")  # the first output it checks
 
 
+@checked_in_notebook
 def test_the_layernorm_backward_solution_passes_its_self_check():
     assert check_exercise("08", "layernorm_backward", solution=True).passed
 
@@ -425,6 +426,7 @@ def test_the_welford_stub_fails_its_self_check_with_the_first_hint():
     assert fitting_hint(find("08", "welford_layernorm")[0], report) == 1
 
 
+@checked_in_notebook
 def test_the_welford_solution_passes_its_self_check():
     assert check_exercise("08", "welford_layernorm", solution=True).passed
 

@@ -12,7 +12,7 @@ from kernels.check import Diagnosis
 from kernels.exercises import check_exercise
 from kernels.lessons import lesson09
 from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
-from planting import assert_diagnosis, plant, self_check, self_check_of_planted
+from planting import assert_diagnosis, checked_in_notebook, plant, self_check, self_check_of_planted
 
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
 # (small cases, first order) finds what the other orders would show. Exercises and planted bugs keep all three.
@@ -150,6 +150,7 @@ def test_the_matmul_blocktile_stub_fails_its_self_check():
     assert not self_check("09", "matmul_blocktile", path).passed
 
 
+@checked_in_notebook
 def test_the_matmul_blocktile_solution_passes_its_self_check():
     assert check_exercise("09", "matmul_blocktile", solution=True).passed
 
@@ -269,6 +270,7 @@ def test_the_matmul_wmma_stub_fails_its_self_check():
     assert not self_check("09", "matmul_wmma", ROOT / "lessons" / "09_matmul" / "matmul_wmma.cu").passed
 
 
+@checked_in_notebook
 def test_the_matmul_wmma_solution_passes_its_self_check():
     assert check_exercise("09", "matmul_wmma", solution=True).passed
 

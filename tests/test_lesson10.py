@@ -12,7 +12,7 @@ import torch
 
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons.lesson10 import register_glue
-from planting import assert_diagnosis, toolkit_beyond
+from planting import assert_diagnosis, checked_in_notebook, toolkit_beyond
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "10_model"
@@ -136,6 +136,7 @@ def test_self_check_fails_on_the_stub_naming_the_unwritten_parts(capsys):
     assert "attention_softmax.py is not finished: the backward of causal_softmax is not written yet" in report.hints
 
 
+@checked_in_notebook
 def test_self_check_passes_on_the_solution(capsys):
     assert check_exercise("10", solution=True).passed
 
