@@ -614,7 +614,7 @@ def sim_attempts(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "ext"))
     state = {"real_fails": False, "builds": 0}
 
-    def attempt(cpp, sources, flags, out, kwargs, quiet, extra, *, light_torch):
+    def attempt(cpp, sources, flags, out, kwargs, quiet, extra, forget, *, light_torch):
         state["tried"].append(light_torch)
         if light_torch and "torch::nn" in sources.entry.read_text():
             raise build._LightTorchFailed(NN_LOG)
