@@ -337,8 +337,9 @@ def test_the_two_suites_split_the_tests_each_runs_once():
     # test-all (tests/planting.py, toolkit_beyond), and the solutions' self-checks that a solution notebook's
     # compared cell runs in make test-all (CHECKED_IN_NOTEBOOKS, held to its cells below)
     in_test_all = {t.split("[")[0] for t in rest}
-    assert all(("[" in t and t.split("[")[0] in in_test_all) or t in CHECKED_IN_NOTEBOOKS
-               for t in toolkit if t.startswith("tests/test_lesson")), sorted(toolkit)
+    stray = [t for t in toolkit if t.startswith("tests/test_lesson")
+             and not (("[" in t and t.split("[")[0] in in_test_all) or t in CHECKED_IN_NOTEBOOKS)]
+    assert not stray, stray
     assert set(CHECKED_IN_NOTEBOOKS) <= toolkit, set(CHECKED_IN_NOTEBOOKS) - toolkit
 
 
@@ -354,10 +355,15 @@ def test_a_self_check_left_to_make_test_all_s_notebooks_is_run_and_compared_ther
     assert cell_id in cells, f"{notebook} has no cell {cell_id} (its ids: {sorted(k for k in cells if k)})"
     cell = cells[cell_id]
     assert call in "".join(cell["source"]), "".join(cell["source"])
-    assert not {"nbval-ignore-output", "nbval-skip"} & set(cell.get("metadata", {}).get("tags", []))
+    from nbval.plugin import find_comment_markers, find_metadata_tags
+
+    markers = [*find_comment_markers("".join(cell["source"])), *find_metadata_tags(cell.get("metadata", {}))]
+    assert ("check", False) not in markers and ("skip", True) not in markers, markers  # compared, not skipped
     printed = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
     assert "PASS" in printed and "FAIL" not in printed, printed
-    assert "nbval" in test_all.SUITES["all"][1] and "solutions" in test_all.steps(jobs=1)["nbval"].command
+    nbval = test_all.steps(jobs=1)["nbval"].command
+    assert "nbval" in test_all.SUITES["all"][1] and "solutions" in nbval
+    assert "--nbval" in nbval and "--nbval-lax" not in nbval and not any("sanitize" in a for a in nbval), nbval
 
 
 @pytest.mark.parametrize("failing", ["test-all", "test-toolkit", "nbval-lessons", None])

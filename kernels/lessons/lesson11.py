@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -313,17 +314,20 @@ def _setup_py_module(folder: Path, out: Path):
     from ..build.toolchain import child_env, cuda_home
 
     toolkit = {"CUDA_HOME": cuda_home()} if cuda_home() else {}  # the toolkit the toolkit's own builds use
+    # a name per folder: with one name, a planted copy's module imported after the fixed library's behaved as the
+    # fixed one on the GPU (its bug passed the check); a C identifier, as PYBIND11_MODULE needs
+    name = "vector_add_ext_" + re.sub(r"\W", "_", folder.name)
     # --force: setuptools rebuilds an extension only when its sources are newer, and the library it links is
     # not one of them, so a library rebuilt by make would otherwise never reach the extension
-    # a name per folder: the fixed library's module and a planted copy's, imported into one process under one
-    # name, gave the first one both times (a planted bug's check then passed)
-    name = f"vector_add_ext_{folder.name}"
     run = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--force", "--build-lib", str(out), "--build-temp",
                           str(out / "temp")], cwd=folder, capture_output=True, text=True,
                          env=child_env(BUILD=str(out), EXT_NAME=name, **toolkit))
     if run.returncode != 0:
         raise BuildError(f"setup.py in {folder.name}/ failed:\n{run.stdout}{run.stderr}".strip())
-    so = next(out.glob(f"{name}.*so"))
+    so = next(out.glob(f"{name}.*so"), None)
+    if so is None:
+        raise BuildError(f"setup.py in {folder.name}/ made no {name}*.so in {out.name}/: does it take the module's "
+                         "name from EXT_NAME?")
     spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -459,8 +459,16 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         except RuntimeError as e:
             if not (use_pch and STALE_PCH in str(e)):
                 raise
-            # a simulator header's time changed between choosing the precompiled header and compiling (another
-            # process touched it, or a checkout ran meanwhile): this build parses the headers instead
+            # a header's time changed after this build chose its precompiled header: the simulator's (another
+            # process touched it, a checkout ran meanwhile), or one the header's key does not cover (torch's,
+            # the system's). This build parses the headers instead; a precompiled header that is stale under the
+            # key it was chosen by is removed, so that the next build makes a fresh one instead of failing too.
+            # (With load(verbose=True) the compiler's words go to the terminal, not the error, and this is missed.)
+            if pch_path(flags, headers) == pch:
+                pch_file(pch).unlink(missing_ok=True)
+            if not quiet:
+                print(" its precompiled header is older than a header it includes: parsing the headers ...",
+                      end="", flush=True)
             forget()
             build([], False)
             return None

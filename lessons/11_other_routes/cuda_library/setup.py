@@ -13,8 +13,8 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
 BUILD = os.environ.get("BUILD", "build")  # where `make` put the library (make's BUILD)
-# the module's name; the course's checks give each build of a planted copy its own, because Python hands back the
-# module it loaded first under a name when a second file of that name is imported into the same process
+# the module's name; the course's checks give each planted copy's build its own (with one name for all, a planted
+# copy's module imported after the fixed one behaved as the fixed one, and its bug passed the check)
 NAME = os.environ.get("EXT_NAME", "vector_add_ext")
 
 setup(
