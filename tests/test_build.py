@@ -598,6 +598,51 @@ def test_a_torch_extension_file_gets_pybind11_only_when_its_code_uses_python(tmp
 
 # --- files the light torch/extension.h does not fit: remembered, so an edit compiles once ----------
 
+def _stale_pch_build(tmp_path, monkeypatch, error: str, included: list[bool]):
+    """One sim build of vector_add.cu with a precompiled header in use and the compiler replaced: it fails with
+    `error` while the header is included and builds without it; `included` gets whether each compile included the
+    header. Returns (how many times the build was forgotten, the precompiled header's file)."""
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "ext"))
+    stale = tmp_path / "sim_pch.h.pch"
+    stale.write_text("")
+    monkeypatch.setattr(sim_build, "_pch_enabled", lambda: True)
+    monkeypatch.setattr(sim_build, "pch_file", lambda header: stale)
+    monkeypatch.setattr(sim_build, "prebuilt_runtime", lambda pch: False)
+    forgotten = []
+
+    class Compiler:
+        def load(self, *, extra_cflags, **kwargs):
+            included.append("-include" in extra_cflags)
+            if "-include" in extra_cflags:
+                raise RuntimeError(f"Error building extension 't': {error}")
+
+    src = tmp_path / "vector_add.cu"
+    src.write_text((HERE / "vector_add.cu").read_text())
+    out = tmp_path / "out"
+    out.mkdir()
+    sim_build.compile_sim(Compiler(), SourceSet.of(src), sim_build.FLAGS, out, {"name": "t"}, quiet=True,
+                          forget=lambda: forgotten.append(1))
+    return len(forgotten), stale
+
+
+def test_a_build_whose_precompiled_header_went_stale_compiles_once_more_parsing_the_headers(tmp_path, monkeypatch):
+    """clang's fatal error for a precompiled header older than a header it includes: the build compiles again
+    without it, and a header stale under the key it was chosen by is removed (the next build makes a new one)."""
+    included = []
+    forgotten, stale = _stale_pch_build(
+        tmp_path, monkeypatch, f"fatal error: file 'cudasim.h' {sim_build.STALE_PCH} 'sim_pch.h.pch' was built",
+        included)
+    assert included == [True, False] and forgotten == 1
+    assert not stale.exists()
+
+
+def test_another_error_with_a_precompiled_header_is_not_compiled_again(tmp_path, monkeypatch):
+    included = []
+    with pytest.raises(Exception, match="expected ';'"):
+        _stale_pch_build(tmp_path, monkeypatch, "vector_add.cu:4:13: error: expected ';' before 'return'", included)
+    assert included[0] and included.count(True) == len(included)  # never retried without the header
+
+
 NN_LOG = ("sim_0_t.cpp: In function 'at::Tensor f(at::Tensor)':\n"
           "t.cu:4:10: error: 'nn' is not a member of 'torch'\n"
           "    4 |   torch::nn::Linear linear(3, 4);\n")
