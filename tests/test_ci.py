@@ -1,6 +1,5 @@
 """The test runner's machinery (`make test-all`, `make test-toolkit`): the nvcc compile check's combined builds and
 the step runner's lanes and summary."""
-import json
 import os
 import subprocess
 import sys
@@ -335,35 +334,12 @@ def test_the_two_suites_split_the_tests_each_runs_once():
     assert any("test_an_interrupted_build_is_rebuilt_never_loaded" in t for t in toolkit)
     # of a lesson's tests, the toolkit's holds only some planted bugs of a test whose other bugs stay in make
     # test-all (tests/planting.py, toolkit_beyond), and the solutions' self-checks that a solution notebook's
-    # compared cell runs in make test-all (CHECKED_IN_NOTEBOOKS, held to its cells below)
+    # compared cell runs in make test-all (CHECKED_IN_NOTEBOOKS, held to its cells in tests/test_notebooks.py)
     in_test_all = {t.split("[")[0] for t in rest}
     stray = [t for t in toolkit if t.startswith("tests/test_lesson")
              and not (("[" in t and t.split("[")[0] in in_test_all) or t in CHECKED_IN_NOTEBOOKS)]
     assert not stray, stray
     assert set(CHECKED_IN_NOTEBOOKS) <= toolkit, set(CHECKED_IN_NOTEBOOKS) - toolkit
-
-
-@pytest.mark.parametrize("test", sorted(CHECKED_IN_NOTEBOOKS))
-def test_a_self_check_left_to_make_test_all_s_notebooks_is_run_and_compared_there(test):
-    """A solution's self-check that make test-all runs only through its solution notebook: the cell exists, calls
-    the same check, is not left out of nbval's comparison, its recorded output is the check's passing report, and
-    make test-all's nbval step runs the solution notebooks."""
-    notebook, cell_id, call = CHECKED_IN_NOTEBOOKS[test]
-    lesson = test.split("test_lesson")[1][:2]
-    assert notebook.startswith(f"solutions/{lesson}_"), (test, notebook)
-    cells = {c.get("id"): c for c in json.loads((ROOT / notebook).read_text())["cells"]}
-    assert cell_id in cells, f"{notebook} has no cell {cell_id} (its ids: {sorted(k for k in cells if k)})"
-    cell = cells[cell_id]
-    assert call in "".join(cell["source"]), "".join(cell["source"])
-    from nbval.plugin import find_comment_markers, find_metadata_tags
-
-    markers = [*find_comment_markers("".join(cell["source"])), *find_metadata_tags(cell.get("metadata", {}))]
-    assert ("check", False) not in markers and ("skip", True) not in markers, markers  # compared, not skipped
-    printed = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
-    assert "PASS" in printed and "FAIL" not in printed, printed
-    nbval = test_all.steps(jobs=1)["nbval"].command
-    assert "nbval" in test_all.SUITES["all"][1] and "solutions" in nbval
-    assert "--nbval" in nbval and "--nbval-lax" not in nbval and not any("sanitize" in a for a in nbval), nbval
 
 
 @pytest.mark.parametrize("failing", ["test-all", "test-toolkit", "nbval-lessons", None])

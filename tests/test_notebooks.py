@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from planting import CHECKED_IN_NOTEBOOKS
+
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
 # what a path on one machine looks like: it must not land in a committed notebook
@@ -149,3 +151,28 @@ def test_the_colab_cells_of_every_notebook_and_the_readmes_link_are_written_from
     stale = [p.relative_to(ROOT).as_posix() for p in files if len(set(colab_cells.render(p))) > 1]
     assert len(files) == 2 * len(LESSONS) + 1 and not stale, f"run python -m kernels.dev.colab_cells: {stale}"
     assert colab.link("lessons/01_thread_model/01_thread_model.ipynb") in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("test", sorted(CHECKED_IN_NOTEBOOKS))
+def test_a_self_check_left_to_make_test_all_s_notebooks_is_run_and_compared_there(test):
+    """A solution's self-check that make test-all runs only through its solution notebook (tests/planting.py): the
+    cell exists, calls the same check, is not left out of nbval's comparison, its recorded output is the check's
+    passing report, and make test-all's nbval step runs the solution notebooks with outputs compared."""
+    from nbval.plugin import find_comment_markers, find_metadata_tags
+
+    from kernels.dev import all_tests
+
+    notebook, cell_id, call = CHECKED_IN_NOTEBOOKS[test]
+    folder, name = Path(notebook).parts[:2]
+    assert folder == "solutions" and name.startswith(test.split("test_lesson")[1][:2] + "_"), (test, notebook)
+    by_id = {c.get("id"): c for c in cells(folder, name)}
+    assert cell_id in by_id, f"{notebook} has no cell {cell_id} (its ids: {sorted(k for k in by_id if k)})"
+    cell = by_id[cell_id]
+    assert call in text(cell), text(cell)
+    markers = [*find_comment_markers(text(cell)), *find_metadata_tags(cell.get("metadata", {}))]
+    assert ("check", False) not in markers and ("skip", True) not in markers, markers  # compared, not skipped
+    printed = outputs_text(cell)
+    assert "PASS" in printed and "FAIL" not in printed, printed
+    nbval = all_tests.steps(jobs=1)["nbval"].command
+    assert "nbval" in all_tests.SUITES["all"][1] and "solutions" in nbval
+    assert "--nbval" in nbval and "--nbval-lax" not in nbval and not any("sanitize" in a for a in nbval), nbval
