@@ -1,0 +1,743 @@
+// 12_attention.cu: attention, O = softmax(scale * Q K^T + mask) V, variant by variant, forward and backward.
+// Load with `ext = load("12")`; every variant is an out-variant: ext.attention3(q, k, v, causal, scale, out, lse).
+//
+//   attention1           unfused, three kernels: S = scale Q K^T into a [B, Hq, Tq, Tk] float32 buffer (a tiled
+//                        matmul), a masked softmax per row (a warp per row), O = P V (a tiled matmul). The Tq x Tk
+//                        matrix goes to DRAM and back twice: memory and traffic grow with T^2
+//   attention2           fused on CUDA cores (FlashAttention 1's idea): a thread per query row, K and V tiles streamed
+//                        through shared memory, the running max, sum and output in registers, updated key by key
+//                        (online softmax). Nothing of size T^2 is ever stored
+//   attention3           FlashAttention 2's forward on tensor cores: a warp per 16 query rows, mma.sync m16n8k16 with
+//                        fp32 accumulation, ldmatrix from XOR-swizzled shared memory, K and V tiles double-buffered
+//                        by cp.async, the score tile kept in registers and fed back as the A operand of P V, one
+//                        rescale of the output per tile, causal tiles above the diagonal skipped
+//   attention_backward1  FlashAttention 2's backward on CUDA cores: P recomputed from q, k and lse per tile; a block
+//                        per key tile accumulates dK and dV over every query row of its kv head; dQ by float32 atomics
+//   attention_backward2  the same on tensor cores (mma.sync): a warp per 16 keys; dQ by float32 atomics
+//   attention_backward3  attention_backward2 made deterministic: dK and dV as there, dQ by a second kernel per query
+//                        tile that recomputes P and dS instead of adding into dQ with atomics
+//   attention            functional form: attention3 where it runs (fp16/bf16, D 64 or 128, compute capability 8.0
+//                        or later), else attention2; returns (out, lse)
+//   attention_backward   functional backward: attention_backward2 where it runs, else attention_backward1; returns
+//                        (dq, dk, dv)
+//
+// Conventions, the same for every op:
+//   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous, one dtype; out: q's shape and dtype; lse: [B, Hq, Tq]
+//   float32. Grouped-query attention: Hq is a multiple of Hkv, and query head h reads kv head h / (Hq / Hkv)
+//   (Hkv = Hq is ordinary multi-head attention, Hkv = 1 multi-query attention).
+//   scale multiplies the scores (callers pass 1 / sqrt(D)).
+//   causal: query i attends to key j iff j <= i + (Tk - Tq), the diagonal aligned to the bottom-right corner as in
+//   FlashAttention 2 (PyTorch's is_causal when Tq == Tk; with Tq < Tk the queries are the last Tq positions of the
+//   sequence, as when decoding with a cache). Without causal every query attends to every key.
+//   lse[b, h, i] = log(sum_j exp(scale * q_i . k_j)) over the keys i attends to (natural log): the backward pass
+//   recomputes the probabilities from it, P_ij = exp(scale * q_i . k_j - lse_i), without a second pass for the sum.
+//   A query that attends to no key (causal with Tq > Tk: the first Tq - Tk queries; or Tk = 0) has out = 0 and
+//   lse = -inf, and its gradients are 0: it attends to nothing. (SDPA returns NaN there.)
+//   The math runs in float32: fp16 and bf16 values are widened on load and rounded once on store; the tensor-core
+//   variants also round P (and in the backward dS) to the input dtype as the second matmul's operand, as
+//   FlashAttention does. FLOPs: 4 B Hq Tq Tk D forward (about half that when causal), 2.5x that backward.
+
+// ---------------------------------------------------------------------------------------------
+// Includes.
+#include "helpers.cuh"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <type_traits>
+
+constexpr float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
+constexpr float LN2 = 0.6931471805599453f;
+
+// ---------------------------------------------------------------------------------------------
+// Device helpers shared by every variant.
+
+// The keys query row i attends to are keys 0 .. keys_of_row(i) - 1: a prefix, so a mask is one comparison.
+// 0 for a row before the diagonal's start (causal with Tq > Tk). 64-bit sum: i + Tk can pass 2^31.
+__host__ __device__ __forceinline__ int keys_of_row(int i, int Tq, int Tk, bool causal) {
+  if (!causal) return Tk;
+  const int64_t n = (int64_t)i + Tk - Tq + 1;
+  return n < 0 ? 0 : (n > Tk ? Tk : (int)n);
+}
+
+// Where the rows of (batch b, query head h) start in q and out, and those of its kv head in k and v (elements).
+struct HeadOffsets {
+  int64_t q, kv, row;  // row: the first of its Tq rows in lse (and in the backward's row vectors)
+};
+__device__ __forceinline__ HeadOffsets head_offsets(int b, int h, int Hq, int Hkv, int Tq, int Tk, int D) {
+  const int64_t bh = (int64_t)b * Hq + h, bkv = (int64_t)b * Hkv + h / (Hq / Hkv);
+  return {bh * Tq * D, bkv * Tk * D, bh * Tq};
+}
+
+// A running (max, sum of exp(x - max)), merged across the lanes of a warp (lesson 07's online softmax).
+struct MaxSum {
+  float m, s;
+};
+__device__ __forceinline__ MaxSum online_merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};  // both empty: a.m - m would be -inf - -inf = NaN
+  return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: attention1, three kernels with the scores in DRAM.
+
+constexpr int TILE1 = 32;  // attention1's matmuls: 32 x 32 tiles, a thread per element (1024 threads)
+
+// attention_scores_kernel1: block (x, h, b) owns a 32 x 32 tile of S (query tile x / tiles_k, key tile x % tiles_k);
+// thread (tx, ty) one score, s[i][j] = scale * q_i . k_j over D in steps of 32, both operands staged in shared
+// memory (lesson 09's matmul3 with B = K^T: K's tile is read down its columns, so it is padded to 33 floats a row
+// and the 32 lanes hit 32 banks). Writes Tq x Tk floats per head: bounded by those writes for D up to a few hundred.
+template <typename T>
+__global__ void __launch_bounds__(TILE1 * TILE1) attention_scores_kernel1(const T* __restrict__ q, const T* __restrict__ k,
+                                                                          float* __restrict__ s, int Hq, int Hkv, int Tq,
+                                                                          int Tk, int D, bool causal, float scale) {
+  __shared__ float Qs[TILE1][TILE1 + 1];
+  __shared__ float Ks[TILE1][TILE1 + 1];
+  const int tiles_k = (Tk + TILE1 - 1) / TILE1;
+  const int i0 = blockIdx.x / tiles_k * TILE1, j0 = blockIdx.x % tiles_k * TILE1;
+  if (j0 >= keys_of_row(min(i0 + TILE1, Tq) - 1, Tq, Tk, causal)) return;  // every score of the tile is masked
+  const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  float acc = 0.0f;
+  for (int d0 = 0; d0 < D; d0 += TILE1) {
+    const int d = d0 + tx;  // coalesced: a warp loads 32 consecutive values of one row
+    Qs[ty][tx] = i0 + ty < Tq && d < D ? to_float(q[at.q + (int64_t)(i0 + ty) * D + d]) : 0.0f;
+    Ks[ty][tx] = j0 + ty < Tk && d < D ? to_float(k[at.kv + (int64_t)(j0 + ty) * D + d]) : 0.0f;
+    __syncthreads();  // wait until the tiles are loaded
+#pragma unroll
+    for (int kk = 0; kk < TILE1; ++kk) acc += Qs[ty][kk] * Ks[tx][kk];  // Qs: a broadcast; Ks: 32 banks
+    __syncthreads();  // done with the tiles before the next load
+  }
+  if (i0 + ty < Tq && j0 + tx < Tk) s[(at.row + i0 + ty) * Tk + j0 + tx] = scale * acc;
+}
+
+// attention_softmax_kernel1: warp w of block b owns row 8b + w of S (all heads' rows stacked); lane l walks
+// columns l, l + 32, ... of the keys the row attends to, keeping a running (max, sum) (lesson 07's softmax5),
+// then overwrites the row with P (zeros where masked) and writes lse. Reads the row twice, writes it once.
+constexpr int SOFTMAX_WARPS = 8;
+__global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_softmax_kernel1(float* __restrict__ s, float* __restrict__ lse,
+                                                                                int64_t rows, int Tq, int Tk, bool causal) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * (int64_t)SOFTMAX_WARPS + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp leaves together, so the shuffles below see all 32 lanes
+  const int n = keys_of_row(row % Tq, Tq, Tk, causal);
+  float* r = s + row * Tk;
+  MaxSum p = {-INFINITY, 0.0f};
+  for (int j = lane; j < n; j += 32) p = online_merge(p, MaxSum{r[j], 1.0f});
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    p = online_merge(p, MaxSum{__shfl_xor_sync(FULL_MASK, p.m, offset), __shfl_xor_sync(FULL_MASK, p.s, offset)});
+  const float inv = p.s > 0.0f ? 1.0f / p.s : 0.0f;  // n = 0: a row with no key gets P = 0
+  for (int j = lane; j < Tk; j += 32) r[j] = j < n ? __expf(r[j] - p.m) * inv : 0.0f;
+  if (lane == 0) lse[row] = p.s > 0.0f ? p.m + logf(p.s) : -INFINITY;
+}
+
+// attention_pv_kernel1: block (x, h, b) owns a 32 x 32 tile of O (query tile x / tiles_d, columns x % tiles_d);
+// thread (tx, ty) one output, O[i][d] = sum_j P[i][j] v_j[d] over the keys in steps of 32 (causal: up to the
+// tile's last row's keys), P and V tiles staged in shared memory. Reads Tq x Tk floats of P per head.
+template <typename T>
+__global__ void __launch_bounds__(TILE1 * TILE1) attention_pv_kernel1(const float* __restrict__ p, const T* __restrict__ v,
+                                                                      T* __restrict__ out, int Hq, int Hkv, int Tq, int Tk,
+                                                                      int D, bool causal) {
+  __shared__ float Ps[TILE1][TILE1 + 1];
+  __shared__ float Vs[TILE1][TILE1 + 1];
+  const int tiles_d = (D + TILE1 - 1) / TILE1;
+  const int i0 = blockIdx.x / tiles_d * TILE1, d0 = blockIdx.x % tiles_d * TILE1;
+  const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int n = keys_of_row(min(i0 + TILE1, Tq) - 1, Tq, Tk, causal);  // past it P is 0 for every row of the tile
+  float acc = 0.0f;
+  for (int j0 = 0; j0 < n; j0 += TILE1) {
+    Ps[ty][tx] = i0 + ty < Tq && j0 + tx < Tk ? p[(at.row + i0 + ty) * Tk + j0 + tx] : 0.0f;
+    Vs[ty][tx] = j0 + ty < Tk && d0 + tx < D ? to_float(v[at.kv + (int64_t)(j0 + ty) * D + d0 + tx]) : 0.0f;
+    __syncthreads();  // wait until the tiles are loaded
+#pragma unroll
+    for (int kk = 0; kk < TILE1; ++kk) acc += Ps[ty][kk] * Vs[kk][tx];
+    __syncthreads();  // done with the tiles before the next load
+  }
+  if (i0 + ty < Tq && d0 + tx < D) out[at.q + (int64_t)(i0 + ty) * D + d0 + tx] = from_float<T>(acc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: attention2, a thread per query row on CUDA cores.
+
+constexpr int ROWS2 = 64;  // query rows (threads) per block
+constexpr int BC2 = 16;    // keys per shared-memory tile: Qs, Ks and Vs fill the 48 KB a block gets without opting in at D 128
+
+// attention_kernel2: thread r of block (x, h, b) owns query row 64x + r: its scaled q in its own column of Qs
+// (transposed: the 32 lanes of a warp read 32 consecutive floats), its running max m, sum l and output o[DMAX] in
+// registers. Per tile of 16 keys the block stages K and V in shared memory (coalesced; every lane then reads the
+// same Ks[c][d], a broadcast); per key each thread updates m, l and o (two exps and 2 D FMAs for o). Reads K and V
+// once per 64 query rows; bounded by the shared-memory loads (two per FMA) and the per-key rescale of o.
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(ROWS2) attention_kernel2(const T* __restrict__ q, const T* __restrict__ k,
+                                                           const T* __restrict__ v, T* __restrict__ out,
+                                                           float* __restrict__ lse, int Hq, int Hkv, int Tq, int Tk,
+                                                           int D, bool causal, float scale) {
+  __shared__ float Qs[DMAX][ROWS2];
+  __shared__ float Ks[BC2][DMAX];
+  __shared__ float Vs[BC2][DMAX];
+  const int r = threadIdx.x, i0 = blockIdx.x * ROWS2, i = i0 + r;
+  const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
+  // The row's own q, once: each thread reads its row (strided across lanes, but every 32-byte sector it touches is
+  // used in full by its next loads, from L1). Zeros past D and past the last row keep the dot products exact.
+#pragma unroll
+  for (int d = 0; d < DMAX; ++d) Qs[d][r] = i < Tq && d < D ? to_float(q[at.q + (int64_t)i * D + d]) * scale : 0.0f;
+  const int n = i < Tq ? keys_of_row(i, Tq, Tk, causal) : 0;          // the keys this row attends to
+  const int n_block = keys_of_row(min(i0 + ROWS2, Tq) - 1, Tq, Tk, causal);  // ... and its block's last row
+  float o[DMAX] = {};
+  float m = -INFINITY, l = 0.0f;
+  for (int j0 = 0; j0 < n_block; j0 += BC2) {
+    __syncthreads();  // everyone is done with the previous tile (and, the first time, Qs is written)
+    for (int e = r; e < BC2 * DMAX; e += ROWS2) {  // consecutive threads, consecutive columns: coalesced
+      const int c = e / DMAX, d = e % DMAX, j = j0 + c;
+      const bool inside = j < Tk && d < D;
+      Ks[c][d] = inside ? to_float(k[at.kv + (int64_t)j * D + d]) : 0.0f;
+      Vs[c][d] = inside ? to_float(v[at.kv + (int64_t)j * D + d]) : 0.0f;
+    }
+    __syncthreads();  // wait until the tile is loaded
+    const int c_end = min(BC2, n - j0);  // this row's keys in the tile (none past its diagonal)
+    for (int c = 0; c < c_end; ++c) {
+      float s = 0.0f;
+#pragma unroll
+      for (int d = 0; d < DMAX; ++d) s += Qs[d][r] * Ks[c][d];
+      const float m_new = fmaxf(m, s);
+      const float alpha = __expf(m - m_new);  // rescales what was summed against the old max; exp(-inf) = 0 at first
+      const float p = __expf(s - m_new);
+      l = l * alpha + p;
+#pragma unroll
+      for (int d = 0; d < DMAX; ++d) o[d] = o[d] * alpha + p * Vs[c][d];
+      m = m_new;
+    }
+  }
+  if (i >= Tq) return;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row with no key: out = 0
+#pragma unroll
+  for (int d = 0; d < DMAX; ++d)
+    if (d < D) out[at.q + (int64_t)i * D + d] = from_float<T>(o[d] * inv);
+  lse[at.row + i] = l > 0.0f ? m + logf(l) : -INFINITY;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core helpers (attention3, attention_backward2 and 3): the PTX of Ampere-class kernels. mma.sync m16n8k16 on
+// fp16/bf16 and cp.async exist from compute capability 8.0: compiled for an older GPU these are left out and the
+// kernels that use them trap (their launchers refuse such a GPU first).
+
+// The mma.sync m16n8k16 fragments, for lane l with g = l / 4 and t = l % 4 (PTX ISA, "Matrix fragments for mma.m16n8k16"):
+//   A (16 x 16, row-major): 4 registers of 2 values: (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
+//   B (16 x 8, k x n):      2 registers: (k 2t..2t+1, n g), (k 2t + 8.., n g)
+//   C (16 x 8, float):      4 values: (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)
+// So the C fragments of two adjacent 16 x 8 tiles (columns 0-7 and 8-15), rounded to 16 bits and paired, are exactly
+// the A fragment of the 16 x 16 tile they make: P = softmax(S) never leaves registers on its way into P V.
+
+// A shared-memory tile of rows of W 16-bit values, its 16-byte chunks XOR-swizzled: chunk c of row r is stored at
+// c ^ (r % 8) (W / 8 = 4 chunks a row: c ^ (r / 2 % 4)). ldmatrix reads one chunk from each of 8 consecutive rows:
+// unswizzled those lie W * 2 bytes apart, in the same 4 banks (an 8-way conflict); swizzled, in 8 different ones.
+template <int W>
+__device__ __forceinline__ int swizzle(int row, int col) {
+  constexpr int CHUNKS = W / 8;
+  static_assert(CHUNKS == 4 || CHUNKS % 8 == 0, "rows of 32 values or a multiple of 64");
+  const int x = CHUNKS >= 8 ? row % 8 : row / 2 % 4;
+  return row * W + ((col / 8) ^ x) * 8 + col % 8;
+}
+
+// The two 16-bit types' pairs and their mma.
+template <typename T>
+using Pair = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+
+// Two floats rounded to T, `lo` in the low 16 bits (the lower column): one register of an A fragment.
+template <typename T>
+__device__ __forceinline__ Pair<T> to_pair(float lo, float hi) {
+  if constexpr (std::is_same<T, __half>::value) return __floats2half2_rn(lo, hi);
+  else return __floats2bfloat162_rn(lo, hi);
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  const Pair<T> p = to_pair<T>(lo, hi);
+  uint32_t u;
+  memcpy(&u, &p, 4);
+  return u;
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// The shared-state-space address of a pointer into shared memory, as ldmatrix and cp.async take it.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes from global to shared memory without passing through registers; zeros instead where `inside` is false
+// (src-size 0: the ragged last tile), src must then still be a valid address.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(inside ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Four 8 x 8 matrices of 16-bit values from shared memory: lanes 8m .. 8m + 7 give the row addresses of matrix m
+// (16 bytes each), and register m of every lane receives its part of matrix m (.trans: of the transposed matrix).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+
+// c += a b for a 16 x 16 A and a 16 x 8 B in T, c in float32.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<T, __half>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x by the special-function unit's ex2.approx (flushes denormal results to 0, 2 ulp): the softmax's exponential.
+// exp2f without --use_fast_math adds instructions to handle denormals that a probability below 2^-126 never needs.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Rows r0 .. r0 + ROWS - 1 of a [rows, D] matrix in global memory (`limit` rows exist) into a swizzled shared tile by
+// cp.async, 16 bytes a copy, THREADS threads; rows past the limit are filled with zeros.
+template <int ROWS, int D, int THREADS, typename T>
+__device__ __forceinline__ void load_tile_async(T* tile, const T* src, int r0, int limit) {
+  static_assert((ROWS * D / 8) % THREADS == 0, "every thread copies as many chunks as the others");
+#pragma unroll
+  for (int e = threadIdx.x; e < ROWS * D / 8; e += THREADS) {
+    const int row = e / (D / 8), col = e % (D / 8) * 8;
+    const bool inside = r0 + row < limit;
+    cp_async16(tile + swizzle<D>(row, col), inside ? src + (int64_t)(r0 + row) * D + col : src, inside);
+  }
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: attention3, FlashAttention 2's forward on tensor cores.
+
+// The tiles. A block owns BR = 16 WARPS query rows, a warp 16 of them (one m16 tile: its rows' max and sum stay
+// inside the warp, in the 4 lanes of a quad), and walks the keys in tiles of BC. 8 warps (128 rows) rather than 4:
+// each K and V tile copied into shared memory then serves 128 rows, which halves the L2-to-SM traffic per FLOP (to
+// 2 bytes per 128 FLOPs: at 128 rows the copies need about 2.6 TB/s of L2 bandwidth at 330 TFLOP/s; at 64 rows twice
+// that, near what the H100's L2 delivers). What bounds each warp instead is ldmatrix: a warp of 16 rows reads all of
+// K and V from shared memory per tile, 16 FLOPs per byte, about 2 PFLOP/s of shared-memory bandwidth over 132 SMs
+// at 128 bytes a clock: room above FlashAttention 2's 350, and the first thing to revisit (32 rows a warp) when tuning.
+// Registers (ptxas -v, sm_90): D 128 keeps its Q fragments (32), O accumulator (64) and a 16 x 64 score tile (32) in
+// about 170 registers, one block of 8 warps per SM (2 blocks' shared memory, 96 KB each, would fit); D 64 fits in
+// 128 registers, for 2 blocks of 8 warps per SM.
+template <typename T, int D_, int WARPS_, int BC_>
+struct Fwd3 {
+  using Type = T;
+  static constexpr int D = D_, WARPS = WARPS_, BC = BC_, BR = 16 * WARPS, THREADS = 32 * WARPS;
+  static constexpr int MIN_BLOCKS = D <= 64 ? 2 : 1;  // __launch_bounds__: D 64 within 128 registers
+  static constexpr int SMEM = (BR * D + 4 * BC * D) * (int)sizeof(T);  // Q, then K and V in two buffers each
+  static_assert(D % 16 == 0 && BC % 16 == 0, "whole m16n8k16 steps");
+};
+
+// attention_kernel3: warp w of block (x, h, b) owns query rows 128x + 16w .. + 15; lane l holds rows g = l / 4 and
+// g + 8 of them: its Q fragments, its C fragments of the 16 x BC score tile and of the 16 x D output (fp32), and
+// for both rows the running max and its own part of the sum (the 4 lanes of a quad share a row; they combine their
+// sums once, at the end). Per key tile: S = Q K^T (ldmatrix of K), masked only where the tile crosses the diagonal
+// or the end of the keys, the online softmax in base 2 (scale * log2 e folded into one multiply, exp2 on the
+// special-function unit), O rescaled once, O += P V (P from the score registers, V by ldmatrix.trans). The next
+// K and V tiles arrive by cp.async during the math: one barrier per tile. Reads Q once, K and V once per 128 rows.
+template <class C>
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
+    attention_kernel3(const typename C::Type* __restrict__ q, const typename C::Type* __restrict__ k,
+                      const typename C::Type* __restrict__ v, typename C::Type* __restrict__ out, float* __restrict__ lse,
+                      int Hq, int Hkv, int Tq, int Tk, bool causal, float scale_log2) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using T = typename C::Type;
+  constexpr int D = C::D, BR = C::BR, BC = C::BC, THREADS = C::THREADS;
+  extern __shared__ uint4 attention_smem[];  // uint4 in every kernel: extern shared arrays share one name and type
+  T* Qs = reinterpret_cast<T*>(attention_smem);  // [BR][D], swizzled
+  T* Ks = Qs + BR * D;                           // [2][BC][D]
+  T* Vs = Ks + 2 * BC * D;                       // [2][BC][D]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i0 = blockIdx.x * BR, w0 = i0 + 16 * warp;  // the block's and the warp's first rows
+  const int row = w0 + lane / 4;                        // this lane's rows: row and row + 8
+  const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
+  const int shift = Tk - Tq;  // causal: row i attends to keys up to i + shift
+  const int tiles = (keys_of_row(min(i0 + BR, Tq) - 1, Tq, Tk, causal) + BC - 1) / BC;  // tiles above the diagonal: none
+
+  // Prologue: Q (one group), then the first K and V tiles (another); Q's fragments into registers once Q is in.
+  load_tile_async<BR, D, THREADS>(Qs, q + at.q, i0, Tq);
+  cp_async_commit();
+  if (tiles > 0) {
+    load_tile_async<BC, D, THREADS>(Ks, k + at.kv, 0, Tk);
+    load_tile_async<BC, D, THREADS>(Vs, v + at.kv, 0, Tk);
+  }
+  cp_async_commit();
+  cp_async_wait<1>();  // this thread's copies of Q have landed ...
+  __syncthreads();     // ... and everyone's
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)  // A: matrices (rows 0-7, 8-15) x (columns 0-7, 8-15) of each 16 x 16 step
+    ldmatrix_x4(qf[kk], Qs + swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), 16 * kk + 8 * (lane / 16)));
+
+  float o[D / 8][4] = {};                      // the 16 x D output: n8 tile dn, C fragment registers
+  float m[2] = {-INFINITY, -INFINITY};         // rows row and row + 8: the running max, in units of log2 (scaled)
+  float l[2] = {0.0f, 0.0f};                   // this lane's part of each row's sum of exp2(s - m)
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<0>();  // tile t has landed (this thread's copies) ...
+    __syncthreads();     // ... everyone's; and every warp is done with tile t - 1, whose buffers the next copy refills
+    if (t + 1 < tiles) {
+      load_tile_async<BC, D, THREADS>(Ks + (t + 1) % 2 * BC * D, k + at.kv, (t + 1) * BC, Tk);
+      load_tile_async<BC, D, THREADS>(Vs + (t + 1) % 2 * BC * D, v + at.kv, (t + 1) * BC, Tk);
+    }
+    cp_async_commit();  // an empty group after the last tile keeps the count regular
+    const int j0 = t * BC;
+    if (causal && j0 > w0 + 15 + shift) continue;  // the whole tile lies past this warp's diagonal: P = 0
+    const T* kt = Ks + t % 2 * BC * D;
+    const T* vt = Vs + t % 2 * BC * D;
+
+    // S = Q K^T: B = K^T, whose columns are K's rows: ldmatrix without .trans; one x4 gives two n8 tiles' B.
+    float s[BC / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int jj = 0; jj < BC / 16; ++jj) {
+        uint32_t kf[4];  // matrices (keys 0-7, 8-15) x (columns 0-7, 8-15): b0, b1 of n8 tile 2jj, then of 2jj + 1
+        ldmatrix_x4(kf, kt + swizzle<D>(16 * jj + lane % 8 + 8 * (lane / 16), 16 * kk + 8 * (lane / 8 % 2)));
+        mma16816<T>(s[2 * jj], qf[kk], kf[0], kf[1]);
+        mma16816<T>(s[2 * jj + 1], qf[kk], kf[2], kf[3]);
+      }
+
+    // Scale into units of log2, and mask where the tile crosses this warp's diagonal or the end of the keys.
+#pragma unroll
+    for (int jn = 0; jn < BC / 8; ++jn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[jn][e] *= scale_log2;
+    if (j0 + BC > Tk || (causal && j0 + BC - 1 > w0 + shift)) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int n = keys_of_row(row + 8 * r, Tq, Tk, causal);
+#pragma unroll
+        for (int jn = 0; jn < BC / 8; ++jn)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (j0 + 8 * jn + 2 * (lane % 4) + e >= n) s[jn][2 * r + e] = -INFINITY;
+      }
+    }
+
+    // Online softmax: the tile's row max (the quad's 4 lanes hold a row's 2 BC / 8 values each), the new max, the
+    // factor that moves what was summed so far onto it, and P = exp2(s - max) in place of the scores.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int jn = 0; jn < BC / 8; ++jn) mx = fmaxf(mx, fmaxf(s[jn][2 * r], s[jn][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+      const float base = mx == -INFINITY ? 0.0f : mx;  // a row with no key yet: exp2(-inf - 0) = 0, not NaN
+      const float alpha = fast_exp2(m[r] - base);      // 0 when m was -inf: nothing summed yet
+      m[r] = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int jn = 0; jn < BC / 8; ++jn) {
+        s[jn][2 * r] = fast_exp2(s[jn][2 * r] - base);
+        s[jn][2 * r + 1] = fast_exp2(s[jn][2 * r + 1] - base);
+        sum += s[jn][2 * r] + s[jn][2 * r + 1];
+      }
+      l[r] = l[r] * alpha + sum;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][2 * r] *= alpha;
+        o[dn][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V: A = P, two score n8 tiles per 16 keys; B = V (keys x columns, stored key-major): ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      const uint32_t pf[4] = {pack<T>(s[2 * kk][0], s[2 * kk][1]), pack<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t vf[4];  // matrices (keys 0-7, 8-15) x (columns 0-7, 8-15), transposed: b0, b1 of n8 tiles 2dd, 2dd + 1
+        ldmatrix_x4_trans(vf, vt + swizzle<D>(16 * kk + lane % 8 + 8 * (lane / 8 % 2), 16 * dd + 8 * (lane / 16)));
+        mma16816<T>(o[2 * dd], pf, vf[0], vf[1]);
+        mma16816<T>(o[2 * dd + 1], pf, vf[2], vf[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing may be in flight when the block ends
+
+  // Epilogue: each row's sum over its quad, O / l rounded to T into this warp's own 16 rows of Qs (only this warp read
+  // them), then 16-byte stores of whole rows (coalesced); lse = (m + log2 l) ln 2 by the quad's first lane.
+  T* os = Qs + 16 * warp * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(FULL_MASK, l[r], 1);
+    l[r] += __shfl_xor_sync(FULL_MASK, l[r], 2);
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a row with no key: out = 0
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<Pair<T>*>(os + swizzle<D>(lane / 4 + 8 * r, 8 * dn + 2 * (lane % 4))) =
+          to_pair<T>(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
+    if (lane % 4 == 0 && row + 8 * r < Tq)
+      lse[at.row + row + 8 * r] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * LN2 : -INFINITY;
+  }
+  __syncwarp();  // the warp's rows are staged
+#pragma unroll
+  for (int e = lane; e < 16 * D / 8; e += 32) {
+    const int r = e / (D / 8), col = e % (D / 8) * 8;
+    if (w0 + r < Tq)
+      *reinterpret_cast<uint4*>(out + at.q + (int64_t)(w0 + r) * D + col) =
+          *reinterpret_cast<const uint4*>(os + swizzle<D>(r, col));
+  }
+#else
+  __trap();  // compiled for a GPU before compute capability 8.0: the launcher refuses it first
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Launchers.
+
+// What an op takes: its name (for messages), its dtypes, its head dims.
+struct Takes {
+  const char* op;
+  bool half_only;  // float16 and bfloat16 only (the tensor-core variants); otherwise float32 too
+  int max_d;       // D from 1 to max_d ...
+  bool d64_128;    // ... or only 64 and 128
+};
+
+// The sizes of a call: q [B, Hq, Tq, D], k and v [B, Hkv, Tk, D].
+struct Dims {
+  int64_t B, Hq, Hkv, Tq, Tk, D;
+  bool empty() const { return B == 0 || Hq == 0 || Tq == 0; }  // no output row: nothing to launch
+};
+
+// `t` must be on the device, 4-D and contiguous.
+static void check_4d(const Takes& w, const at::Tensor& t, const char* name, const char* shape) {
+  TORCH_CHECK(KERNELS_ON_DEVICE(t), "`", w.op, "`: ", name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t.device());
+  TORCH_CHECK(t.dim() == 4, "`", w.op, "`: ", name, " must have 4 dimensions ", shape, ", got shape ", shape_str(t.sizes()));
+  TORCH_CHECK(t.is_contiguous(), "`", w.op, "`: ", name, " must be contiguous, got strides ", shape_str(t.strides()),
+              " for shape ", shape_str(t.sizes()), " (a transposed view, such as [B, T, H, D].transpose(1, 2), is not: "
+              "call .contiguous() first)");
+}
+
+// The checks of q, k and v that every op starts with; their sizes.
+static Dims check_qkv(const Takes& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_4d(w, q, "q", "[B, Hq, Tq, D]");
+  check_4d(w, k, "k", "[B, Hkv, Tk, D]");
+  check_4d(w, v, "v", "[B, Hkv, Tk, D]");
+  const auto dt = q.scalar_type();
+  const bool half = dt == at::kHalf || dt == at::kBFloat16;
+  TORCH_CHECK(half || (!w.half_only && dt == at::kFloat), "`", w.op, "`: q must be ",
+              w.half_only ? "float16 or bfloat16 (the tensor cores' inputs)" : "float32, float16 or bfloat16", ", got ", dt);
+  TORCH_CHECK(k.scalar_type() == dt && v.scalar_type() == dt, "`", w.op, "`: q, k and v must have one dtype, got ",
+              dt, ", ", k.scalar_type(), " and ", v.scalar_type());
+  TORCH_CHECK(k.sizes() == v.sizes(), "`", w.op, "`: k and v must have the same shape [B, Hkv, Tk, D], got ",
+              shape_str(k.sizes()), " and ", shape_str(v.sizes()));
+  const Dims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+  TORCH_CHECK(k.size(0) == d.B && k.size(3) == d.D, "`", w.op, "`: k must have q's batch size B and head dim D (q: ",
+              shape_str(q.sizes()), ", k and v: [B, Hkv, Tk, D]), got q ", shape_str(q.sizes()), " and k ", shape_str(k.sizes()));
+  TORCH_CHECK(d.Hkv == 0 ? d.Hq == 0 : d.Hq % d.Hkv == 0, "`", w.op, "`: q's heads (Hq = ", std::to_string(d.Hq),
+              ") must be a multiple of k's and v's (Hkv = ", std::to_string(d.Hkv),
+              "): query head h reads kv head h / (Hq / Hkv)");
+  if (w.d64_128) {
+    TORCH_CHECK(d.D == 64 || d.D == 128, "`", w.op, "` takes head dim D = 64 or 128, got D = ", std::to_string(d.D));
+  } else {
+    TORCH_CHECK(d.D >= 1 && d.D <= w.max_d, "`", w.op, "` takes head dim D from 1 to ", std::to_string(w.max_d),
+                ", got D = ", std::to_string(d.D));
+  }
+  TORCH_CHECK(d.Tq < (int64_t(1) << 31) - 256 && d.Tk < (int64_t(1) << 31) - 256, "`", w.op,
+              "`: sequence lengths must be below 2^31 - 256, got Tq = ", std::to_string(d.Tq), ", Tk = ", std::to_string(d.Tk));
+  TORCH_CHECK(d.B <= 65535 && d.Hq <= 65535, "`", w.op, "`: the grid takes at most 65535 batches and 65535 heads, got B = ",
+              std::to_string(d.B), ", Hq = ", std::to_string(d.Hq));
+  return d;
+}
+
+// `t` must be like `ref`: on the device, its dtype and shape, contiguous.
+static void check_like(const Takes& w, const at::Tensor& ref, const char* ref_name, const at::Tensor& t, const char* name) {
+  TORCH_CHECK(KERNELS_ON_DEVICE(t), "`", w.op, "`: ", name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t.device());
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type() && t.sizes() == ref.sizes(), "`", w.op, "`: ", name, " must have ",
+              ref_name, "'s shape ", shape_str(ref.sizes()), " and dtype ", ref.scalar_type(), ", got ",
+              shape_str(t.sizes()), " ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), "`", w.op, "`: ", name, " must be contiguous (call .contiguous() first)");
+}
+
+// A float32 vector per query row, [B, Hq, Tq] (lse; the backward's row sums).
+static void check_rows(const Takes& w, const Dims& d, const at::Tensor& t, const char* name) {
+  TORCH_CHECK(KERNELS_ON_DEVICE(t), "`", w.op, "`: ", name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t.device());
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.dim() == 3 && t.size(0) == d.B && t.size(1) == d.Hq && t.size(2) == d.Tq,
+              "`", w.op, "`: ", name, " must be float32 of shape [B, Hq, Tq] = ", shape_str({d.B, d.Hq, d.Tq}), ", got ",
+              shape_str(t.sizes()), " ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), "`", w.op, "`: ", name, " must be contiguous (call .contiguous() first)");
+}
+
+// The checks of a forward call; false when there is nothing to launch (no output row; no key: out = 0, lse = -inf).
+static bool forward_args(const Takes& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                         at::Tensor& out, at::Tensor& lse, Dims& d) {
+  d = check_qkv(w, q, k, v);
+  check_like(w, q, "q", out, "out");
+  check_rows(w, d, lse, "lse");
+  TORCH_CHECK(std::isfinite(scale), "`", w.op, "`: scale must be a finite number, got ", std::to_string(scale));
+  if (d.empty()) return false;
+  if (d.Tk == 0) {  // every row attends to nothing
+    out.zero_();
+    lse.fill_(-INFINITY);
+    return false;
+  }
+  return true;
+}
+
+// The tensor-core variants: 16-byte copies (every row is 128 or 256 bytes, so the base pointers decide), and a GPU of
+// compute capability 8.0 or later.
+static void check_tensor_core_args(const Takes& w, std::initializer_list<std::pair<const at::Tensor*, const char*>> ts) {
+  for (const auto& [t, name] : ts)
+    TORCH_CHECK(aligned16(*t), "`", w.op, "`: ", name, " must start on a 16-byte boundary (cp.async and the stores move 16 "
+                "bytes), got a view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
+  check_capability(w.op, 800, "mma.sync m16n8k16 on fp16/bf16 and cp.async");
+}
+
+// Calls f(T{}) with T = float, __half or __nv_bfloat16 for x's dtype (checked already): helpers.cuh's dispatch with
+// float16 too.
+template <typename F>
+inline void dispatch3(const at::Tensor& x, F&& f) {
+  if (x.scalar_type() == at::kFloat) f(float{});
+  else if (x.scalar_type() == at::kHalf) f(__half{});
+  else f(__nv_bfloat16{});
+}
+
+// The grid of a kernel with `tiles` blocks per (batch, head): x over the tiles, y the head, z the batch (as
+// FlashAttention's: consecutive blocks share a head's K and V, which stay in L2).
+static dim3 head_grid(int64_t tiles, const Dims& d, int64_t heads) {
+  CHECK_GRID(tiles);
+  return dim3((unsigned)tiles, (unsigned)heads, (unsigned)d.B);
+}
+
+void attention1(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale, at::Tensor& out,
+                at::Tensor& lse) {
+  const Takes w{"attention1", false, 256, false};
+  Dims d;
+  if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
+  // The scores of every head: B Hq Tq Tk floats (at T = 4096, 16 heads, a batch of 8: 8 GiB). Here is the cost of
+  // not fusing: memory that grows with T^2, written and read twice.
+  at::Tensor s = at::empty({d.B, d.Hq, d.Tq, d.Tk}, q.options().dtype(at::kFloat));
+  const int64_t tiles_q = ceil_div(d.Tq, (int64_t)TILE1), tiles_k = ceil_div(d.Tk, (int64_t)TILE1);
+  const int64_t rows = d.B * d.Hq * d.Tq;
+  CHECK_GRID(ceil_div(rows, (int64_t)SOFTMAX_WARPS));
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const dim3 tile(TILE1, TILE1);
+  dispatch3(q, [&](auto t) {
+    using T = decltype(t);
+    attention_scores_kernel1<T><<<head_grid(tiles_q * tiles_k, d, d.Hq), tile, 0, stream>>>(
+        ptr<T>(q), ptr<T>(k), mut<float>(s), d.Hq, d.Hkv, d.Tq, d.Tk, d.D, causal, (float)scale);
+    CHECK_LAUNCH();
+    attention_softmax_kernel1<<<ceil_div(rows, (int64_t)SOFTMAX_WARPS), SOFTMAX_WARPS * 32, 0, stream>>>(
+        mut<float>(s), mut<float>(lse), rows, d.Tq, d.Tk, causal);
+    CHECK_LAUNCH();
+    attention_pv_kernel1<T><<<head_grid(tiles_q * ceil_div(d.D, (int64_t)TILE1), d, d.Hq), tile, 0, stream>>>(
+        ptr<float>(s), ptr<T>(v), mut<T>(out), d.Hq, d.Hkv, d.Tq, d.Tk, d.D, causal);
+    CHECK_LAUNCH();
+  });
+}
+
+void attention2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale, at::Tensor& out,
+                at::Tensor& lse) {
+  const Takes w{"attention2", false, 128, false};
+  Dims d;
+  if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
+  const dim3 grid = head_grid(ceil_div(d.Tq, (int64_t)ROWS2), d, d.Hq);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch3(q, [&](auto t) {
+    using T = decltype(t);
+    // o[DMAX] lives in registers, so its length is a template parameter: the smallest of 32, 64, 128 that holds D
+    auto kernel = d.D <= 32 ? attention_kernel2<T, 32> : d.D <= 64 ? attention_kernel2<T, 64> : attention_kernel2<T, 128>;
+    kernel<<<grid, ROWS2, 0, stream>>>(ptr<T>(q), ptr<T>(k), ptr<T>(v), mut<T>(out), mut<float>(lse), d.Hq, d.Hkv,
+                                       d.Tq, d.Tk, d.D, causal, (float)scale);
+  });
+  CHECK_LAUNCH();
+}
+
+// A kernel that takes more than 48 KB of dynamic shared memory must opt in (per device, so at every launch: a host
+// call of about a microsecond).
+template <typename K>
+static void allow_shared(K kernel, int bytes) {
+  if (bytes > 48 * 1024) C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+template <class C>
+static void launch3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale, at::Tensor& out,
+                    at::Tensor& lse, const Dims& d) {
+  using T = typename C::Type;
+  auto kernel = attention_kernel3<C>;
+  allow_shared(kernel, C::SMEM);
+  kernel<<<head_grid(ceil_div(d.Tq, (int64_t)C::BR), d, d.Hq), C::THREADS, C::SMEM, c10::cuda::getCurrentCUDAStream()>>>(
+      ptr<T>(q), ptr<T>(k), ptr<T>(v), mut<T>(out), mut<float>(lse), d.Hq, d.Hkv, d.Tq, d.Tk, causal,
+      (float)scale * LOG2E);
+  CHECK_LAUNCH();
+}
+
+void attention3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale, at::Tensor& out,
+                at::Tensor& lse) {
+  const Takes w{"attention3", true, 128, true};
+  Dims d;
+  if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
+  check_tensor_core_args(w, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}});
+  dispatch3(q, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same<T, float>::value) {
+      if (d.D == 64) launch3<Fwd3<T, 64, 8, 64>>(q, k, v, causal, scale, out, lse, d);
+      else launch3<Fwd3<T, 128, 8, 64>>(q, k, v, causal, scale, out, lse, d);
+    }
+  });
+}
+
+// Whether attention3 (and the tensor-core backward) take these inputs on this GPU.
+static bool tensor_cores_take(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
+  return half && (q.size(3) == 64 || q.size(3) == 128) && aligned16(q) && aligned16(k) && aligned16(v) &&
+         device_attribute(cudaDevAttrComputeCapabilityMajor) >= 8;
+}
+
+// Functional attention: (out, lse) by attention3 where it runs, else attention2 (float32, other head dims, a GPU
+// before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
+std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                                             double scale) {
+  TORCH_CHECK(q.dim() == 4, "`attention`: q must have 4 dimensions [B, Hq, Tq, D], got shape ", shape_str(q.sizes()));
+  at::Tensor out = at::empty_like(q);
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+  if (k.dim() == 4 && v.dim() == 4 && tensor_cores_take(q, k, v)) attention3(q, k, v, causal, scale, out, lse);
+  else attention2(q, k, v, causal, scale, out, lse);
+  return {out, lse};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration. The functional ops get their fake kernels and derivative in Python (the lesson's module), the
+// lesson 03 route.
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("attention1(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
+  m.def("attention2(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
+  m.def("attention3(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
+  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
+  m.impl("attention1", &attention1);
+  m.impl("attention2", &attention2);
+  m.impl("attention3", &attention3);
+  m.impl("attention", &attention);
+}
