@@ -1,30 +1,38 @@
 // 12_attention.cu: attention, O = softmax(scale * Q K^T + mask) V, variant by variant, forward and backward.
-// Load with `ext = load("12")`; every variant is an out-variant: ext.attention3(q, k, v, causal, scale, out, lse).
+// Load with `ext = load("12")`; every variant is an out-variant:
+//     ext.attention3(q, k, v, causal, scale, out, lse)
+//     ext.attention_backward2(q, k, v, out, lse, dout, causal, scale, dq, dk, dv)
 //
 //   attention1           unfused, three kernels: S = scale Q K^T into a [B, Hq, Tq, Tk] float32 buffer (a tiled
 //                        matmul), a masked softmax per row (a warp per row), O = P V (a tiled matmul). The Tq x Tk
-//                        matrix goes to DRAM and back twice: memory and traffic grow with T^2
+//                        matrix goes to DRAM and back twice: memory and traffic grow with T^2. Any D up to 256
 //   attention2           fused on CUDA cores (FlashAttention 1's idea): a thread per query row, K and V tiles streamed
 //                        through shared memory, the running max, sum and output in registers, updated key by key
-//                        (online softmax). Nothing of size T^2 is ever stored
+//                        (online softmax). Nothing of size T^2 is ever stored. Any D up to 128
 //   attention3           FlashAttention 2's forward on tensor cores: a warp per 16 query rows, mma.sync m16n8k16 with
 //                        fp32 accumulation, ldmatrix from XOR-swizzled shared memory, K and V tiles double-buffered
 //                        by cp.async, the score tile kept in registers and fed back as the A operand of P V, one
-//                        rescale of the output per tile, causal tiles above the diagonal skipped
+//                        rescale of the output per tile, causal tiles above the diagonal skipped. fp16 and bf16,
+//                        D 64 or 128, compute capability 8.0 or later
 //   attention_backward1  FlashAttention 2's backward on CUDA cores: P recomputed from q, k and lse per tile; a block
-//                        per key tile accumulates dK and dV over every query row of its kv head; dQ by float32 atomics
-//   attention_backward2  the same on tensor cores (mma.sync): a warp per 16 keys; dQ by float32 atomics
+//                        per key tile accumulates dK and dV over every query row of its kv head; dQ by float32 atomics.
+//                        Any D up to 128
+//   attention_backward2  the same on tensor cores (mma.sync), a warp per 16 keys; dQ by float32 atomics. fp16 and bf16,
+//                        D 64 or 128, compute capability 8.0 or later
 //   attention_backward3  attention_backward2 made deterministic: dK and dV as there, dQ by a second kernel per query
-//                        tile that recomputes P and dS instead of adding into dQ with atomics
-//   attention            functional form: attention3 where it runs (fp16/bf16, D 64 or 128, compute capability 8.0
-//                        or later), else attention2; returns (out, lse)
+//                        tile that recomputes P and dS instead of adding into dQ with atomics. Same inputs as backward2
+//   attention            functional form: attention3 where it runs (fp16/bf16, D 64 or 128, 16-byte aligned, compute
+//                        capability 8.0 or later), else attention2; returns (out, lse)
 //   attention_backward   functional backward: attention_backward2 where it runs, else attention_backward1; returns
 //                        (dq, dk, dv)
 //
 // Conventions, the same for every op:
-//   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous, one dtype; out: q's shape and dtype; lse: [B, Hq, Tq]
-//   float32. Grouped-query attention: Hq is a multiple of Hkv, and query head h reads kv head h / (Hq / Hkv)
-//   (Hkv = Hq is ordinary multi-head attention, Hkv = 1 multi-query attention).
+//   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous, one dtype (float32, float16 or bfloat16 where the op
+//   takes it); out, dout and dq: q's shape and dtype; dk, dv: k's; lse: [B, Hq, Tq] float32.
+//   Grouped-query attention: Hq is a multiple of Hkv, and query head h reads kv head h / (Hq / Hkv) (Hkv = Hq is
+//   ordinary multi-head attention, Hkv = 1 multi-query attention). In the backward, a kv head's dK and dV are sums over
+//   the Hq / Hkv query heads that read it: each block of the dK/dV kernels owns keys of one kv head and walks the query
+//   rows of all of its query heads, adding their terms up in its registers (no atomics, no second pass).
 //   scale multiplies the scores (callers pass 1 / sqrt(D)).
 //   causal: query i attends to key j iff j <= i + (Tk - Tq), the diagonal aligned to the bottom-right corner as in
 //   FlashAttention 2 (PyTorch's is_causal when Tq == Tk; with Tq < Tk the queries are the last Tq positions of the
@@ -32,10 +40,21 @@
 //   lse[b, h, i] = log(sum_j exp(scale * q_i . k_j)) over the keys i attends to (natural log): the backward pass
 //   recomputes the probabilities from it, P_ij = exp(scale * q_i . k_j - lse_i), without a second pass for the sum.
 //   A query that attends to no key (causal with Tq > Tk: the first Tq - Tk queries; or Tk = 0) has out = 0 and
-//   lse = -inf, and its gradients are 0: it attends to nothing. (SDPA returns NaN there.)
+//   lse = -inf, and its gradients are 0: it attends to nothing. (SDPA returns NaN there.) An empty output (B, Hq or
+//   Tq = 0) launches nothing.
 //   The math runs in float32: fp16 and bf16 values are widened on load and rounded once on store; the tensor-core
 //   variants also round P (and in the backward dS) to the input dtype as the second matmul's operand, as
 //   FlashAttention does. FLOPs: 4 B Hq Tq Tk D forward (about half that when causal), 2.5x that backward.
+//
+// Why a deterministic backward (attention_backward3). Float addition is not associative, and atomics add in whatever
+// order the blocks reach them: attention_backward1 and 2 give dq that differs in its last bits from run to run. A
+// training run then cannot be repeated bit for bit (a loss spike cannot be replayed to find its cause, two runs that
+// should agree cannot be compared exactly, torch.use_deterministic_algorithms(True) cannot be honoured), and under
+// data parallelism (DDP) the replicas' gradients are averaged from values that no rerun reproduces. backward3 writes
+// each dq element once, from one warp, in a fixed order. The cost: its dQ kernel recomputes S = Q K^T and dP = dO V^T
+// (made by the dK/dV kernel too, which no longer needs the dS round trip through shared memory), so the backward does
+// 7 matmuls of the forward's size instead of 5, and reads K and V once more per query tile: about 1.3-1.4x the time
+// of attention_backward2 where both are bound by the tensor cores.
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
@@ -174,8 +193,8 @@ constexpr int ROWS2 = 64;  // query rows (threads) per block
 constexpr int BC2 = 16;    // keys per shared-memory tile: Qs, Ks and Vs fill the 48 KB a block gets without opting in at D 128
 
 // attention_kernel2: thread r of block (x, h, b) owns query row 64x + r: its scaled q in its own column of Qs
-// (transposed: the 32 lanes of a warp read 32 consecutive floats), its running max m, sum l and output o[DMAX] in
-// registers. Per tile of 16 keys the block stages K and V in shared memory (coalesced; every lane then reads the
+// (transposed: the 32 lanes of a warp read 32 consecutive floats; q and o together, 2 x 128 floats, would not fit in
+// a thread's 255 registers), its running max m, sum l and output o[DMAX] in registers. Per tile of 16 keys the block stages K and V in shared memory (coalesced; every lane then reads the
 // same Ks[c][d], a broadcast); per key each thread updates m, l and o (two exps and 2 D FMAs for o). Reads K and V
 // once per 64 query rows; bounded by the shared-memory loads (two per FMA) and the per-key rescale of o.
 template <typename T, int DMAX>
@@ -208,7 +227,7 @@ __global__ void __launch_bounds__(ROWS2) attention_kernel2(const T* __restrict__
     const int c_end = min(BC2, n - j0);  // this row's keys in the tile (none past its diagonal)
     for (int c = 0; c < c_end; ++c) {
       float s = 0.0f;
-#pragma unroll
+#pragma unroll 8  // not fully: then the compiler keeps all of q in registers beside o, and at DMAX 128 spills
       for (int d = 0; d < DMAX; ++d) s += Qs[d][r] * Ks[c][d];
       const float m_new = fmaxf(m, s);
       const float alpha = __expf(m - m_new);  // rescales what was summed against the old max; exp(-inf) = 0 at first
@@ -342,9 +361,10 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int r0, i
 // that, near what the H100's L2 delivers). What bounds each warp instead is ldmatrix: a warp of 16 rows reads all of
 // K and V from shared memory per tile, 16 FLOPs per byte, about 2 PFLOP/s of shared-memory bandwidth over 132 SMs
 // at 128 bytes a clock: room above FlashAttention 2's 350, and the first thing to revisit (32 rows a warp) when tuning.
-// Registers (ptxas -v, sm_90): D 128 keeps its Q fragments (32), O accumulator (64) and a 16 x 64 score tile (32) in
-// about 170 registers, one block of 8 warps per SM (2 blocks' shared memory, 96 KB each, would fit); D 64 fits in
-// 128 registers, for 2 blocks of 8 warps per SM.
+// Registers (ptxas -v, sm_90, CUDA 13.0): D 128 keeps its Q fragments (32), O accumulator (64) and a 16 x 64 score tile
+// (32) in 216 registers, no spills: one block of 8 warps per SM (the shared memory of two, 96 KB each, would fit);
+// D 64 fits the 128 registers that __launch_bounds__ asks for, for 2 blocks of 8 warps per SM (built for sm_80 the
+// same cap spills 36 bytes, in the prologue and epilogue).
 template <typename T, int D_, int WARPS_, int BC_>
 struct Fwd3 {
   using Type = T;
@@ -504,6 +524,481 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const int r = e / (D / 8), col = e % (D / 8) * 8;
     if (w0 + r < Tq)
       *reinterpret_cast<uint4*>(out + at.q + (int64_t)(w0 + r) * D + col) =
+          *reinterpret_cast<const uint4*>(os + swizzle<D>(r, col));
+  }
+#else
+  __trap();  // compiled for a GPU before compute capability 8.0: the launcher refuses it first
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: the backward's pre-pass and last step, shared by every backward variant.
+//
+// With P = softmax(S), S = scale Q K^T and the output's gradient dO (FlashAttention 2's backward, per query row i
+// and key j): dV = P^T dO; dP = dO V^T; dS_ij = P_ij (dP_ij - D_i) with D_i = sum_j P_ij dP_ij = dO_i . O_i;
+// dQ = scale dS K; dK = scale dS^T Q. P is recomputed per tile from q, k and the forward's lse (P = exp(S - lse)),
+// so nothing of size T^2 is stored; D_i comes first, from dO and O, in a pass of its own.
+
+// attention_rowdot_kernel: warp w of block b owns row 8b + w (every head's rows stacked): D_i = dO_i . O_i in float32.
+// Reads dO and O once: bandwidth-bound, a small part of the backward.
+template <typename T>
+__global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rowdot_kernel(const T* __restrict__ dout, const T* __restrict__ out,
+                                                                              float* __restrict__ delta, int64_t rows, int D) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * (int64_t)SOFTMAX_WARPS + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp leaves together
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += to_float(dout[row * D + d]) * to_float(out[row * D + d]);
+  s = warp_allreduce_sum(s);
+  if (lane == 0) delta[row] = s;
+}
+
+// attention_convert_kernel: dq = the float32 sums the atomics made, rounded once to T; a thread per 1 value.
+template <typename T>
+__global__ void attention_convert_kernel(const float* __restrict__ acc, T* __restrict__ dq, int64_t n) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x)
+    dq[e] = from_float<T>(acc[e]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: attention_backward1, FlashAttention 2's backward on CUDA cores.
+
+constexpr int KEYS4 = 16, ROWS4 = 16, THREADS4 = 128;  // a block's keys, its query rows per step, its threads
+
+// attention_backward_kernel1: block (x, g, b) owns keys 16x .. 16x + 15 of kv head g of batch b: their k and v in
+// shared memory, their dK and dV in registers (thread t owns the (key, column) pairs t, t + 128, ...). It walks every
+// query head of the group (GQA: their contributions to the shared kv head add up in those registers, no atomics)
+// and every query tile of 16 rows that can attend to its keys (causal: from the diagonal on), in three phases
+// between barriers: S and dP (a thread per 2 of the 16 x 16 pairs, dot products over D), then P and dS into shared
+// memory; dK += dS^T Q and dV += P^T dO; dQ += dS K for the tile's rows, added into a float32 buffer with atomics
+// (coalesced: consecutive threads, consecutive columns). Shared rows are padded to DMAX + 1 floats so that 16 keys
+// (or 2 rows) read at one column fall in different banks. Reads Q and dO once per 16 keys; bounded by shared memory.
+template <typename T, int DMAX>
+__global__ void __launch_bounds__(THREADS4) attention_backward_kernel1(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout,
+    const float* __restrict__ lse, const float* __restrict__ delta, float* __restrict__ dq_acc, T* __restrict__ dk,
+    T* __restrict__ dv, int Hq, int Hkv, int Tq, int Tk, int D, bool causal, float scale) {
+  __shared__ float Ks[KEYS4][DMAX + 1];
+  __shared__ float Vs[KEYS4][DMAX + 1];
+  __shared__ float Qs[ROWS4][DMAX + 1];
+  __shared__ float dOs[ROWS4][DMAX + 1];
+  __shared__ float Ps[ROWS4][KEYS4 + 1];
+  __shared__ float dSs[ROWS4][KEYS4 + 1];
+  __shared__ float row_lse[ROWS4];
+  __shared__ float row_delta[ROWS4];
+  constexpr int PER = KEYS4 * DMAX / THREADS4;  // (key, column) pairs of dK and dV per thread; also (row, column) of dQ
+  static_assert(PER * THREADS4 == KEYS4 * DMAX && ROWS4 == KEYS4 && DMAX % 32 == 0, "whole warps per key and per row");
+  const int tid = threadIdx.x, j0 = blockIdx.x * KEYS4, b = blockIdx.z, group = Hq / Hkv;
+  const int64_t kv_at = ((int64_t)b * Hkv + blockIdx.y) * Tk * D;
+  for (int e = tid; e < KEYS4 * DMAX; e += THREADS4) {
+    const int c = e / DMAX, d = e % DMAX;
+    const bool inside = j0 + c < Tk && d < D;
+    Ks[c][d] = inside ? to_float(k[kv_at + (int64_t)(j0 + c) * D + d]) : 0.0f;
+    Vs[c][d] = inside ? to_float(v[kv_at + (int64_t)(j0 + c) * D + d]) : 0.0f;
+  }
+  float dk_acc[PER] = {}, dv_acc[PER] = {};
+  // causal: row i attends to key j0 iff i >= j0 - (Tk - Tq); earlier rows' P is 0 for every key of the block
+  const int first = causal ? max(0, j0 - (Tk - Tq)) / ROWS4 * ROWS4 : 0;
+  for (int h = blockIdx.y * group; h < (blockIdx.y + 1) * group; ++h) {
+    const int64_t bh = (int64_t)b * Hq + h, q_at = bh * Tq * D;
+    for (int i0 = first; i0 < Tq; i0 += ROWS4) {
+      __syncthreads();  // the previous step's tiles have been read (the first time: K and V are in)
+      for (int e = tid; e < ROWS4 * DMAX; e += THREADS4) {
+        const int r = e / DMAX, d = e % DMAX;
+        const bool inside = i0 + r < Tq && d < D;
+        Qs[r][d] = inside ? to_float(q[q_at + (int64_t)(i0 + r) * D + d]) : 0.0f;
+        dOs[r][d] = inside ? to_float(dout[q_at + (int64_t)(i0 + r) * D + d]) : 0.0f;
+      }
+      if (tid < ROWS4) {
+        // lse = -inf (a row with no key) would make exp(s - lse) infinite: +inf makes its P 0, as for rows past Tq
+        const float l = i0 + tid < Tq ? lse[bh * Tq + i0 + tid] : INFINITY;
+        row_lse[tid] = l == -INFINITY ? INFINITY : l;
+        row_delta[tid] = i0 + tid < Tq ? delta[bh * Tq + i0 + tid] : 0.0f;
+      }
+      __syncthreads();  // wait until the tiles are loaded
+
+      // Phase 1: P and dS for the 16 x 16 (row, key) pairs, 2 per thread; a warp covers 2 rows x 16 keys.
+      for (int e = tid; e < ROWS4 * KEYS4; e += THREADS4) {
+        const int r = e / KEYS4, c = e % KEYS4;
+        float s = 0.0f, dp = 0.0f;
+#pragma unroll
+        for (int d = 0; d < DMAX; ++d) {
+          s += Qs[r][d] * Ks[c][d];
+          dp += dOs[r][d] * Vs[c][d];
+        }
+        const bool kept = i0 + r < Tq && j0 + c < keys_of_row(i0 + r, Tq, Tk, causal);
+        const float p = kept ? __expf(scale * s - row_lse[r]) : 0.0f;
+        Ps[r][c] = p;
+        dSs[r][c] = p * (dp - row_delta[r]);
+      }
+      __syncthreads();  // P and dS are in
+
+      // Phase 2: dV += P^T dO and dK += dS^T Q for this thread's (key, column) pairs: a warp shares its key (a
+      // broadcast of P and dS) and reads 32 consecutive columns of dO and Q.
+#pragma unroll
+      for (int x = 0; x < PER; ++x) {
+        const int c = (tid + x * THREADS4) / DMAX, d = (tid + x * THREADS4) % DMAX;
+#pragma unroll
+        for (int r = 0; r < ROWS4; ++r) {
+          dv_acc[x] += Ps[r][c] * dOs[r][d];
+          dk_acc[x] += dSs[r][c] * Qs[r][d];
+        }
+      }
+      // Phase 3: dQ += scale dS K for this thread's (row, column) pairs, into the float32 buffer: every key block
+      // adds to the same rows, so the adds are atomic.
+#pragma unroll
+      for (int x = 0; x < PER; ++x) {
+        const int r = (tid + x * THREADS4) / DMAX, d = (tid + x * THREADS4) % DMAX;
+        if (i0 + r >= Tq || d >= D) continue;
+        float a = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KEYS4; ++c) a += dSs[r][c] * Ks[c][d];
+        atomicAdd(&dq_acc[q_at + (int64_t)(i0 + r) * D + d], scale * a);
+      }
+    }
+  }
+#pragma unroll
+  for (int x = 0; x < PER; ++x) {
+    const int c = (tid + x * THREADS4) / DMAX, d = (tid + x * THREADS4) % DMAX;
+    if (j0 + c < Tk && d < D) {
+      dk[kv_at + (int64_t)(j0 + c) * D + d] = from_float<T>(scale * dk_acc[x]);
+      dv[kv_at + (int64_t)(j0 + c) * D + d] = from_float<T>(dv_acc[x]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: attention_backward2 and attention_backward3, on tensor cores.
+
+// The tiles of the dK/dV kernel. A block owns BC = 64 keys, a warp 16 of them (the m16 rows of S^T = K Q^T, so that
+// dK and dV, 16 x D each, stay in the warp's registers), and walks the query rows in tiles of BR: 64 at D 64, 32 at
+// D 128 (dK and dV already take 128 registers there; the 16 x BR tiles of S^T and dP^T take BR / 2 more each).
+// DQ: dQ by float32 atomics (attention_backward2), else left to attention_dq_kernel3 (attention_backward3).
+template <typename T, int D_, int BR_, bool DQ_>
+struct Bwd2 {
+  using Type = T;
+  static constexpr int D = D_, BR = BR_, WARPS = 4, BC = 16 * WARPS, THREADS = 32 * WARPS;
+  static constexpr bool DQ = DQ_;
+  static constexpr int MT = BR / 16, DSPLIT = WARPS / MT;  // the dQ step: the tile's m16 tiles, the warps on each
+  // K, V; Q and dO in two buffers each; dS^T [BC][BR]; lse and D_i of the query rows, two buffers each
+  static constexpr int SMEM = (2 * BC * D + 4 * BR * D + BC * BR) * (int)sizeof(T) + 4 * BR * (int)sizeof(float);
+  static_assert(D % 16 == 0 && BR % 16 == 0 && WARPS % MT == 0 && (D / DSPLIT) % 16 == 0, "whole m16n8k16 steps");
+};
+
+// attention_backward_kernel2: block (x, g, b) owns keys 64x .. 64x + 63 of kv head g (K and V loaded once into
+// swizzled shared memory); warp w owns 16 of them: lane l holds keys g = l / 4 and g + 8 of the warp's 16 rows of
+// dK and dV (fp32 C fragments). It walks every query head of the group (GQA: their dK and dV add up in registers)
+// and every query tile that can attend to its keys; per tile, with Q and dO double-buffered by cp.async:
+//   S^T = K Q^T and dP^T = V dO^T (A: the warp's K and V rows by ldmatrix; B: Q and dO, ldmatrix without .trans)
+//   P^T = exp2(S^T scale log2 e - lse log2 e) (lse per column, from shared memory), masked; dS^T = P^T (dP^T - D)
+//   dV += P^T dO and dK += dS^T Q (A: P^T and dS^T from the C registers, as in the forward; B: ldmatrix.trans)
+//   DQ: dS^T to shared memory, a barrier, then dQ = dS K for the tile (warps split its m16 tiles and columns),
+//   added into a float32 buffer with atomics (every key block adds to the same dQ rows).
+// Reads Q and dO once per 64 keys (and lse, D); writes dK and dV once. 8 B Hq Tq Tk D FLOPs with dQ.
+template <class C>
+__global__ void __launch_bounds__(C::THREADS) attention_backward_kernel2(
+    const typename C::Type* __restrict__ q, const typename C::Type* __restrict__ k, const typename C::Type* __restrict__ v,
+    const typename C::Type* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    float* __restrict__ dq_acc, typename C::Type* __restrict__ dk, typename C::Type* __restrict__ dv, int Hq, int Hkv,
+    int Tq, int Tk, bool causal, float scale, float scale_log2) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using T = typename C::Type;
+  constexpr int D = C::D, BR = C::BR, BC = C::BC, THREADS = C::THREADS;
+  extern __shared__ uint4 attention_smem[];
+  T* Ks = reinterpret_cast<T*>(attention_smem);  // [BC][D], swizzled
+  T* Vs = Ks + BC * D;                           // [BC][D]
+  T* Qs = Vs + BC * D;                           // [2][BR][D]
+  T* dOs = Qs + 2 * BR * D;                      // [2][BR][D]
+  T* dSs = dOs + 2 * BR * D;                     // [BC][BR]: dS^T, for the dQ step
+  float* row_lse = reinterpret_cast<float*>(dSs + BC * BR);  // [2][BR], times log2 e
+  float* row_delta = row_lse + 2 * BR;                       // [2][BR]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int j0 = blockIdx.x * BC, kw = j0 + 16 * warp;  // the block's and the warp's first keys
+  const int key = kw + lane / 4;                         // this lane's keys: key and key + 8
+  const int group = Hq / Hkv, shift = Tk - Tq;
+  const int64_t kv_at = ((int64_t)blockIdx.z * Hkv + blockIdx.y) * Tk * D;
+  const int first = causal ? max(0, j0 - shift) / BR : 0;  // earlier query tiles attend to none of the block's keys
+  const int tiles = (Tq + BR - 1) / BR - first, steps = group * tiles;
+
+  // Step s: query head blockIdx.y * group + s / tiles, query tile first + s % tiles, into buffer s % 2.
+  auto load_step = [&](int s) {
+    const int64_t bh = (int64_t)blockIdx.z * Hq + blockIdx.y * group + s / tiles;
+    const int i0 = (first + s % tiles) * BR, buf = s % 2;
+    load_tile_async<BR, D, THREADS>(Qs + buf * BR * D, q + bh * Tq * D, i0, Tq);
+    load_tile_async<BR, D, THREADS>(dOs + buf * BR * D, dout + bh * Tq * D, i0, Tq);
+    if (threadIdx.x < BR) {  // ordinary loads: the next barrier publishes them. A row with no key (lse = -inf) or
+      const int i = i0 + threadIdx.x;  // past Tq gets +inf: its P = exp2(s - inf) = 0
+      const float l = i < Tq ? lse[bh * Tq + i] : INFINITY;
+      row_lse[buf * BR + threadIdx.x] = l == -INFINITY ? INFINITY : l * LOG2E;
+      row_delta[buf * BR + threadIdx.x] = i < Tq ? delta[bh * Tq + i] : 0.0f;
+    }
+  };
+  load_tile_async<BC, D, THREADS>(Ks, k + kv_at, j0, Tk);
+  load_tile_async<BC, D, THREADS>(Vs, v + kv_at, j0, Tk);
+  if (steps > 0) load_step(0);
+  cp_async_commit();
+
+  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};  // the warp's 16 keys x D, C fragments
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<0>();  // step s's tiles (and K, V) have landed (this thread's copies) ...
+    __syncthreads();     // ... everyone's; every warp is done with step s - 1 (its buffers and dS^T)
+    if (s + 1 < steps) load_step(s + 1);
+    cp_async_commit();
+    const int buf = s % 2, i0 = (first + s % tiles) * BR;
+    const T* qt = Qs + buf * BR * D;
+    const T* ot = dOs + buf * BR * D;
+    const float* lse_t = row_lse + buf * BR;
+    const float* delta_t = row_delta + buf * BR;
+
+    // S^T = K Q^T and dP^T = V dO^T: A = the warp's 16 rows of K and of V; B = Q^T, dO^T, as K^T in the forward.
+    float st[BR / 8][4] = {}, dpt[BR / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t kf[4], vf[4];
+      ldmatrix_x4(kf, Ks + swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), 16 * kk + 8 * (lane / 16)));
+      ldmatrix_x4(vf, Vs + swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), 16 * kk + 8 * (lane / 16)));
+#pragma unroll
+      for (int jj = 0; jj < BR / 16; ++jj) {
+        uint32_t qf[4], of[4];
+        ldmatrix_x4(qf, qt + swizzle<D>(16 * jj + lane % 8 + 8 * (lane / 16), 16 * kk + 8 * (lane / 8 % 2)));
+        ldmatrix_x4(of, ot + swizzle<D>(16 * jj + lane % 8 + 8 * (lane / 16), 16 * kk + 8 * (lane / 8 % 2)));
+        mma16816<T>(st[2 * jj], kf, qf[0], qf[1]);
+        mma16816<T>(st[2 * jj + 1], kf, qf[2], qf[3]);
+        mma16816<T>(dpt[2 * jj], vf, of[0], of[1]);
+        mma16816<T>(dpt[2 * jj + 1], vf, of[2], of[3]);
+      }
+    }
+
+    // P^T and dS^T in place. Masked where the warp's keys cross the tile's diagonal or the end of the keys.
+    const bool masked = kw + 15 >= Tk || (causal && kw + 15 > i0 + shift);
+#pragma unroll
+    for (int jn = 0; jn < BR / 8; ++jn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 8 * jn + 2 * (lane % 4) + e % 2;  // the query (column) within the tile
+        float p = fast_exp2(st[jn][e] * scale_log2 - lse_t[c]);
+        if (masked && key + 8 * (e / 2) >= keys_of_row(i0 + c, Tq, Tk, causal)) p = 0.0f;
+        st[jn][e] = p;
+        dpt[jn][e] = p * (dpt[jn][e] - delta_t[c]);
+      }
+
+    // dV += P^T dO, dK += dS^T Q: A from the registers above (two n8 tiles of queries per 16), B by ldmatrix.trans.
+#pragma unroll
+    for (int kq = 0; kq < BR / 16; ++kq) {
+      const uint32_t pf[4] = {pack<T>(st[2 * kq][0], st[2 * kq][1]), pack<T>(st[2 * kq][2], st[2 * kq][3]),
+                              pack<T>(st[2 * kq + 1][0], st[2 * kq + 1][1]), pack<T>(st[2 * kq + 1][2], st[2 * kq + 1][3])};
+      const uint32_t sf[4] = {pack<T>(dpt[2 * kq][0], dpt[2 * kq][1]), pack<T>(dpt[2 * kq][2], dpt[2 * kq][3]),
+                              pack<T>(dpt[2 * kq + 1][0], dpt[2 * kq + 1][1]),
+                              pack<T>(dpt[2 * kq + 1][2], dpt[2 * kq + 1][3])};
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t of[4], qf[4];
+        ldmatrix_x4_trans(of, ot + swizzle<D>(16 * kq + lane % 8 + 8 * (lane / 8 % 2), 16 * dd + 8 * (lane / 16)));
+        ldmatrix_x4_trans(qf, qt + swizzle<D>(16 * kq + lane % 8 + 8 * (lane / 8 % 2), 16 * dd + 8 * (lane / 16)));
+        mma16816<T>(dv_acc[2 * dd], pf, of[0], of[1]);
+        mma16816<T>(dv_acc[2 * dd + 1], pf, of[2], of[3]);
+        mma16816<T>(dk_acc[2 * dd], sf, qf[0], qf[1]);
+        mma16816<T>(dk_acc[2 * dd + 1], sf, qf[2], qf[3]);
+      }
+    }
+
+    if constexpr (C::DQ) {
+      // dS^T into shared memory, rounded to T (the next barrier keeps it until every warp has read it) ...
+#pragma unroll
+      for (int jn = 0; jn < BR / 8; ++jn)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          *reinterpret_cast<Pair<T>*>(dSs + swizzle<BR>(16 * warp + lane / 4 + 8 * r, 8 * jn + 2 * (lane % 4))) =
+              to_pair<T>(dpt[jn][2 * r], dpt[jn][2 * r + 1]);
+      __syncthreads();  // ... every warp's 16 keys of it are in
+      // ... then dQ = dS K for m16 tile `mi` of the query tile and columns d0 .. d0 + D / DSPLIT - 1. A = dS: dS^T
+      // stored key-major, so ldmatrix.trans; B = K (keys x columns), ldmatrix.trans as V in the forward.
+      const int mi = warp % C::MT, d0 = warp / C::MT * (D / C::DSPLIT);
+      float acc[D / C::DSPLIT / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; ++kk) {
+        uint32_t af[4];
+        ldmatrix_x4_trans(af, dSs + swizzle<BR>(16 * kk + lane % 8 + 8 * (lane / 16), 16 * mi + 8 * (lane / 8 % 2)));
+#pragma unroll
+        for (int dd = 0; dd < D / C::DSPLIT / 16; ++dd) {
+          uint32_t bf[4];
+          ldmatrix_x4_trans(bf, Ks + swizzle<D>(16 * kk + lane % 8 + 8 * (lane / 8 % 2), d0 + 16 * dd + 8 * (lane / 16)));
+          mma16816<T>(acc[2 * dd], af, bf[0], bf[1]);
+          mma16816<T>(acc[2 * dd + 1], af, bf[2], bf[3]);
+        }
+      }
+      const int64_t bh = (int64_t)blockIdx.z * Hq + blockIdx.y * group + s / tiles;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = i0 + 16 * mi + lane / 4 + 8 * r;
+        if (i >= Tq) continue;
+        float* row = dq_acc + (bh * Tq + i) * D + d0 + 2 * (lane % 4);
+#pragma unroll
+        for (int dn = 0; dn < D / C::DSPLIT / 8; ++dn) {
+          atomicAdd(row + 8 * dn, scale * acc[dn][2 * r]);
+          atomicAdd(row + 8 * dn + 1, scale * acc[dn][2 * r + 1]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing may be in flight when the block ends (nor land on the staging below)
+  __syncthreads();     // every warp is done with Ks and Vs (the dQ step reads all of Ks)
+
+  // Epilogue: dK (times scale) and dV rounded to T into the warp's own 16 rows of Ks and Vs, then 16-byte stores.
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int at = swizzle<D>(16 * warp + lane / 4 + 8 * r, 8 * dn + 2 * (lane % 4));
+      *reinterpret_cast<Pair<T>*>(Ks + at) = to_pair<T>(scale * dk_acc[dn][2 * r], scale * dk_acc[dn][2 * r + 1]);
+      *reinterpret_cast<Pair<T>*>(Vs + at) = to_pair<T>(dv_acc[dn][2 * r], dv_acc[dn][2 * r + 1]);
+    }
+  __syncwarp();  // the warp's rows are staged
+#pragma unroll
+  for (int e = lane; e < 16 * D / 8; e += 32) {
+    const int r = e / (D / 8), col = e % (D / 8) * 8;
+    if (kw + r >= Tk) continue;
+    const int64_t at = kv_at + (int64_t)(kw + r) * D + col;
+    *reinterpret_cast<uint4*>(dk + at) = *reinterpret_cast<const uint4*>(Ks + swizzle<D>(16 * warp + r, col));
+    *reinterpret_cast<uint4*>(dv + at) = *reinterpret_cast<const uint4*>(Vs + swizzle<D>(16 * warp + r, col));
+  }
+#else
+  __trap();  // compiled for a GPU before compute capability 8.0: the launcher refuses it first
+#endif
+}
+
+// The tiles of attention_backward3's dQ kernel: attention3's shape with 4 warps (64 query rows) and key tiles of BC:
+// 64 at D 64, 32 at D 128 (Q and dO fragments, 64 registers, and the dQ accumulator, 64, leave less room for the
+// score and dP tiles).
+template <typename T, int D_, int BC_>
+struct Dq3 {
+  using Type = T;
+  static constexpr int D = D_, WARPS = 4, BR = 16 * WARPS, BC = BC_, THREADS = 32 * WARPS;
+  static constexpr int SMEM = (2 * BR * D + 4 * BC * D) * (int)sizeof(T);  // Q, dO; then K and V in two buffers each
+  static_assert(D % 16 == 0 && BC % 16 == 0, "whole m16n8k16 steps");
+};
+
+// attention_dq_kernel3: warp w of block (x, h, b) owns query rows 64x + 16w .. + 15, lane l rows g and g + 8 (as in
+// attention_kernel3): their Q and dO fragments, lse and D_i in registers, their dQ accumulator. Per key tile
+// (double-buffered by cp.async, causal tiles above the diagonal skipped): S = Q K^T and dP = dO V^T (B: ldmatrix of
+// K and V), P = exp2(S scale log2 e - lse log2 e) masked, dS = P (dP - D), dQ += dS K (A: dS from the registers; B:
+// K by ldmatrix.trans). No atomics: each dQ row is written once, by its warp, so two runs give the same bits. The
+// price: S and dP are computed a second time (the dK/dV kernel made them too), 3 of the backward's 5 matmuls again.
+template <class C>
+__global__ void __launch_bounds__(C::THREADS) attention_dq_kernel3(
+    const typename C::Type* __restrict__ q, const typename C::Type* __restrict__ k, const typename C::Type* __restrict__ v,
+    const typename C::Type* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    typename C::Type* __restrict__ dq, int Hq, int Hkv, int Tq, int Tk, bool causal, float scale, float scale_log2) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  using T = typename C::Type;
+  constexpr int D = C::D, BR = C::BR, BC = C::BC, THREADS = C::THREADS;
+  extern __shared__ uint4 attention_smem[];
+  T* Qs = reinterpret_cast<T*>(attention_smem);  // [BR][D]
+  T* dOs = Qs + BR * D;                          // [BR][D]
+  T* Ks = dOs + BR * D;                          // [2][BC][D]
+  T* Vs = Ks + 2 * BC * D;                       // [2][BC][D]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i0 = blockIdx.x * BR, w0 = i0 + 16 * warp, row = w0 + lane / 4;
+  const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
+  const int shift = Tk - Tq;
+  const int tiles = (keys_of_row(min(i0 + BR, Tq) - 1, Tq, Tk, causal) + BC - 1) / BC;
+
+  load_tile_async<BR, D, THREADS>(Qs, q + at.q, i0, Tq);
+  load_tile_async<BR, D, THREADS>(dOs, dout + at.q, i0, Tq);
+  cp_async_commit();
+  if (tiles > 0) {
+    load_tile_async<BC, D, THREADS>(Ks, k + at.kv, 0, Tk);
+    load_tile_async<BC, D, THREADS>(Vs, v + at.kv, 0, Tk);
+  }
+  cp_async_commit();
+  float row_lse[2], row_delta[2];  // rows row and row + 8; +inf for a row with no key or past Tq: P = 0
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = row + 8 * r < Tq ? lse[at.row + row + 8 * r] : INFINITY;
+    row_lse[r] = l == -INFINITY ? INFINITY : l * LOG2E;
+    row_delta[r] = row + 8 * r < Tq ? delta[at.row + row + 8 * r] : 0.0f;
+  }
+  cp_async_wait<1>();  // Q and dO have landed (this thread's copies) ...
+  __syncthreads();     // ... and everyone's
+  uint32_t qf[D / 16][4], of[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    ldmatrix_x4(qf[kk], Qs + swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), 16 * kk + 8 * (lane / 16)));
+    ldmatrix_x4(of[kk], dOs + swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), 16 * kk + 8 * (lane / 16)));
+  }
+
+  float acc[D / 8][4] = {};  // dQ / scale: the 16 x D tile, C fragments
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<0>();
+    __syncthreads();  // tile t is in for everyone; every warp is done with tile t - 1
+    if (t + 1 < tiles) {
+      load_tile_async<BC, D, THREADS>(Ks + (t + 1) % 2 * BC * D, k + at.kv, (t + 1) * BC, Tk);
+      load_tile_async<BC, D, THREADS>(Vs + (t + 1) % 2 * BC * D, v + at.kv, (t + 1) * BC, Tk);
+    }
+    cp_async_commit();
+    const int j0 = t * BC;
+    if (causal && j0 > w0 + 15 + shift) continue;  // the whole tile lies past this warp's diagonal
+    const T* kt = Ks + t % 2 * BC * D;
+    const T* vt = Vs + t % 2 * BC * D;
+
+    float s[BC / 8][4] = {}, dp[BC / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int jj = 0; jj < BC / 16; ++jj) {
+        uint32_t kf[4], vf[4];
+        ldmatrix_x4(kf, kt + swizzle<D>(16 * jj + lane % 8 + 8 * (lane / 16), 16 * kk + 8 * (lane / 8 % 2)));
+        ldmatrix_x4(vf, vt + swizzle<D>(16 * jj + lane % 8 + 8 * (lane / 16), 16 * kk + 8 * (lane / 8 % 2)));
+        mma16816<T>(s[2 * jj], qf[kk], kf[0], kf[1]);
+        mma16816<T>(s[2 * jj + 1], qf[kk], kf[2], kf[3]);
+        mma16816<T>(dp[2 * jj], of[kk], vf[0], vf[1]);
+        mma16816<T>(dp[2 * jj + 1], of[kk], vf[2], vf[3]);
+      }
+
+    const bool masked = j0 + BC > Tk || (causal && j0 + BC - 1 > w0 + shift);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int n = keys_of_row(row + 8 * r, Tq, Tk, causal);
+#pragma unroll
+      for (int jn = 0; jn < BC / 8; ++jn)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float p = fast_exp2(s[jn][2 * r + e] * scale_log2 - row_lse[r]);
+          if (masked && j0 + 8 * jn + 2 * (lane % 4) + e >= n) p = 0.0f;
+          s[jn][2 * r + e] = p * (dp[jn][2 * r + e] - row_delta[r]);  // dS, in place of S
+        }
+    }
+
+    // dQ += dS K: A = dS (two n8 tiles of keys per 16); B = K (keys x columns, stored key-major): ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      const uint32_t sf[4] = {pack<T>(s[2 * kk][0], s[2 * kk][1]), pack<T>(s[2 * kk][2], s[2 * kk][3]),
+                              pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t kf[4];
+        ldmatrix_x4_trans(kf, kt + swizzle<D>(16 * kk + lane % 8 + 8 * (lane / 8 % 2), 16 * dd + 8 * (lane / 16)));
+        mma16816<T>(acc[2 * dd], sf, kf[0], kf[1]);
+        mma16816<T>(acc[2 * dd + 1], sf, kf[2], kf[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // nothing may be in flight when the block ends
+
+  // Epilogue: dQ = scale acc rounded to T into this warp's own rows of Qs (only this warp read them), 16-byte stores.
+  T* os = Qs + 16 * warp * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<Pair<T>*>(os + swizzle<D>(lane / 4 + 8 * r, 8 * dn + 2 * (lane % 4))) =
+          to_pair<T>(scale * acc[dn][2 * r], scale * acc[dn][2 * r + 1]);
+  __syncwarp();
+#pragma unroll
+  for (int e = lane; e < 16 * D / 8; e += 32) {
+    const int r = e / (D / 8), col = e % (D / 8) * 8;
+    if (w0 + r < Tq)
+      *reinterpret_cast<uint4*>(dq + at.q + (int64_t)(w0 + r) * D + col) =
           *reinterpret_cast<const uint4*>(os + swizzle<D>(r, col));
   }
 #else
@@ -725,6 +1220,151 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
   return {out, lse};
 }
 
+// The checks of a backward call; false when there is nothing to launch (no query or no key: every gradient 0).
+static bool backward_args(const Takes& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout, double scale,
+                          at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, Dims& d) {
+  d = check_qkv(w, q, k, v);
+  check_like(w, q, "q", out, "out");
+  check_like(w, q, "q", dout, "dout");
+  check_rows(w, d, lse, "lse");
+  check_like(w, q, "q", dq, "dq");
+  check_like(w, k, "k", dk, "dk");
+  check_like(w, v, "v", dv, "dv");
+  TORCH_CHECK(std::isfinite(scale), "`", w.op, "`: scale must be a finite number, got ", std::to_string(scale));
+  if (d.empty() || d.Tk == 0) {
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    return false;
+  }
+  return true;
+}
+
+// D_i = dO_i . O_i for every query row: [B, Hq, Tq] float32.
+template <typename T>
+static at::Tensor row_dots(const at::Tensor& dout, const at::Tensor& out, const Dims& d, cudaStream_t stream) {
+  at::Tensor delta = at::empty({d.B, d.Hq, d.Tq}, out.options().dtype(at::kFloat));
+  const int64_t rows = d.B * d.Hq * d.Tq, blocks = ceil_div(rows, (int64_t)SOFTMAX_WARPS);
+  CHECK_GRID(blocks);
+  attention_rowdot_kernel<T><<<blocks, SOFTMAX_WARPS * 32, 0, stream>>>(ptr<T>(dout), ptr<T>(out), mut<float>(delta),
+                                                                        rows, d.D);
+  CHECK_LAUNCH();
+  return delta;
+}
+
+// Where the atomics add dQ up: dq itself when it is float32, else a zeroed float32 buffer that finish_dq rounds into dq.
+static at::Tensor dq_accumulator(at::Tensor& dq) {
+  return dq.scalar_type() == at::kFloat ? dq.zero_() : at::zeros(dq.sizes(), dq.options().dtype(at::kFloat));
+}
+template <typename T>
+static void finish_dq(const at::Tensor& acc, at::Tensor& dq, cudaStream_t stream) {
+  if constexpr (!std::is_same<T, float>::value) {
+    const int64_t blocks = std::min<int64_t>(ceil_div(acc.numel(), (int64_t)256), 65536);
+    attention_convert_kernel<T><<<blocks, 256, 0, stream>>>(ptr<float>(acc), mut<T>(dq), acc.numel());
+    CHECK_LAUNCH();
+  }
+}
+
+void attention_backward1(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                         at::Tensor& dk, at::Tensor& dv) {
+  const Takes w{"attention_backward1", false, 128, false};
+  Dims d;
+  if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch3(q, [&](auto t) {
+    using T = decltype(t);
+    const at::Tensor delta = row_dots<T>(dout, out, d, stream);
+    const at::Tensor acc = dq_accumulator(dq);
+    // dK and dV live in registers, so DMAX is a template parameter: the smallest of 32, 64, 128 that holds D
+    auto kernel = d.D <= 32 ? attention_backward_kernel1<T, 32>
+                  : d.D <= 64 ? attention_backward_kernel1<T, 64> : attention_backward_kernel1<T, 128>;
+    kernel<<<head_grid(ceil_div(d.Tk, (int64_t)KEYS4), d, d.Hkv), THREADS4, 0, stream>>>(
+        ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta), mut<float>(acc),
+        mut<T>(dk), mut<T>(dv), d.Hq, d.Hkv, d.Tq, d.Tk, d.D, causal, (float)scale);
+    CHECK_LAUNCH();
+    finish_dq<T>(acc, dq, stream);
+  });
+}
+
+template <class C>
+static void launch_backward_kv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                               const at::Tensor& lse, const at::Tensor& delta, float* dq_acc, at::Tensor& dk,
+                               at::Tensor& dv, bool causal, double scale, const Dims& d, cudaStream_t stream) {
+  using T = typename C::Type;
+  auto kernel = attention_backward_kernel2<C>;
+  allow_shared(kernel, C::SMEM);
+  kernel<<<head_grid(ceil_div(d.Tk, (int64_t)C::BC), d, d.Hkv), C::THREADS, C::SMEM, stream>>>(
+      ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta), dq_acc, mut<T>(dk), mut<T>(dv),
+      d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale, (float)scale * LOG2E);
+  CHECK_LAUNCH();
+}
+
+// The tensor-core backward: dK and dV by attention_backward_kernel2, dQ by its atomics (DQ) or by attention_dq_kernel3.
+template <bool DQ>
+static void backward_tensor_cores(const Takes& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout, bool causal,
+                                  double scale, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv) {
+  Dims d;
+  if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
+  check_tensor_core_args(w, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&dout, "dout"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}});
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  dispatch3(q, [&](auto t) {
+    using T = decltype(t);
+    if constexpr (!std::is_same<T, float>::value) {
+      const at::Tensor delta = row_dots<T>(dout, out, d, stream);
+      if constexpr (DQ) {
+        const at::Tensor acc = dq_accumulator(dq);
+        if (d.D == 64) launch_backward_kv<Bwd2<T, 64, 64, true>>(q, k, v, dout, lse, delta, mut<float>(acc), dk, dv, causal, scale, d, stream);
+        else launch_backward_kv<Bwd2<T, 128, 32, true>>(q, k, v, dout, lse, delta, mut<float>(acc), dk, dv, causal, scale, d, stream);
+        finish_dq<T>(acc, dq, stream);
+      } else {
+        if (d.D == 64) launch_backward_kv<Bwd2<T, 64, 64, false>>(q, k, v, dout, lse, delta, nullptr, dk, dv, causal, scale, d, stream);
+        else launch_backward_kv<Bwd2<T, 128, 32, false>>(q, k, v, dout, lse, delta, nullptr, dk, dv, causal, scale, d, stream);
+        auto launch_dq = [&](auto config) {
+          using C = decltype(config);
+          auto kernel = attention_dq_kernel3<C>;
+          allow_shared(kernel, C::SMEM);
+          kernel<<<head_grid(ceil_div(d.Tq, (int64_t)C::BR), d, d.Hq), C::THREADS, C::SMEM, stream>>>(
+              ptr<T>(q), ptr<T>(k), ptr<T>(v), ptr<T>(dout), ptr<float>(lse), ptr<float>(delta), mut<T>(dq), d.Hq,
+              d.Hkv, d.Tq, d.Tk, causal, (float)scale, (float)scale * LOG2E);
+          CHECK_LAUNCH();
+        };
+        if (d.D == 64) launch_dq(Dq3<T, 64, 64>{});
+        else launch_dq(Dq3<T, 128, 32>{});
+      }
+    }
+  });
+}
+
+void attention_backward2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                         at::Tensor& dk, at::Tensor& dv) {
+  backward_tensor_cores<true>({"attention_backward2", true, 128, true}, q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+}
+
+void attention_backward3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                         at::Tensor& dk, at::Tensor& dv) {
+  backward_tensor_cores<false>({"attention_backward3", true, 128, true}, q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+}
+
+// Functional backward: (dq, dk, dv) by attention_backward2 where it runs, else attention_backward1 (as `attention`
+// picks attention3 or attention2). The op's derivative.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k,
+                                                                  const at::Tensor& v, const at::Tensor& out,
+                                                                  const at::Tensor& lse, const at::Tensor& dout,
+                                                                  bool causal, double scale) {
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  const bool four_d = q.dim() == 4 && k.dim() == 4 && v.dim() == 4;
+  if (four_d && tensor_cores_take(q, k, v) && aligned16(dout))
+    attention_backward2(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+  else
+    attention_backward1(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+  return {dq, dk, dv};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration. The functional ops get their fake kernels and derivative in Python (the lesson's module), the
 // lesson 03 route.
@@ -733,6 +1373,14 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("attention2(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
   m.def("attention3(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)");
+  m.def("attention_backward1(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
+        "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
+  m.def("attention_backward2(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
+        "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
+  m.def("attention_backward3(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
+        "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
+  m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale) "
+        "-> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -740,4 +1388,8 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("attention2", &attention2);
   m.impl("attention3", &attention3);
   m.impl("attention", &attention);
+  m.impl("attention_backward1", &attention_backward1);
+  m.impl("attention_backward2", &attention_backward2);
+  m.impl("attention_backward3", &attention_backward3);
+  m.impl("attention_backward", &attention_backward);
 }
