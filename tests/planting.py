@@ -88,6 +88,8 @@ CHECKED_IN_NOTEBOOKS = {
         ("solutions/09_matmul/09_matmul.ipynb", "l09-37", 'check_exercise("09", "matmul_wmma"'),
     "tests/test_lesson10.py::test_self_check_passes_on_the_solution":
         ("solutions/10_model/10_model.ipynb", "l10-47", 'check_exercise("10"'),
+    "tests/test_lesson12.py::test_the_flash_online_solution_passes_its_self_check":
+        ("solutions/12_attention/12_attention.ipynb", "l12-25", 'check_exercise("12", "flash_online"'),
 }
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 

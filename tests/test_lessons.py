@@ -15,7 +15,7 @@ from kernels.tools.profile import probes
 
 DECLARING = lessons.with_variants()
 # a small size of each lesson's kind, for the variants Nsight Compute runs at GPU_SIZE
-SMALL = {"02": 1000, "04": 1000, "05": (7, 33), "06": 4099, "07": (8, 33), "08": (7, 33), "09": 40}
+SMALL = {"02": 1000, "04": 1000, "05": (7, 33), "06": 4099, "07": (8, 33), "08": (7, 33), "09": 40, "12": (1, 2, 40, 64)}
 T4 = (7, 5)  # the smallest GPU the lessons run on: what a variant needs beyond it, it declares (kernels/gates.py)
 
 
@@ -24,7 +24,7 @@ def defined_ops(lesson: str) -> set[str]:
 
 
 def test_the_lessons_that_declare_variants_are_those_make_profile_offered():
-    assert DECLARING == ["02", "04", "05", "06", "07", "08", "09"]
+    assert DECLARING == ["02", "04", "05", "06", "07", "08", "09", "12"]
     assert lessons.with_probes() == ["04", "06", "09"]
     assert set(SMALL) == set(DECLARING)
 

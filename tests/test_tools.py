@@ -153,6 +153,18 @@ def test_bar_report_says_pass_miss_or_not_measured_for_each_bar():
     assert lines[3].endswith("NOT MEASURED")
 
 
+def test_a_bar_against_another_row_of_the_same_benchmark_is_their_speed_ratio():
+    from kernels.bench import Row
+    from kernels.benchmarks import Bar, bar_report
+
+    rows = [Row("attention fwd", "attention3", 2.0, None, 300.0, None, 5.0, 2.0),
+            Row("attention fwd", "torch sdpa flash", 1.5, None, 400.0, None, 6.7, 2.7)]
+    lines = bar_report(rows, [Bar("attention fwd", "attention3", "vs:torch sdpa flash", 0.8),
+                              Bar("attention fwd", "attention3", "vs:torch sdpa cudnn", 0.8)]).splitlines()
+    assert lines[1].split()[-3:] == ["0.750", "0.80", "MISS"]
+    assert lines[2].endswith("NOT MEASURED")
+
+
 def test_a_table_keeps_a_long_variant_name_apart_from_its_time():
     from kernels.bench import Row, table
 

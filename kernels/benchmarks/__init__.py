@@ -189,7 +189,8 @@ def show_recorded(lesson: str | int, recorded_dir: Path | None = None, plot: boo
 
 class Bar(NamedTuple):
     """A performance bar: in the benchmark named `bench`, `variant` must reach `at_least` on `measure`
-    (a Row field: "vs_eager", "vs_compile" or "of_copy")."""
+    (a Row field: "vs_eager", "vs_compile" or "of_copy"; or "vs:<other variant>", its speed against that
+    variant's row in the same benchmark, such as "vs:torch sdpa flash")."""
 
     bench: str
     variant: str
@@ -203,7 +204,11 @@ def bar_report(rows: list, bars: list[Bar]) -> str:
     body = []
     for b in bars:
         row = by.get((b.bench, b.variant))
-        value = getattr(row, b.measure) if row else None
+        if b.measure.startswith("vs:"):
+            other = by.get((b.bench, b.measure[len("vs:"):]))
+            value = other.ms / row.ms if row and other else None
+        else:
+            value = getattr(row, b.measure) if row else None
         verdict = "NOT MEASURED" if value is None else "PASS" if value >= b.at_least else "MISS"
         body.append((b.bench, b.variant, b.measure, "" if value is None else f"{value:.3f}", f"{b.at_least:.2f}", verdict))
     return text_table(("benchmark", "variant", "measure", "value", "bar", "result"), body, align="lllrrl")

@@ -1,0 +1,228 @@
+"""Lesson 12 on the GPU: the attention kernels against eager PyTorch, torch.compile, every backend of PyTorch's
+scaled_dot_product_attention and FlexAttention, in one run.
+
+bf16, 16384 tokens per batch (B = 16384 / T) at sequence lengths T from 1024 to 16384, head dimension 128 with 16
+heads and 64 with 32 (a model width of 2048 either way), causal and not. TFLOP/s count the multiplies of the two
+products, 4 B H T^2 D for the forward (half of it when causal) and 2.5 times that for the backward (its five
+products against the forward's two), as FlashAttention's papers count them. The rows:
+
+    eager            softmax(q k^T * scale, masked) v written out in PyTorch: the T x T matrix in memory
+    torch.compile    the same, compiled (Inductor)
+    torch sdpa ...   F.scaled_dot_product_attention restricted to one backend: flash (FlashAttention 2's
+                     kernels), efficient (memory-efficient, from xFormers), cudnn
+    torch flex       FlexAttention under torch.compile, with a causal block mask where causal
+    attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs)
+
+The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
+forward (up to T = 8192: their graphs keep several T x T matrices), each SDPA backend's, and the lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
+`python -m kernels.benchmarks.lesson12 --quick` times the rows with bars (T = 2048 and 8192, both head sizes,
+causal and not) and prints PASS or MISS for each; it writes no CSV.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
+from ..build import load
+from ..lessons.lesson12 import default_scale, register_attention
+from . import Bar, print_quick, quick_main
+
+TOKENS = 16384
+SEQUENCES = (1024, 2048, 4096, 8192, 16384)
+QUICK_SEQUENCES = (2048, 8192)
+HEADS = {128: 16, 64: 32}  # head dimension: heads (a width of 2048)
+DTYPE = torch.bfloat16
+SLOW = ("attention1", "attention2")  # timed only at the shortest sequence
+FORWARD = ("attention3",)
+BACKWARD = ("attention_backward2", "attention_backward3")
+# Eager's and the compiled forward's graphs keep several T x T matrices for their backward: about 70 GB at T = 16384
+EAGER_BACKWARD_UP_TO = 8192
+
+
+def _name(t: int, d: int, causal: bool, what: str) -> str:
+    return f"attention {what} T={t} D={d}{' causal' if causal else ''} bf16"
+
+
+def _eager(causal: bool) -> Callable:
+    def attend(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * default_scale(q)
+        if causal:
+            t = q.shape[2]
+            s = s.masked_fill(torch.ones(t, t, device=q.device, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.softmax(s.float(), dim=-1).to(q.dtype) @ v
+    return attend
+
+
+def _sdpa(backend, causal: bool) -> Callable:
+    from torch.nn.attention import sdpa_kernel
+
+    def attend(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return attend
+
+
+def _sdpa_backends() -> dict[str, object]:
+    from torch.nn.attention import SDPBackend
+
+    return {"torch sdpa flash": SDPBackend.FLASH_ATTENTION, "torch sdpa efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "torch sdpa cudnn": SDPBackend.CUDNN_ATTENTION}
+
+
+def _flex(causal: bool, b: int, h: int, t: int) -> Callable:
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    compiled = torch.compile(flex_attention, dynamic=False)
+    mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, t, t, device="cuda") if causal else None
+    return lambda q, k, v: compiled(q, k, v, block_mask=mask)
+
+
+def _flops(b: int, h: int, t: int, d: int, causal: bool) -> int:
+    full = 4 * b * h * t * t * d
+    return full // 2 if causal else full
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> bool:
+    return bool(((got.float() - want.float()).norm() / want.float().norm()).item() < rtol)
+
+
+def _inputs(t: int, d: int, grad: bool = False) -> tuple[torch.Tensor, ...]:
+    b, h = TOKENS // t, HEADS[d]
+    return tuple(torch.randn(b, h, t, d, device="cuda", dtype=DTYPE, requires_grad=grad) for _ in range(3))
+
+
+def _available(fns: dict[str, Callable], q, k, v) -> dict[str, Callable]:
+    """The baselines that run on this GPU and these shapes (an SDPA backend may refuse some: it raises)."""
+    out = {}
+    for label, fn in fns.items():
+        try:
+            fn(q, k, v)
+            out[label] = fn
+        except RuntimeError as e:
+            print(f"  {label}: not run ({str(e).splitlines()[0][:120]})")
+    return out
+
+
+def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, quick: bool) -> list[Row]:
+    q, k, v = _inputs(t, d)
+    b, h = q.shape[:2]
+    scale = default_scale(q)
+    out = torch.empty_like(q)
+    lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    names = [*FORWARD, *(SLOW if t == SEQUENCES[0] and not quick else ())]
+    baselines = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
+    baselines["torch flex"] = _flex(causal, b, h, t)
+    baselines = _available(baselines, q, k, v)
+
+    def correct() -> bool:
+        ok = []
+        for name in names:
+            out.fill_(float("nan"))
+            getattr(ext, name)(q, k, v, causal, scale, out, lse)
+            ok.append(_close(out, want))
+        return all(ok) and all(_close(fn(q, k, v), want) for fn in baselines.values())
+
+    variants = {label: (lambda fn=fn: fn(q, k, v)) for label, fn in baselines.items()}
+    variants.update({name: (lambda f=getattr(ext, name): f(q, k, v, causal, scale, out, lse)) for name in names})
+    files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
+    return bench(_name(t, d, causal, "fwd"), variants, flops=_flops(b, h, t, d, causal), torch_fn=_eager(causal),
+                 args=(q, k, v), copy_gbps=copy, check=correct, show=False, **files)
+
+
+def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None) -> list[Row]:
+    q, k, v = _inputs(t, d, grad=True)
+    b, h = q.shape[:2]
+    scale = default_scale(q)
+    dout = torch.randn_like(q)
+    out, lse = ext.attention(q.detach(), k.detach(), v.detach(), causal, scale)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    grads = [torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)]
+    fns = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
+    if t <= EAGER_BACKWARD_UP_TO:
+        fns = {"eager": _eager(causal), "torch.compile": compile_static(_eager(causal)), **fns}
+    fns = _available(fns, q, k, v)
+    graphs = {label: fn(q, k, v) for label, fn in fns.items()}
+    want = torch.autograd.grad(graphs["torch sdpa flash" if "torch sdpa flash" in graphs else "eager"], (q, k, v),
+                               dout, retain_graph=True)
+
+    def backward_of(o):
+        return lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
+
+    def correct() -> bool:
+        ok = []
+        for name in BACKWARD:
+            for g in grads:
+                g.fill_(float("nan"))
+            getattr(ext, name)(qd, kd, vd, out, lse, dout, causal, scale, *grads)
+            ok += [_close(g, w) for g, w in zip(grads, want)]
+        return all(ok)
+
+    variants = {label: backward_of(o) for label, o in graphs.items() if label != "eager"}
+    variants.update({name: (lambda f=getattr(ext, name): f(qd, kd, vd, out, lse, dout, causal, scale, *grads))
+                     for name in BACKWARD})
+    files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
+    eager = graphs.get("eager")
+    return bench(_name(t, d, causal, "bwd"), variants, flops=int(2.5 * _flops(b, h, t, d, causal)),
+                 torch_fn=backward_of(eager) if eager is not None else None, args=(), compile=False, copy_gbps=copy,
+                 check=correct, show=False, **files)
+
+
+def _all(ext, copy: float, out_dir: Path | None, sequences, quick: bool) -> list[Row]:
+    rows = []
+    for d in HEADS:
+        for t in sequences:
+            for causal in (False, True):
+                rows += _forward(ext, t, d, causal, copy, out_dir, quick)
+                torch.cuda.empty_cache()
+                rows += _backward(ext, t, d, causal, copy, out_dir)
+                torch.cuda.empty_cache()
+    return rows
+
+
+def _vs_flash(rows: list[Row]) -> list[Row]:
+    """Each lesson kernel's row with its speed against SDPA's flash backend in the same benchmark, in the note."""
+    flash = {r.bench: r.ms for r in rows if r.variant == "torch sdpa flash"}
+    return [dataclasses.replace(r, note=(r.note + "; " if r.note else "") + f"{flash[r.bench] / r.ms:.2f}x sdpa flash")
+            if r.bench in flash and r.variant.startswith("attention") else r for r in rows]
+
+
+def run(out_dir: Path) -> list[Row]:
+    """Every forward and backward benchmark; CSV and a chart of TFLOP/s into out_dir."""
+    ext = load("12", "cuda")
+    register_attention(ext)
+    copy = copy_bandwidth()
+    rows = _vs_flash(_all(ext, copy, out_dir, SEQUENCES, quick=False))
+    labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson12_all.png", show=False)
+    print(table(rows, copy))
+    return rows
+
+
+# The issue's bars: the final kernels against SDPA's flash backend, bf16, sequences of 2048 and more.
+BARS = [
+    *(Bar(_name(t, d, c, "fwd"), "attention3", "vs:torch sdpa flash", 0.8)
+      for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
+    *(Bar(_name(t, d, c, "bwd"), "attention_backward2", "vs:torch sdpa flash", 0.6)
+      for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
+]
+
+
+def quick() -> list[Row]:
+    """The rows with bars: T = 2048 and 8192, both head sizes, causal and not, forward and backward."""
+    ext = load("12", "cuda")
+    register_attention(ext)
+    copy = copy_bandwidth()
+    rows = _vs_flash(_all(ext, copy, None, QUICK_SEQUENCES, quick=True))
+    print_quick(rows, copy, BARS)
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(quick_main(quick))

@@ -1,0 +1,266 @@
+"""Lesson 12: attention as one fused kernel. The reference against PyTorch's own attention and autograd; every
+forward and backward variant against the reference (masked and not, ragged lengths, grouped heads, rows that
+attend to nothing, large logits); bad inputs; the op's autograd registration, opcheck and torch.compile; the
+exercise and its teeth."""
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernels import load
+from kernels.exercises import check_exercise, find, fitting_hint
+from kernels.lessons import lesson12
+from kernels.lessons.lesson12 import (HALF_DTYPES, SHAPES, TENSOR_CORE_SHAPES, attention_backward_ref, attention_ref,
+                                      causal_mask, check_attention, check_attention_backward, default_scale, qkv,
+                                      register_attention)
+from planting import checked_in_notebook, plant, self_check, toolkit_beyond
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "12_attention" / "flash_online.cu"
+# The reference variants run in one thread order: each order is a full run of every case, and the race check
+# (small cases, first order) finds what the other orders would show. The exercise and its planted bugs keep all three.
+ONE_ORDER = ("forward",)
+TENSOR_CORE_VARIANTS = ("attention3", "attention_backward2", "attention_backward3")
+
+
+def dtypes_of(name: str) -> tuple:
+    """float32 and bf16 for the CUDA-core variants, bf16 and fp16 for the tensor-core ones."""
+    return HALF_DTYPES if name in TENSOR_CORE_VARIANTS else (torch.float32, torch.bfloat16)
+
+
+def shapes_of(name: str) -> tuple:
+    return TENSOR_CORE_SHAPES if name in TENSOR_CORE_VARIANTS else SHAPES
+
+
+@pytest.fixture(scope="module")
+def ext():
+    e = load("12")
+    register_attention(e)
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference, on PyTorch alone (no kernel).
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (3, 1)])
+def test_the_reference_is_sdpa_when_queries_and_keys_are_as_many(causal, hq, hkv):
+    q, k, v = (torch.randn(2, h, 37, 16, dtype=torch.float64) for h in (hq, hkv, hkv))
+    out, lse = attention_ref(q, k, v, causal)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv)
+    torch.testing.assert_close(out, want)
+    s = (q @ k.repeat_interleave(hq // hkv, 1).transpose(-1, -2)) * default_scale(q)
+    if causal:
+        s = s.masked_fill(~causal_mask(37, 37, "cpu"), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1).float())
+
+
+def test_the_causal_mask_is_aligned_at_the_bottom_right():
+    # 2 queries, 4 keys: the last query sees every key, the first all but the last
+    assert causal_mask(2, 4, "cpu").tolist() == [[True, True, True, False], [True, True, True, True]]
+    # 4 queries, 2 keys: the first two queries see nothing
+    assert causal_mask(4, 2, "cpu").tolist() == [[False, False], [False, False], [True, False], [True, True]]
+
+
+def test_a_query_that_attends_to_nothing_gets_zeros_and_a_log_sum_exp_of_minus_infinity():
+    q, k, v = torch.randn(1, 1, 5, 8), torch.randn(1, 1, 3, 8), torch.randn(1, 1, 3, 8)
+    out, lse = attention_ref(q, k, v, causal=True)  # queries 0 and 1 come before every key
+    assert torch.equal(out[0, 0, :2], torch.zeros(2, 8)) and torch.isneginf(lse[0, 0, :2]).all()
+    assert torch.isfinite(out).all() and torch.isfinite(lse[0, 0, 2:]).all()
+    out, lse = attention_ref(q, k[:, :, :0], v[:, :, :0])  # no keys at all
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tq,tk,hq,hkv", [(9, 9, 2, 2), (7, 12, 4, 2), (12, 5, 2, 1)])
+def test_the_backward_reference_is_autograd_of_the_forward(causal, tq, tk, hq, hkv):
+    q = torch.randn(2, hq, tq, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(2, hkv, tk, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    dout = torch.randn(2, hq, tq, 8, dtype=torch.float64)
+    out, lse = attention_ref(q, k, v, causal)
+    out.backward(dout)
+    got = attention_backward_ref(q.detach(), k.detach(), v.detach(), out.detach(), lse, dout, causal)
+    for g, w in zip(got, (q.grad, k.grad, v.grad)):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("d", [40, 64, 128])
+def test_the_large_inputs_make_query_0_score_below_minus_100_against_every_key(d):
+    q, k, v = qkv(lesson12.LARGE)((2, 2, 1, 6, 9, d), torch.float32, "cpu")
+    s = (q @ k.repeat_interleave(2, 1).transpose(-1, -2)) * default_scale(q)
+    assert (s[:, :, 0] < -100).all() and (s[:, :, 1:] > 0).any()
+    out, _ = attention_ref(q, k, v)
+    assert torch.isfinite(out).all()  # the softmax of query 0 is well defined: the max makes it so
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernels.
+
+@pytest.mark.parametrize("name", lesson12.FORWARD)
+def test_every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes(ext, name):
+    check_attention(getattr(ext, name), shapes_of(name), dtypes=dtypes_of(name), name=name, quiet=True,
+                    raise_on_fail=True, orders=ONE_ORDER)
+
+
+@pytest.mark.parametrize("name", lesson12.BACKWARD)
+def test_every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes(ext, name):
+    check_attention_backward(getattr(ext, name), shapes_of(name), dtypes=dtypes_of(name), name=name, quiet=True,
+                             raise_on_fail=True, orders=ONE_ORDER)
+
+
+def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev):
+    q, k, v = qkv()((2, 4, 2, 80, 80, 64), torch.bfloat16, dev)
+    out, lse = ext.attention(q, k, v, True, default_scale(q))
+    dout = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
+        grads = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+        ext.attention_backward3(q, k, v, out, lse, dout, True, default_scale(q), *grads)
+        runs.append(grads)
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# The op: autograd, opcheck, torch.compile.
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_op_gradients_match_the_reference_for_grouped_heads_and_a_causal_mask(ext, dev, dtype):
+    q, k, v = qkv()((1, 4, 2, 37, 37, 64), dtype, dev)
+    dout = torch.randn_like(q)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    lesson12.attention(ext, *leaves, is_causal=True).backward(dout)
+    want = attention_backward_ref(q, k, v, None, None, dout, True)
+    tol = lesson12.BACKWARD_TOLERANCE[dtype]
+    for leaf, w in zip(leaves, want):
+        torch.testing.assert_close(leaf.grad, w, rtol=tol[0], atol=tol[1])
+
+
+def test_the_op_passes_opcheck(ext, dev):
+    q, k, v = (torch.randn(1, 2, 19, 16, device=dev, requires_grad=True) for _ in range(3))
+    torch.library.opcheck(ext.attention, (q, k, v, True, 0.25))
+    out, lse = ext.attention(q.detach(), k.detach(), v.detach(), True, 0.25)
+    torch.library.opcheck(ext.attention_backward, (q.detach(), k.detach(), v.detach(), out, lse, torch.randn_like(out),
+                                                   True, 0.25))
+
+
+def test_the_op_compiles_with_fullgraph_forward_and_backward(ext, dev):
+    def f(q, k, v):
+        return lesson12.attention(ext, q * 2.0, k, v, is_causal=True).sum(dim=-1)
+
+    q, k, v = (torch.randn(2, 2, 24, 32, device=dev, requires_grad=True) for _ in range(3))
+    got = torch.compile(f, fullgraph=True)(q, k, v)
+    got.sum().backward()
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    want = F.scaled_dot_product_attention(leaves[0] * 2.0, leaves[1], leaves[2], is_causal=True).sum(dim=-1)
+    want.sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for t, w in zip((q, k, v), leaves):
+        torch.testing.assert_close(t.grad, w.grad, rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercise.
+
+def test_the_flash_online_stub_fails_its_self_check_and_the_first_hint_is_the_plan():
+    report = self_check("12", "flash_online", ROOT / "lessons" / "12_attention" / "flash_online.cu")
+    assert not report.passed
+    assert fitting_hint(find("12", "flash_online")[0], report) == 1
+
+
+@checked_in_notebook
+def test_the_flash_online_solution_passes_its_self_check():
+    assert check_exercise("12", "flash_online", solution=True).passed
+
+
+PLANTED = {
+    # the running output is not moved onto the new max: its old terms keep the weight of the old one
+    "no_o_rescale": ("    for (int d = 0; d < DMAX; ++d) o[d] *= alpha;\n", "", "elements differ", 1),
+    # the output rescaled twice per tile
+    "rescale_twice": ("o[d] *= alpha;", "o[d] *= alpha * alpha;", "elements differ", 1),
+    # the causal bound one tile short where a row's last key starts a tile
+    "causal_tile_short": ("(int)((keys + BC - 1) / BC)", "(int)(keys / BC)", "elements differ", 1),
+    # the running max starts at 0: query 0's scores (all below -100) give exp(s - 0) = 0 for every key
+    "max_from_zero": ("float m = -INFINITY, l = 0.0f;", "float m = 0.0f, l = 0.0f;", "elements differ", 1),
+    # lse = log(sum exp(s - m)) without adding m back
+    "lse_without_max": ("m + logf(l)", "logf(l)", "in lse", 1),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED, keep=("no_o_rescale", "max_from_zero")))
+def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
+    old, new, diagnosis, first_hint = PLANTED[bug]
+    path = plant(SOLUTION, old, new, f"lesson12_flash_online_{bug}.cu")
+    load(path)  # the planted file builds: the check below fails on its values, not on a compile error
+    report = self_check("12", "flash_online", path)
+    assert not report.passed
+    assert any(diagnosis in c.problem for c in report.cases if not c.passed), str(report)
+    assert fitting_hint(find("12", "flash_online")[0], report) == first_hint
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input.
+
+def _forward_call(ext, name):
+    op = getattr(ext, name)
+
+    def call(q, k, v, out=None, lse=None):
+        if name == "attention":
+            return op(q, k, v, False, 0.125)
+        out = torch.empty_like(q) if out is None else out
+        lse = q.new_empty(q.shape[:3] if q.dim() == 4 else (1,), dtype=torch.float32) if lse is None else lse
+        return op(q, k, v, False, 0.125, out, lse)
+    return call
+
+
+@pytest.mark.parametrize("name", [*lesson12.FORWARD, "attention"])
+def test_bad_forward_inputs_are_refused_saying_what_was_expected(ext, dev, name):
+    call = _forward_call(ext, name)
+    dt = torch.bfloat16 if name == "attention3" else torch.float32
+    q, k, v = (torch.randn(1, 4, 8, 64, device=dev, dtype=dt) for _ in range(3))
+    with pytest.raises(RuntimeError, match=r"q must be (float32, )?float16 or bfloat16.*got Double"):
+        call(q.double(), k.double(), v.double())
+    with pytest.raises(RuntimeError, match=r"q must have 4 dimensions \[B, Hq, Tq, D\], got shape \[4, 8, 64\]"):
+        call(q[0].contiguous(), k, v)
+    with pytest.raises(RuntimeError, match="k must be contiguous.*call .contiguous\\(\\) first"):
+        call(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+    with pytest.raises(RuntimeError, match=r"q's heads \(Hq = 4\) must be a multiple of k's and v's \(Hkv = 3\)"):
+        call(q, k[:, :3].contiguous(), v[:, :3].contiguous())
+    with pytest.raises(RuntimeError, match=r"k and v must have the same shape"):
+        call(q, k, v[:, :, :5].contiguous())
+    with pytest.raises(RuntimeError, match="q, k and v must have one dtype"):
+        call(q, k.to(torch.float16), v)
+    if name == "attention3":
+        with pytest.raises(RuntimeError, match="takes head dim D = 64 or 128, got D = 40"):
+            call(q[..., :40].contiguous(), k[..., :40].contiguous(), v[..., :40].contiguous())
+    if name != "attention":
+        with pytest.raises(RuntimeError, match=r"out must have q's shape \[1, 4, 8, 64\]"):
+            call(q, k, v, out=torch.empty(1, 4, 8, 32, device=dev, dtype=dt))
+        with pytest.raises(RuntimeError, match=r"lse must be float32 of shape \[B, Hq, Tq\] = \[1, 4, 8\]"):
+            call(q, k, v, lse=torch.empty(1, 4, 8, device=dev, dtype=dt if dt != torch.float32 else torch.float64))
+
+
+@pytest.mark.parametrize("name", lesson12.BACKWARD)
+def test_bad_backward_inputs_are_refused_saying_what_was_expected(ext, dev, name):
+    dt = torch.bfloat16 if name in TENSOR_CORE_VARIANTS else torch.float32
+    q, k, v = (torch.randn(1, 2, 8, 64, device=dev, dtype=dt) for _ in range(3))
+    out, lse = attention_ref(q, k, v)
+    grads = [torch.empty_like(t) for t in (q, k, v)]
+    op = getattr(ext, name)
+    with pytest.raises(RuntimeError, match=r"lse must be float32 of shape \[B, Hq, Tq\] = \[1, 2, 8\]"):
+        op(q, k, v, out, lse[..., :4].contiguous(), torch.randn_like(q), False, 0.125, *grads)
+    with pytest.raises(RuntimeError, match=r"dout must have q's shape \[1, 2, 8, 64\]"):
+        op(q, k, v, out, lse, torch.randn(1, 2, 8, 32, device=dev, dtype=dt), False, 0.125, *grads)
+    with pytest.raises(RuntimeError, match=r"dk must have k's shape"):
+        op(q, k, v, out, lse, torch.randn_like(q), False, 0.125, grads[0], grads[1][:, :1].contiguous(), grads[2])
+
+
+def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
+    if dev.type == "cpu":
+        pytest.skip("the simulator takes CPU tensors; there is no wrong device to pass")
+    q = torch.randn(1, 1, 8, 64)
+    with pytest.raises(RuntimeError, match="q must be a CUDA tensor"):
+        ext.attention2(q, q.to(dev), q.to(dev), False, 0.125, torch.empty_like(q, device=dev),
+                       torch.empty(1, 1, 8, device=dev))
