@@ -161,6 +161,22 @@ def test_the_op_compiles_with_fullgraph_forward_and_backward(ext, dev):
         torch.testing.assert_close(t.grad, w.grad, rtol=1e-4, atol=1e-5)
 
 
+def test_lesson_10s_model_on_this_attention_matches_its_sdpa_twin_in_loss_and_gradients(ext, dev):
+    from kernels.lessons.lesson10 import gpt_module
+
+    gpt = gpt_module()
+    torch.manual_seed(0)
+    sdpa = gpt.GPT(gpt.Config(d_model=64, n_head=2, n_layer=2, seq_len=40), gpt.SDPA).to(dev)
+    mine = gpt.twin(sdpa, lesson12.model_kernels(ext))
+    x, y = next(gpt.batches(gpt.text_bytes(dev), 3, 40, 1))
+    losses = [gpt.loss_of(m, x, y) for m in (sdpa, mine)]
+    for loss in losses:
+        loss.backward()
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for (name, a), b in zip(sdpa.named_parameters(), mine.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 # ---------------------------------------------------------------------------------------------
 # The exercise.
 

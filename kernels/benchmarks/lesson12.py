@@ -13,6 +13,9 @@ products against the forward's two), as FlashAttention's papers count them. The 
     torch flex       FlexAttention under torch.compile, with a causal block mask where causal
     attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs)
 
+Then lesson 10's model (width 768, 12 heads of 64, 6 blocks), a training step at T = 1024 and 4096 (8192 tokens),
+with SDPA's attention (eager and compiled) and with this lesson's op (eager and compiled).
+
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
 forward (up to T = 8192: their graphs keep several T x T matrices), each SDPA backend's, and the lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
 `python -m kernels.benchmarks.lesson12 --quick` times the rows with bars (T = 2048 and 8192, both head sizes,
@@ -41,6 +44,7 @@ DTYPE = torch.bfloat16
 SLOW = ("attention1", "attention2")  # timed only at the shortest sequence
 FORWARD = ("attention3",)
 BACKWARD = ("attention_backward2", "attention_backward3")
+BACKWARD_OP = "attention_backward3"  # the variant the functional attention_backward runs on these inputs
 # Eager's and the compiled forward's graphs keep several T x T matrices for their backward: about 70 GB at T = 16384
 EAGER_BACKWARD_UP_TO = 8192
 
@@ -174,6 +178,46 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
                  check=correct, show=False, **files)
 
 
+MODEL = dict(d_model=768, n_head=12, n_layer=6)  # lesson 10's benchmark model: heads of 64
+MODEL_TOKENS = 8192  # per batch: 8 sequences of 1024, 2 of 4096
+MODEL_SEQUENCES = (1024, 4096)
+
+
+def _model_name(t: int) -> str:
+    return f"lesson 10's model, train step, T={t} bf16"
+
+
+def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
+    """A training step (forward, backward, fused AdamW) of lesson 10's model with SDPA's attention (eager as the
+    baseline, and compiled) against the same model with this lesson's op, eager and compiled. Checked first: the
+    two models' losses agree."""
+    from ..lessons.lesson10 import gpt_module
+    from ..lessons.lesson12 import model_kernels
+
+    gpt = gpt_module()
+    torch.manual_seed(0)
+    sdpa = gpt.GPT(gpt.Config(**MODEL, seq_len=t), gpt.SDPA).to(device="cuda", dtype=DTYPE)
+    ours = gpt.twin(sdpa, model_kernels(ext))
+    x, y = next(gpt.batches(gpt.text_bytes("cuda"), MODEL_TOKENS // t, t, 1))
+
+    def step(model, forward):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def run():
+            gpt.loss_of(forward, x, y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return run
+
+    with torch.no_grad():
+        same = abs(gpt.loss_of(sdpa, x, y).item() - gpt.loss_of(ours, x, y).item()) < 2e-2  # bf16: a few 1e-3
+    variants = {"torch.compile": step(sdpa, torch.compile(sdpa)), "attention op": step(ours, ours),
+                "attention op + compile": step(ours, torch.compile(ours))}
+    files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
+    return bench(_model_name(t), variants, torch_fn=step(sdpa, sdpa), args=(), compile=False, copy_gbps=copy,
+                 check=lambda: same, show=False, **files)
+
+
 def _all(ext, copy: float, out_dir: Path | None, sequences, quick: bool) -> list[Row]:
     rows = []
     for d in HEADS:
@@ -183,6 +227,9 @@ def _all(ext, copy: float, out_dir: Path | None, sequences, quick: bool) -> list
                 torch.cuda.empty_cache()
                 rows += _backward(ext, t, d, causal, copy, out_dir)
                 torch.cuda.empty_cache()
+    for t in MODEL_SEQUENCES:
+        rows += _model(ext, t, copy, out_dir)
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -209,8 +256,9 @@ def run(out_dir: Path) -> list[Row]:
 BARS = [
     *(Bar(_name(t, d, c, "fwd"), "attention3", "vs:torch sdpa flash", 0.8)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
-    *(Bar(_name(t, d, c, "bwd"), "attention_backward2", "vs:torch sdpa flash", 0.6)
+    *(Bar(_name(t, d, c, "bwd"), BACKWARD_OP, "vs:torch sdpa flash", 0.6)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
+    *(Bar(_model_name(t), "attention op + compile", "vs_compile", 1.0) for t in MODEL_SEQUENCES),
 ]
 
 

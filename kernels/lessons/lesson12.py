@@ -253,6 +253,19 @@ def register_attention(ext) -> None:
     _registered.add(ns)
 
 
+def model_kernels(ext):
+    """Lesson 10's model pieces (lessons/10_model/gpt.py's Kernels) with this lesson's attention: layernorm and bias +
+    GELU as its SDPA twin runs them (PyTorch's), the causal attention through the op. So a model with these against
+    gpt.SDPA differs in the attention alone. register_attention(ext) first."""
+    from .lesson10 import gpt_module
+
+    gpt = gpt_module()
+
+    def attend(q, k, v, scale):  # the model's q, k, v are transposed views: the op takes contiguous tensors
+        return attention(ext, q.contiguous(), k.contiguous(), v.contiguous(), is_causal=True, scale=scale)
+    return gpt.Kernels("attention op", gpt.SDPA.layernorm, attend, gpt.SDPA.bias_gelu)
+
+
 def attention(ext, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False,
               scale: float | None = None) -> torch.Tensor:
     """The lesson's attention in scaled_dot_product_attention's form: the output only, differentiable
