@@ -1,5 +1,5 @@
 # CUDA kernels for PyTorch, lesson by lesson.
-#   make lessons      set up, build every lesson's kernels, run every notebook headlessly
+#   make lessons      set up, build every lesson's kernels, run every lesson notebook headlessly (SOLUTIONS=1: theirs too)
 #   make test-all     set up, then every test of the lessons, checker and simulator semantics; solution notebooks (nbval)
 #   make test-toolkit the toolkit's own tests: nvcc compile check, build cache, packaging, public CUDA, PTX (CI runs both)
 #   make lab          set up, then JupyterLab on lesson 01's notebook (the repository is its root; LAB_OPEN=path for another)
@@ -70,8 +70,10 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 	@echo "set up: $$($(VENV)/bin/python -c 'import torch; print("torch", torch.__version__, "(CUDA build)" if torch.version.cuda else "(CPU only)")')"
 
+# The lesson notebooks as a learner runs them (exercise stubs in place); the solution notebooks ship executed and
+# make test-all runs them under nbval, so they join only with SOLUTIONS=1.
 lessons: setup
-	$(PYTHON) -m kernels.dev.run_notebooks lessons solutions
+	$(PYTHON) -m kernels.dev.run_notebooks lessons $(if $(filter 1,$(SOLUTIONS)),solutions)
 
 lab: setup
 	$(PYTHON) -m jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/$(LAB_OPEN) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)

@@ -603,6 +603,17 @@ def test_make_lessons_ends_by_saying_what_to_open_next(monkeypatch, capsys):
     assert "scale.cu" in out and (ROOT / "lessons/01_thread_model/scale.cu").is_file()
 
 
+def test_make_lessons_runs_the_lesson_notebooks_and_the_solutions_only_when_asked():
+    def folders(*args):
+        r = subprocess.run(["make", "-n", "lessons", f"PY={sys.executable}", *args], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        line = next(x for x in r.stdout.splitlines() if "kernels.dev.run_notebooks" in x)
+        return line.split("kernels.dev.run_notebooks", 1)[1].split()
+    assert folders() == ["lessons"]
+    assert folders("SOLUTIONS=1") == ["lessons", "solutions"]
+
+
 def test_make_lessons_with_a_failing_notebook_names_it_and_gives_no_next_steps(monkeypatch, capsys):
     from kernels.dev import run_notebooks
 

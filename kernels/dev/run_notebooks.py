@@ -1,4 +1,5 @@
-"""`make lessons`: build every lesson's kernels and execute every notebook headlessly.
+"""`make lessons`: build every lesson's kernels and execute every lesson notebook headlessly (`make lessons
+SOLUTIONS=1`: the solution notebooks too; they ship executed, and make test-all runs them under nbval).
 
 Executed copies (with their outputs and plots) go to build/executed/, never over your notebooks. On the simulator
 the notebooks run side by side, one per core (at most MAX_JOBS; `--jobs N` to choose), each in its own process
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, help=f"notebooks at a time (default: one per core, at most {MAX_JOBS}, on the "
                                             "simulator; one at a time on a GPU, whose timings they print)")
     p.add_argument("--one", metavar="NOTEBOOK", help=argparse.SUPPRESS)  # a worker of run_side_by_side
-    p.add_argument("folders", nargs="*", help="folders of notebooks (default: lessons solutions)")
+    p.add_argument("folders", nargs="*", help="folders of notebooks (default: lessons)")
     a = p.parse_args(argv)
     if a.refresh:
         return refresh(a.refresh)
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         ok, msg = run(Path(a.one).resolve())
         print(msg)
         return 0 if ok else 1
-    folders = a.folders or ["lessons", "solutions"]
+    folders = a.folders or ["lessons"]
     nbs = notebooks(folders)
     jobs = a.jobs or (1 if backend.resolve() == "cuda" else min(os.cpu_count() or 1, MAX_JOBS))
     jobs = max(1, min(jobs, len(nbs)))
