@@ -7,7 +7,9 @@ Shapes: q [B, Hq, Tq, D], k and v [B, Hkv, Tk, D]; query head h reads key/value 
 (B, Hq, Hkv, Tq, Tk, D). The causal mask is aligned at the bottom right, as FlashAttention 2 aligns it:
 query i attends to key j when j <= i + (Tk - Tq), which is SDPA's is_causal=True when Tq == Tk.
 A query that attends to no key (causal with Tq > Tk, or Tk == 0) has no softmax; this lesson defines its
-output as zeros and its log-sum-exp as -inf (lesson 07 defines a fully masked row the same way).
+output as zeros and its log-sum-exp as -inf (lesson 07 defines a fully masked row the same way; torch.softmax of
+such a row is NaN, and what SDPA returns for one depends on its version and backend). Note that SDPA's is_causal
+aligns the diagonal at the top left when Tq != Tk: there it and this lesson's mask differ.
 """
 from __future__ import annotations
 
@@ -283,17 +285,15 @@ def _run_flash_online(ext, backend) -> Report:
 
 EXERCISES = [
     Exercise("12", "flash_online", "flash_online.cu", _run_flash_online, hints=[
-        Hint("l and o are sums over the keys seen so far of exp(s - m) and exp(s - m) * v, taken against the running "
-             "max m. A tile brings scores that may beat it: the new max is m_new = max(m, the tile's scores). "
-             "exp(s - m_new) = exp(s - m) * exp(m - m_new), so multiply l and every o[d] by alpha = exp(m - m_new) "
-             "once, then add each key's p = exp(s[c] - m_new) to l and p * Vs[c][d] to o[d], and set m = m_new. "
-             "At the end out = o / l and lse = m + log(l).",
+        Hint("l and o are sums over the keys seen so far, of exp(s - m) and of exp(s - m) * v, both taken against the "
+             "running max m. A tile may bring a larger max: before its keys are added, l and o must be moved onto the "
+             "new max. By what single factor? (Lesson 07's merge did the same to a sum.) Then each key of the tile adds "
+             "its own exp(s - new max) to l and that times its row of V to o. At the end, out = o / l.",
              answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN)),
         Hint("NaN, or inf: before its first key a row has m = -inf. If a whole tile is masked for it too (causal rows "
-             "near the top, or Tq > Tk), m_new is -inf and m - m_new is -inf - -inf = NaN: skip such a tile "
-             "(`continue`). A row that never met a key ends with l = 0: its out is 0 (not o / 0) and its lse -inf. "
-             "And the max must start at -INFINITY, not 0: in the q*50 cases query 0 of every head scores below -125 "
-             "against every key, where exp(s - 0) is 0 in float32 for all of them.",
+             "near the top, or Tq > Tk), the tile's max is -inf as well, and m - m_new is -inf - -inf = NaN: skip such "
+             "a tile (`continue`). A row that never met a key ends with l = 0: its out is 0 (not o / 0) and its lse "
+             "-inf; any other row's lse is m + log(l), the log of the sum of exp(s) over its keys.",
              answers=(Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, Diagnosis.NUMBER_WHERE_REFERENCE_IS_NAN),
              parts=("lse",)),
         "The causal tile bound: the block's last row is min(i0 + ROWS, Tq) - 1, and it attends to the keys j <= row + "

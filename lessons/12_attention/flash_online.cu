@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(ROWS) flash_online_kernel(const float* __restr
     // FILL ME IN (roughly 2 lines): the tiles this block needs when causal. Its last row, min(i0 + ROWS, Tq) - 1,
     //   attends to more keys than any other row of the block: which is the last tile that holds one of them? The
     //   tiles after it are masked for every row and need not be loaded. A row may attend to no key at all (Tq > Tk).
+    //   `tiles` must be the same for every thread of the block: the tile loop has barriers (__syncthreads).
   }
 
   // o[] and s[] below stay in registers only where every index is known when compiling: loops over them are unrolled.
@@ -67,7 +68,8 @@ __global__ void __launch_bounds__(ROWS) flash_online_kernel(const float* __restr
     //   exp(s - m) * v over the keys so far, both against the OLD max m. Find the new max with the tile's scores;
     //   by what factor must l and o be multiplied to be sums against it? Then add each key's exp(s - max) to l and
     //   exp(s - max) * v (Vs[c][d]) to o, and keep the new max. Work it through for a row whose tile is all masked
-    //   (every s = -inf) before any key: m = -inf, and -inf - -inf is NaN.
+    //   (every s = -inf) before any key: m = -inf, and -inf - -inf is NaN. Loop over o with d < DMAX under
+    //   #pragma unroll (a loop to D, a runtime value, would put o in local memory, not registers).
   }
 
   if (i >= Tq) return;
