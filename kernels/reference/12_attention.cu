@@ -9,7 +9,7 @@
 //   attention2           fused on CUDA cores (FlashAttention 1's idea): a thread per query row, K and V tiles streamed
 //                        through shared memory, the running max, sum and output in registers, updated key by key
 //                        (online softmax). Nothing of size T^2 is ever stored. Any D up to 128
-//   attention3           FlashAttention 2's forward on tensor cores: a warp per 16 query rows, mma.sync m16n8k16 with
+//   attention3           FlashAttention 2's forward on tensor cores: a warp per 32 query rows, mma.sync m16n8k16 with
 //                        fp32 accumulation, ldmatrix from XOR-swizzled shared memory, K and V tiles double-buffered
 //                        by cp.async, the score tile kept in registers and fed back as the A operand of P V, one
 //                        rescale of the output per tile, causal tiles above the diagonal skipped. fp16 and bf16,
@@ -23,8 +23,8 @@
 //                        tile that recomputes P and dS instead of adding into dQ with atomics. Same inputs as backward2
 //   attention            functional form: attention3 where it runs (fp16/bf16, D 64 or 128, 16-byte aligned, compute
 //                        capability 8.0 or later), else attention2; returns (out, lse)
-//   attention_backward   functional backward: attention_backward2 where it runs, else attention_backward1; returns
-//                        (dq, dk, dv)
+//   attention_backward   functional backward: attention_backward3 where it runs (deterministic, and faster than
+//                        attention_backward2 at every shape measured), else attention_backward1; returns (dq, dk, dv)
 //
 // Conventions, the same for every op:
 //   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous, one dtype (float32, float16 or bfloat16 where the op
@@ -53,8 +53,10 @@
 // data parallelism (DDP) the replicas' gradients are averaged from values that no rerun reproduces. backward3 writes
 // each dq element once, from one warp, in a fixed order. The cost: its dQ kernel recomputes S = Q K^T and dP = dO V^T
 // (made by the dK/dV kernel too, which no longer needs the dS round trip through shared memory), so the backward does
-// 7 matmuls of the forward's size instead of 5, and reads K and V once more per query tile: about 1.3-1.4x the time
-// of attention_backward2 where both are bound by the tensor cores.
+// 7 matmuls of the forward's size instead of 5, and reads K and V once more per query tile. Yet on an H100 it is the
+// faster of the two at every shape measured (bf16, D 64 and 128, T 2048 and 8192): backward2's dK/dV kernel stalls on
+// the barrier and the shared-memory round trip of its dQ step and on its float32 atomics, which cost more than the
+// recomputation. So the functional attention_backward takes backward3.
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
@@ -269,6 +271,18 @@ __device__ __forceinline__ int swizzle(int row, int col) {
   return row * W + ((col / 8) ^ x) * 8 + col % 8;
 }
 
+// A lane's ldmatrix addresses in a swizzled tile of rows of W >= 64 values, row r + 16 a and column c + 16 b for its
+// row r and column c (a multiple of 8 below 16): c / 8 + 2 b = (c / 8) ^ 2 b, so the swizzled chunk is
+// ((c / 8) ^ (r % 8)) ^ 2 b: one XOR with a constant per step, no per-step address to keep in a register.
+template <int W>
+struct LaneTile {
+  int base, chunk;  // r W; ((c / 8) ^ (r % 8)) 8
+  __device__ __forceinline__ LaneTile(int r, int c) : base(r * W), chunk(((c / 8) ^ (r % 8)) * 8) {
+    static_assert(W / 8 >= 8, "rows of 64 values or a multiple");
+  }
+  __device__ __forceinline__ int at(int a, int b) const { return base + 16 * a * W + (chunk ^ (16 * b)); }  // == swizzle
+};
+
 // The two 16-bit types' pairs and their mma.
 template <typename T>
 using Pair = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
@@ -342,11 +356,25 @@ __device__ __forceinline__ float fast_exp2(float x) {
 template <int ROWS, int D, int THREADS, typename T>
 __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int r0, int limit) {
   static_assert((ROWS * D / 8) % THREADS == 0, "every thread copies as many chunks as the others");
+  constexpr int STEP = THREADS / (D / 8);  // rows apart of a thread's chunks
+  if constexpr (THREADS % (D / 8) == 0 && STEP % 8 == 0 && D / 8 >= 8) {
+    // Its chunks share a column and the row's swizzle (row % 8): one shared and one global address, constant offsets
+    // from there (no address per chunk held in registers across the tiles).
+    const int row = threadIdx.x / (D / 8), col = threadIdx.x % (D / 8) * 8;
+    T* dst = tile + swizzle<D>(row, col);
+    const T* from = src + (int64_t)(r0 + row) * D + col;
 #pragma unroll
-  for (int e = threadIdx.x; e < ROWS * D / 8; e += THREADS) {
-    const int row = e / (D / 8), col = e % (D / 8) * 8;
-    const bool inside = r0 + row < limit;
-    cp_async16(tile + swizzle<D>(row, col), inside ? src + (int64_t)(r0 + row) * D + col : src, inside);
+    for (int e = 0; e < ROWS / STEP; ++e) {
+      const bool inside = r0 + row + e * STEP < limit;
+      cp_async16(dst + e * STEP * D, inside ? from + e * STEP * D : src, inside);
+    }
+  } else {
+#pragma unroll
+    for (int e = threadIdx.x; e < ROWS * D / 8; e += THREADS) {
+      const int row = e / (D / 8), col = e % (D / 8) * 8;
+      const bool inside = r0 + row < limit;
+      cp_async16(tile + swizzle<D>(row, col), inside ? src + (int64_t)(r0 + row) * D + col : src, inside);
+    }
   }
 }
 #endif
@@ -354,33 +382,39 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int r0, i
 // ---------------------------------------------------------------------------------------------
 // Kernels: attention3, FlashAttention 2's forward on tensor cores.
 
-// The tiles. A block owns BR = 16 WARPS query rows, a warp 16 of them (one m16 tile: its rows' max and sum stay
-// inside the warp, in the 4 lanes of a quad), and walks the keys in tiles of BC. 8 warps (128 rows) rather than 4:
-// each K and V tile copied into shared memory then serves 128 rows, which halves the L2-to-SM traffic per FLOP (to
-// 2 bytes per 128 FLOPs: at 128 rows the copies need about 2.6 TB/s of L2 bandwidth at 330 TFLOP/s; at 64 rows twice
-// that, near what the H100's L2 delivers). What bounds each warp instead is ldmatrix: a warp of 16 rows reads all of
-// K and V from shared memory per tile, 16 FLOPs per byte, about 2 PFLOP/s of shared-memory bandwidth over 132 SMs
-// at 128 bytes a clock: room above FlashAttention 2's 350, and the first thing to revisit (32 rows a warp) when tuning.
-// Registers (ptxas -v, sm_90, CUDA 13.0): D 128 keeps its Q fragments (32), O accumulator (64) and a 16 x 64 score tile
-// (32) in 216 registers, no spills: one block of 8 warps per SM (the shared memory of two, 96 KB each, would fit);
-// D 64 fits the 128 registers that __launch_bounds__ asks for, for 2 blocks of 8 warps per SM (built for sm_80 the
-// same cap spills 36 bytes, in the prologue and epilogue).
-template <typename T, int D_, int WARPS_, int BC_>
+// The tiles. A block owns BR = 16 MT WARPS query rows, a warp 16 MT of them (MT m16 tiles: each row's max and sum stay
+// inside the warp, in the 4 lanes of a quad), and walks the keys in tiles of BC. Every warp reads all of K and V by
+// ldmatrix per tile (4 cycles per ldmatrix.x4 at 128 bytes a cycle), so the ratio of mma's to ldmatrix's matters:
+// with MT = 1 a K or V fragment serves 2 mma's, and the SM's shared memory rather than its tensor cores set the pace
+// (about 250 TFLOP/s at D 128 on an H100); with MT = 2 (FlashAttention 2's 32 rows a warp) it serves 4. At D 128 the
+// Q fragments (64 registers) no longer fit beside the 32 x D output (128) and the score tile, so they are read again
+// from shared memory per tile (QREG false: 2 ldmatrix more per 16 columns), and the key tiles are 32 long (the
+// 32 x 32 score tile, 32 registers; with tiles of 64 ptxas spills at its 255-register limit).
+// Registers (ptxas -v, sm_90, CUDA 13.0): D 128, 4 warps of 32 rows, key tiles of 32: 252, no spills, 2 blocks per
+// SM (80 KB of shared memory each); D 64, 4 warps of 32 rows, Q in registers, key tiles of 64: 236, 2 blocks per SM.
+// 128 query rows per block either way: each K and V tile copied into shared memory serves 128 rows (2 bytes of L2
+// traffic per 128 FLOPs). Measured (H100, bf16, 16384 tokens, against SDPA's FlashAttention 2): 0.92-0.95x at D 128,
+// 1.01-1.04x at D 64; 8 warps of 16 rows gave 0.80-0.90x and 0.80-0.82x.
+template <typename T, int D_, int WARPS_, int BC_, int MT_, bool QREG_, int MIN_BLOCKS_>
 struct Fwd3 {
   using Type = T;
-  static constexpr int D = D_, WARPS = WARPS_, BC = BC_, BR = 16 * WARPS, THREADS = 32 * WARPS;
-  static constexpr int MIN_BLOCKS = D <= 64 ? 2 : 1;  // __launch_bounds__: D 64 within 128 registers
+  static constexpr int D = D_, WARPS = WARPS_, BC = BC_, MT = MT_, BR = 16 * MT * WARPS, THREADS = 32 * WARPS;
+  static constexpr bool QREG = QREG_;
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int SMEM = (BR * D + 4 * BC * D) * (int)sizeof(T);  // Q, then K and V in two buffers each
   static_assert(D % 16 == 0 && BC % 16 == 0, "whole m16n8k16 steps");
 };
 
-// attention_kernel3: warp w of block (x, h, b) owns query rows 128x + 16w .. + 15; lane l holds rows g = l / 4 and
-// g + 8 of them: its Q fragments, its C fragments of the 16 x BC score tile and of the 16 x D output (fp32), and
-// for both rows the running max and its own part of the sum (the 4 lanes of a quad share a row; they combine their
-// sums once, at the end). Per key tile: S = Q K^T (ldmatrix of K), masked only where the tile crosses the diagonal
-// or the end of the keys, the online softmax in base 2 (scale * log2 e folded into one multiply, exp2 on the
-// special-function unit), O rescaled once, O += P V (P from the score registers, V by ldmatrix.trans). The next
-// K and V tiles arrive by cp.async during the math: one barrier per tile. Reads Q once, K and V once per 128 rows.
+// attention_kernel3: warp w of block (x, h, b) owns query rows BR x + 16 MT w .. + 16 MT - 1, m16 tile mt of them
+// rows 16 mt ..; lane l holds rows g = l / 4 and g + 8 of each: their C fragments of the 16 x BC score tile and of
+// the 16 x D output (fp32), and for both rows the running max and its own part of the sum (the 4 lanes of a quad
+// share a row; they combine their sums once, at the end). Per key tile: S = Q K^T (ldmatrix of K, each fragment
+// used by the MT m16 tiles; Q's fragments from registers or again from shared memory), masked only where the tile
+// crosses the diagonal or the end of the keys, the online softmax in base 2 (scale * log2 e folded into one
+// multiply, exp2 on the special-function unit), O rescaled once, O += P V (P from the score registers, V by
+// ldmatrix.trans, each fragment used MT times). The next K and V tiles arrive by cp.async during the math: one
+// barrier per tile. Causal: the blocks run in reverse order of their query tiles, so that the longest (last rows,
+// most keys) start first and the short ones fill the tail. Reads Q once, K and V once per BR rows.
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     attention_kernel3(const typename C::Type* __restrict__ q, const typename C::Type* __restrict__ k,
@@ -388,14 +422,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
                       int Hq, int Hkv, int Tq, int Tk, bool causal, float scale_log2) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   using T = typename C::Type;
-  constexpr int D = C::D, BR = C::BR, BC = C::BC, THREADS = C::THREADS;
+  constexpr int D = C::D, BR = C::BR, BC = C::BC, THREADS = C::THREADS, MT = C::MT, WR = 16 * MT;
   extern __shared__ uint4 attention_smem[];  // uint4 in every kernel: extern shared arrays share one name and type
   T* Qs = reinterpret_cast<T*>(attention_smem);  // [BR][D], swizzled
   T* Ks = Qs + BR * D;                           // [2][BC][D]
   T* Vs = Ks + 2 * BC * D;                       // [2][BC][D]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int i0 = blockIdx.x * BR, w0 = i0 + 16 * warp;  // the block's and the warp's first rows
-  const int row = w0 + lane / 4;                        // this lane's rows: row and row + 8
+  const int x = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int i0 = x * BR, w0 = i0 + WR * warp;  // the block's and the warp's first rows
+  const int row = w0 + lane / 4;               // this lane's rows: row + 16 mt and row + 16 mt + 8
   const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
   const int shift = Tk - Tq;  // causal: row i attends to keys up to i + shift
   const int tiles = (keys_of_row(min(i0 + BR, Tq) - 1, Tq, Tk, causal) + BC - 1) / BC;  // tiles above the diagonal: none
@@ -410,14 +445,23 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   cp_async_commit();
   cp_async_wait<1>();  // this thread's copies of Q have landed ...
   __syncthreads();     // ... and everyone's
-  uint32_t qf[D / 16][4];
+  // A: matrices (rows 0-7, 8-15) x (columns 0-7, 8-15) of each 16 x 16 step of m16 tile mt
+  const LaneTile<D> qa(WR * warp + lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16));  // A: Q and (.trans) V
+  const LaneTile<D> ka(lane % 8 + 8 * (lane / 16), 8 * (lane / 8 % 2));               // B without .trans: K
+  const LaneTile<D> va(lane % 8 + 8 * (lane / 8 % 2), 8 * (lane / 16));
+  auto load_q = [&](uint32_t(&f)[4], int mt, int kk) { ldmatrix_x4(f, Qs + qa.at(mt, kk)); };
+  uint32_t qf[C::QREG ? MT : 1][C::QREG ? D / 16 : 1][4];
+  if constexpr (C::QREG) {
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk)  // A: matrices (rows 0-7, 8-15) x (columns 0-7, 8-15) of each 16 x 16 step
-    ldmatrix_x4(qf[kk], Qs + swizzle<D>(16 * warp + lane % 8 + 8 * (lane / 8 % 2), 16 * kk + 8 * (lane / 16)));
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) load_q(qf[mt][kk], mt, kk);
+  }
 
-  float o[D / 8][4] = {};                      // the 16 x D output: n8 tile dn, C fragment registers
-  float m[2] = {-INFINITY, -INFINITY};         // rows row and row + 8: the running max, in units of log2 (scaled)
-  float l[2] = {0.0f, 0.0f};                   // this lane's part of each row's sum of exp2(s - m)
+  float o[MT][D / 8][4] = {};                  // the 16 MT x D output: m16 tile mt, n8 tile dn, C fragment registers
+  float m[MT][2], l[MT][2];                    // rows row + 16 mt + 8 r: the running max (in units of log2, scaled),
+#pragma unroll                                 // and this lane's part of the row's sum of exp2(s - m)
+  for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
   for (int t = 0; t < tiles; ++t) {
     cp_async_wait<0>();  // tile t has landed (this thread's copies) ...
     __syncthreads();     // ... everyone's; and every warp is done with tile t - 1, whose buffers the next copy refills
@@ -427,100 +471,129 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     }
     cp_async_commit();  // an empty group after the last tile keeps the count regular
     const int j0 = t * BC;
-    if (causal && j0 > w0 + 15 + shift) continue;  // the whole tile lies past this warp's diagonal: P = 0
+    if (causal && j0 > w0 + WR - 1 + shift) continue;  // the whole tile lies past this warp's diagonal: P = 0
     const T* kt = Ks + t % 2 * BC * D;
     const T* vt = Vs + t % 2 * BC * D;
 
     // S = Q K^T: B = K^T, whose columns are K's rows: ldmatrix without .trans; one x4 gives two n8 tiles' B.
-    float s[BC / 8][4] = {};
+    float s[MT][BC / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qs[C::QREG ? 1 : MT][4];
+      if constexpr (!C::QREG) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) load_q(qs[mt], mt, kk);
+      }
 #pragma unroll
       for (int jj = 0; jj < BC / 16; ++jj) {
         uint32_t kf[4];  // matrices (keys 0-7, 8-15) x (columns 0-7, 8-15): b0, b1 of n8 tile 2jj, then of 2jj + 1
-        ldmatrix_x4(kf, kt + swizzle<D>(16 * jj + lane % 8 + 8 * (lane / 16), 16 * kk + 8 * (lane / 8 % 2)));
-        mma16816<T>(s[2 * jj], qf[kk], kf[0], kf[1]);
-        mma16816<T>(s[2 * jj + 1], qf[kk], kf[2], kf[3]);
+        ldmatrix_x4(kf, kt + ka.at(jj, kk));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const uint32_t(&a)[4] = C::QREG ? qf[C::QREG ? mt : 0][C::QREG ? kk : 0] : qs[C::QREG ? 0 : mt];
+          mma16816<T>(s[mt][2 * jj], a, kf[0], kf[1]);
+          mma16816<T>(s[mt][2 * jj + 1], a, kf[2], kf[3]);
+        }
       }
+    }
 
     // Scale into units of log2, and mask where the tile crosses this warp's diagonal or the end of the keys.
 #pragma unroll
-    for (int jn = 0; jn < BC / 8; ++jn)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[jn][e] *= scale_log2;
+      for (int jn = 0; jn < BC / 8; ++jn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][jn][e] *= scale_log2;
     if (j0 + BC > Tk || (causal && j0 + BC - 1 > w0 + shift)) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int n = keys_of_row(row + 8 * r, Tq, Tk, causal);
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int jn = 0; jn < BC / 8; ++jn)
+        for (int r = 0; r < 2; ++r) {
+          const int n = keys_of_row(row + 16 * mt + 8 * r, Tq, Tk, causal);
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (j0 + 8 * jn + 2 * (lane % 4) + e >= n) s[jn][2 * r + e] = -INFINITY;
-      }
+          for (int jn = 0; jn < BC / 8; ++jn)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (j0 + 8 * jn + 2 * (lane % 4) + e >= n) s[mt][jn][2 * r + e] = -INFINITY;
+        }
     }
 
     // Online softmax: the tile's row max (the quad's 4 lanes hold a row's 2 BC / 8 values each), the new max, the
     // factor that moves what was summed so far onto it, and P = exp2(s - max) in place of the scores.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int jn = 0; jn < BC / 8; ++jn) mx = fmaxf(mx, fmaxf(s[jn][2 * r], s[jn][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
-      const float base = mx == -INFINITY ? 0.0f : mx;  // a row with no key yet: exp2(-inf - 0) = 0, not NaN
-      const float alpha = fast_exp2(m[r] - base);      // 0 when m was -inf: nothing summed yet
-      m[r] = mx;
-      float sum = 0.0f;
+      for (int r = 0; r < 2; ++r) {
+        float mx = m[mt][r];
 #pragma unroll
-      for (int jn = 0; jn < BC / 8; ++jn) {
-        s[jn][2 * r] = fast_exp2(s[jn][2 * r] - base);
-        s[jn][2 * r + 1] = fast_exp2(s[jn][2 * r + 1] - base);
-        sum += s[jn][2 * r] + s[jn][2 * r + 1];
+        for (int jn = 0; jn < BC / 8; ++jn) mx = fmaxf(mx, fmaxf(s[mt][jn][2 * r], s[mt][jn][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;  // a row with no key yet: exp2(-inf - 0) = 0, not NaN
+        const float alpha = fast_exp2(m[mt][r] - base);  // 0 when m was -inf: nothing summed yet
+        m[mt][r] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int jn = 0; jn < BC / 8; ++jn) {
+          s[mt][jn][2 * r] = fast_exp2(s[mt][jn][2 * r] - base);
+          s[mt][jn][2 * r + 1] = fast_exp2(s[mt][jn][2 * r + 1] - base);
+          sum += s[mt][jn][2 * r] + s[mt][jn][2 * r + 1];
+        }
+        l[mt][r] = l[mt][r] * alpha + sum;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[mt][dn][2 * r] *= alpha;
+          o[mt][dn][2 * r + 1] *= alpha;
+        }
       }
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][2 * r] *= alpha;
-        o[dn][2 * r + 1] *= alpha;
-      }
-    }
 
     // O += P V: A = P, two score n8 tiles per 16 keys; B = V (keys x columns, stored key-major): ldmatrix.trans.
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
-      const uint32_t pf[4] = {pack<T>(s[2 * kk][0], s[2 * kk][1]), pack<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pf[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pf[mt][0] = pack<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pf[mt][1] = pack<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pf[mt][2] = pack<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pf[mt][3] = pack<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int dd = 0; dd < D / 16; ++dd) {
         uint32_t vf[4];  // matrices (keys 0-7, 8-15) x (columns 0-7, 8-15), transposed: b0, b1 of n8 tiles 2dd, 2dd + 1
-        ldmatrix_x4_trans(vf, vt + swizzle<D>(16 * kk + lane % 8 + 8 * (lane / 8 % 2), 16 * dd + 8 * (lane / 16)));
-        mma16816<T>(o[2 * dd], pf, vf[0], vf[1]);
-        mma16816<T>(o[2 * dd + 1], pf, vf[2], vf[3]);
+        ldmatrix_x4_trans(vf, vt + va.at(kk, dd));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma16816<T>(o[mt][2 * dd], pf[mt], vf[0], vf[1]);
+          mma16816<T>(o[mt][2 * dd + 1], pf[mt], vf[2], vf[3]);
+        }
       }
     }
   }
   cp_async_wait<0>();  // nothing may be in flight when the block ends
 
-  // Epilogue: each row's sum over its quad, O / l rounded to T into this warp's own 16 rows of Qs (only this warp read
-  // them), then 16-byte stores of whole rows (coalesced); lse = (m + log2 l) ln 2 by the quad's first lane.
-  T* os = Qs + 16 * warp * D;
+  // Epilogue: each row's sum over its quad, O / l rounded to T into this warp's own 16 MT rows of Qs (only this warp
+  // read them), then 16-byte stores of whole rows (coalesced); lse = (m + log2 l) ln 2 by the quad's first lane.
+  __syncwarp();  // every lane's reads of the warp's Q rows are done
+  T* os = Qs + WR * warp * D;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(FULL_MASK, l[r], 1);
-    l[r] += __shfl_xor_sync(FULL_MASK, l[r], 2);
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;  // a row with no key: out = 0
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn)
-      *reinterpret_cast<Pair<T>*>(os + swizzle<D>(lane / 4 + 8 * r, 8 * dn + 2 * (lane % 4))) =
-          to_pair<T>(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
-    if (lane % 4 == 0 && row + 8 * r < Tq)
-      lse[at.row + row + 8 * r] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * LN2 : -INFINITY;
-  }
+    for (int r = 0; r < 2; ++r) {
+      float sum = l[mt][r];
+      sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+      sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row with no key: out = 0
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        *reinterpret_cast<Pair<T>*>(os + swizzle<D>(16 * mt + lane / 4 + 8 * r, 8 * dn + 2 * (lane % 4))) =
+            to_pair<T>(o[mt][dn][2 * r] * inv, o[mt][dn][2 * r + 1] * inv);
+      const int i = row + 16 * mt + 8 * r;
+      if (lane % 4 == 0 && i < Tq) lse[at.row + i] = sum > 0.0f ? (m[mt][r] + log2f(sum)) * LN2 : -INFINITY;
+    }
   __syncwarp();  // the warp's rows are staged
 #pragma unroll
-  for (int e = lane; e < 16 * D / 8; e += 32) {
+  for (int e = lane; e < WR * D / 8; e += 32) {
     const int r = e / (D / 8), col = e % (D / 8) * 8;
     if (w0 + r < Tq)
       *reinterpret_cast<uint4*>(out + at.q + (int64_t)(w0 + r) * D + col) =
@@ -671,13 +744,15 @@ __global__ void __launch_bounds__(THREADS4) attention_backward_kernel1(
 // Kernels: attention_backward2 and attention_backward3, on tensor cores.
 
 // The tiles of the dK/dV kernel. A block owns BC = 64 keys, a warp 16 of them (the m16 rows of S^T = K Q^T, so that
-// dK and dV, 16 x D each, stay in the warp's registers), and walks the query rows in tiles of BR: 64 at D 64, 32 at
-// D 128 (dK and dV already take 128 registers there; the 16 x BR tiles of S^T and dP^T take BR / 2 more each).
+// dK and dV, 16 x D each, stay in the warp's registers), and walks the query rows in tiles of BR: 64 at D 64; at D 128
+// 64 without dQ (attention_backward3: dK and dV take 128 registers, the 16 x 64 tiles of S^T and dP^T 64; 255 in
+// all, no spills, and half the barriers and Q/dO tile loads of BR 32: 0.73-0.77x SDPA's flash backward where 32 gave
+// 0.61-0.71x) and 32 with it (the dQ step's registers on top).
 // DQ: dQ by float32 atomics (attention_backward2), else left to attention_dq_kernel3 (attention_backward3).
-template <typename T, int D_, int BR_, bool DQ_>
+template <typename T, int D_, int BR_, bool DQ_, int WARPS_ = 4>
 struct Bwd2 {
   using Type = T;
-  static constexpr int D = D_, BR = BR_, WARPS = 4, BC = 16 * WARPS, THREADS = 32 * WARPS;
+  static constexpr int D = D_, BR = BR_, WARPS = WARPS_, BC = 16 * WARPS, THREADS = 32 * WARPS;
   static constexpr bool DQ = DQ_;
   static constexpr int MT = BR / 16, DSPLIT = WARPS / MT;  // the dQ step: the tile's m16 tiles, the warps on each
   // K, V; Q and dO in two buffers each; dS^T [BC][BR]; lse and D_i of the query rows, two buffers each
@@ -868,12 +943,12 @@ __global__ void __launch_bounds__(C::THREADS) attention_backward_kernel2(
 }
 
 // The tiles of attention_backward3's dQ kernel: attention3's shape with 4 warps (64 query rows) and key tiles of BC:
-// 64 at D 64, 32 at D 128 (Q and dO fragments, 64 registers, and the dQ accumulator, 64, leave less room for the
-// score and dP tiles).
-template <typename T, int D_, int BC_>
+// 64 at D 64 and at D 128 (Q and dO fragments, 64 registers, the dQ accumulator, 64, and the 16 x 64 score and dP
+// tiles, 64: 255 registers, no spills; 32 at D 128 left a K and V tile's loads and barrier per 32 keys).
+template <typename T, int D_, int BC_, int WARPS_ = 4>
 struct Dq3 {
   using Type = T;
-  static constexpr int D = D_, WARPS = 4, BR = 16 * WARPS, BC = BC_, THREADS = 32 * WARPS;
+  static constexpr int D = D_, WARPS = WARPS_, BR = 16 * WARPS, BC = BC_, THREADS = 32 * WARPS;
   static constexpr int SMEM = (2 * BR * D + 4 * BC * D) * (int)sizeof(T);  // Q, dO; then K and V in two buffers each
   static_assert(D % 16 == 0 && BC % 16 == 0, "whole m16n8k16 steps");
 };
@@ -898,7 +973,8 @@ __global__ void __launch_bounds__(C::THREADS) attention_dq_kernel3(
   T* Ks = dOs + BR * D;                          // [2][BC][D]
   T* Vs = Ks + 2 * BC * D;                       // [2][BC][D]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int i0 = blockIdx.x * BR, w0 = i0 + 16 * warp, row = w0 + lane / 4;
+  const int x = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: the longest query tiles first
+  const int i0 = x * BR, w0 = i0 + 16 * warp, row = w0 + lane / 4;
   const HeadOffsets at = head_offsets(blockIdx.z, blockIdx.y, Hq, Hkv, Tq, Tk, D);
   const int shift = Tk - Tq;
   const int tiles = (keys_of_row(min(i0 + BR, Tq) - 1, Tq, Tk, causal) + BC - 1) / BC;
@@ -1195,8 +1271,8 @@ void attention3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
   dispatch3(q, [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same<T, float>::value) {
-      if (d.D == 64) launch3<Fwd3<T, 64, 8, 64>>(q, k, v, causal, scale, out, lse, d);
-      else launch3<Fwd3<T, 128, 8, 64>>(q, k, v, causal, scale, out, lse, d);
+      if (d.D == 64) launch3<Fwd3<T, 64, 4, 64, 2, true, 2>>(q, k, v, causal, scale, out, lse, d);
+      else launch3<Fwd3<T, 128, 4, 32, 2, false, 2>>(q, k, v, causal, scale, out, lse, d);
     }
   });
 }
@@ -1321,7 +1397,7 @@ static void backward_tensor_cores(const Takes& w, const at::Tensor& q, const at:
         finish_dq<T>(acc, dq, stream);
       } else {
         if (d.D == 64) launch_backward_kv<Bwd2<T, 64, 64, false>>(q, k, v, dout, lse, delta, nullptr, dk, dv, causal, scale, d, stream);
-        else launch_backward_kv<Bwd2<T, 128, 32, false>>(q, k, v, dout, lse, delta, nullptr, dk, dv, causal, scale, d, stream);
+        else launch_backward_kv<Bwd2<T, 128, 64, false>>(q, k, v, dout, lse, delta, nullptr, dk, dv, causal, scale, d, stream);
         auto launch_dq = [&](auto config) {
           using C = decltype(config);
           auto kernel = attention_dq_kernel3<C>;
@@ -1332,7 +1408,7 @@ static void backward_tensor_cores(const Takes& w, const at::Tensor& q, const at:
           CHECK_LAUNCH();
         };
         if (d.D == 64) launch_dq(Dq3<T, 64, 64>{});
-        else launch_dq(Dq3<T, 128, 32>{});
+        else launch_dq(Dq3<T, 128, 64>{});
       }
     }
   });
@@ -1350,7 +1426,7 @@ void attention_backward3(const at::Tensor& q, const at::Tensor& k, const at::Ten
   backward_tensor_cores<false>({"attention_backward3", true, 128, true}, q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
 }
 
-// Functional backward: (dq, dk, dv) by attention_backward2 where it runs, else attention_backward1 (as `attention`
+// Functional backward: (dq, dk, dv) by attention_backward3 where it runs, else attention_backward1 (as `attention`
 // picks attention3 or attention2). The op's derivative.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k,
                                                                   const at::Tensor& v, const at::Tensor& out,
@@ -1359,7 +1435,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tens
   at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   const bool four_d = q.dim() == 4 && k.dim() == 4 && v.dim() == 4;
   if (four_d && tensor_cores_take(q, k, v) && aligned16(dout))
-    attention_backward2(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+    attention_backward3(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
   else
     attention_backward1(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
   return {dq, dk, dv};
