@@ -35,13 +35,14 @@
 //   rows of all of its query heads, adding their terms up in its registers (no atomics, no second pass).
 //   scale multiplies the scores (callers pass 1 / sqrt(D)).
 //   causal: query i attends to key j iff j <= i + (Tk - Tq), the diagonal aligned to the bottom-right corner as in
-//   FlashAttention 2 (PyTorch's is_causal when Tq == Tk; with Tq < Tk the queries are the last Tq positions of the
-//   sequence, as when decoding with a cache). Without causal every query attends to every key.
+//   FlashAttention 2 (PyTorch's is_causal when Tq == Tk; is_causal aligns it top-left otherwise). With Tq < Tk the
+//   queries are the last Tq positions of the sequence, as when decoding with a cache. Without causal every query
+//   attends to every key.
 //   lse[b, h, i] = log(sum_j exp(scale * q_i . k_j)) over the keys i attends to (natural log): the backward pass
 //   recomputes the probabilities from it, P_ij = exp(scale * q_i . k_j - lse_i), without a second pass for the sum.
 //   A query that attends to no key (causal with Tq > Tk: the first Tq - Tk queries; or Tk = 0) has out = 0 and
-//   lse = -inf, and its gradients are 0: it attends to nothing. (SDPA returns NaN there.) An empty output (B, Hq or
-//   Tq = 0) launches nothing.
+//   lse = -inf, and its gradients are 0: it attends to nothing. (torch.softmax of such a row is NaN; SDPA's answer
+//   depends on its version and backend.) An empty output (B, Hq or Tq = 0) launches nothing.
 //   The math runs in float32: fp16 and bf16 values are widened on load and rounded once on store; the tensor-core
 //   variants also round P (and in the backward dS) to the input dtype as the second matmul's operand, as
 //   FlashAttention does. FLOPs: 4 B Hq Tq Tk D forward (about half that when causal), 2.5x that backward.
@@ -196,8 +197,8 @@ constexpr int BC2 = 16;    // keys per shared-memory tile: Qs, Ks and Vs fill th
 
 // attention_kernel2: thread r of block (x, h, b) owns query row 64x + r: its scaled q in its own column of Qs
 // (transposed: the 32 lanes of a warp read 32 consecutive floats; q and o together, 2 x 128 floats, would not fit in
-// a thread's 255 registers), its running max m, sum l and output o[DMAX] in registers. Per tile of 16 keys the block stages K and V in shared memory (coalesced; every lane then reads the
-// same Ks[c][d], a broadcast); per key each thread updates m, l and o (two exps and 2 D FMAs for o). Reads K and V
+// a thread's 255 registers), its running max m, sum l and output o[DMAX] in registers. Per tile of 16 keys the
+// block stages K and V in shared memory (coalesced; every lane then reads the same Ks[c][d], a broadcast); per key each thread updates m, l and o (two exps and 2 D FMAs for o). Reads K and V
 // once per 64 query rows; bounded by the shared-memory loads (two per FMA) and the per-key rescale of o.
 template <typename T, int DMAX>
 __global__ void __launch_bounds__(ROWS2) attention_kernel2(const T* __restrict__ q, const T* __restrict__ k,
