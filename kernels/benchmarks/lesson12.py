@@ -1,8 +1,9 @@
 """Lesson 12 on the GPU: the attention kernels against eager PyTorch, torch.compile, every backend of PyTorch's
 scaled_dot_product_attention and FlexAttention, in one run.
 
-bf16, 16384 tokens per batch (B = 16384 / T) at sequence lengths T from 1024 to 16384, head dimension 128 with 16
-heads and 64 with 32 (a model width of 2048 either way), causal and not. TFLOP/s count the multiplies of the two
+bf16, 16384 tokens per batch (B = 16384 / T), head dimension 128 with 16 heads and 64 with 32 (a model width of
+2048 either way), causal and not: the forward at sequence lengths T from 1024 to 16384 at D 128 and at T = 2048 and
+8192 at D 64, the backward at T = 2048 and 8192 (where the bars are). TFLOP/s count the multiplies of the two
 products, 4 B H T^2 D for the forward (half of it when causal) and 2.5 times that for the backward (its five
 products against the forward's two), as FlashAttention's papers count them. The rows:
 
@@ -14,10 +15,11 @@ products against the forward's two), as FlashAttention's papers count them. The 
     attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs)
 
 Then lesson 10's model (width 768, 12 heads of 64, 6 blocks), a training step at T = 1024 and 4096 (8192 tokens),
-with SDPA's attention (eager and compiled) and with this lesson's op (eager and compiled).
+with SDPA's attention (eager, compiled, and eager held to its flash backend: by itself SDPA takes cuDNN's Hopper
+kernels on an H100) and with this lesson's op (eager and compiled).
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
-forward (up to T = 8192: their graphs keep several T x T matrices), each SDPA backend's, and the lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
+forward (eager up to T = 2048: its graph at 8192 does not fit beside the others), each SDPA backend's, and the lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
 `python -m kernels.benchmarks.lesson12 --quick` times the rows with bars (T = 2048 and 8192, both head sizes,
 causal and not) and prints PASS or MISS for each; it writes no CSV.
 """
@@ -44,9 +46,10 @@ DTYPE = torch.bfloat16
 SLOW = ("attention1", "attention2")  # timed only at the shortest sequence
 FORWARD = ("attention3",)
 BACKWARD = ("attention_backward2", "attention_backward3")
+# Eager's graph keeps five T x T matrices for its backward (34 GB at T = 8192, B = 2, 16 heads), too many beside the
+# compiled and SDPA graphs of the same benchmark on an 80 GB GPU: its backward row stops at T = 2048.
+EAGER_BACKWARD_UP_TO = 2048
 BACKWARD_OP = "attention_backward3"  # the variant the functional attention_backward runs on these inputs
-# Eager's and the compiled forward's graphs keep several T x T matrices for their backward: about 70 GB at T = 16384
-EAGER_BACKWARD_UP_TO = 8192
 
 
 def _name(t: int, d: int, causal: bool, what: str) -> str:
@@ -148,9 +151,10 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
     out, lse = ext.attention(q.detach(), k.detach(), v.detach(), causal, scale)
     qd, kd, vd = q.detach(), k.detach(), v.detach()
     grads = [torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)]
-    fns = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
+    fns = {"torch.compile": compile_static(_eager(causal)),
+           **{label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}}
     if t <= EAGER_BACKWARD_UP_TO:
-        fns = {"eager": _eager(causal), "torch.compile": compile_static(_eager(causal)), **fns}
+        fns = {"eager": _eager(causal), **fns}
     fns = _available(fns, q, k, v)
     graphs = {label: fn(q, k, v) for label, fn in fns.items()}
     want = torch.autograd.grad(graphs["torch sdpa flash" if "torch sdpa flash" in graphs else "eager"], (q, k, v),
@@ -189,8 +193,9 @@ def _model_name(t: int) -> str:
 
 def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
     """A training step (forward, backward, fused AdamW) of lesson 10's model with SDPA's attention (eager as the
-    baseline, and compiled) against the same model with this lesson's op, eager and compiled. Checked first: the
-    two models' losses agree."""
+    baseline, and compiled; and eager with SDPA held to its flash backend: on an H100 SDPA picks cuDNN's Hopper
+    kernels by itself) against the same model with this lesson's op, eager and compiled. Checked first: the two
+    models' losses agree."""
     from ..lessons.lesson10 import gpt_module
     from ..lessons.lesson12 import model_kernels
 
@@ -211,22 +216,33 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
 
     with torch.no_grad():
         same = abs(gpt.loss_of(sdpa, x, y).item() - gpt.loss_of(ours, x, y).item()) < 2e-2  # bf16: a few 1e-3
-    variants = {"torch.compile": step(sdpa, torch.compile(sdpa)), "attention op": step(ours, ours),
-                "attention op + compile": step(ours, torch.compile(ours))}
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def flash_only(forward):  # SDPA held to its FlashAttention 2 backend (it picks cuDNN's on an H100 otherwise)
+        def run(x):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return forward(x)
+        return run
+
+    variants = {"torch.compile": step(sdpa, torch.compile(sdpa)), "torch sdpa flash": step(sdpa, flash_only(sdpa)),
+                "attention op": step(ours, ours), "attention op + compile": step(ours, torch.compile(ours))}
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
     return bench(_model_name(t), variants, torch_fn=step(sdpa, sdpa), args=(), compile=False, copy_gbps=copy,
                  check=lambda: same, show=False, **files)
 
 
-def _all(ext, copy: float, out_dir: Path | None, sequences, quick: bool) -> list[Row]:
+def _all(ext, copy: float, out_dir: Path | None, quick: bool) -> list[Row]:
+    """The forward at every sequence length at D 128 (at the bar's lengths at D 64), the backward at the bar's
+    lengths, causal and not, then the model's step; the quick run only the bar's lengths."""
     rows = []
     for d in HEADS:
-        for t in sequences:
+        for t in QUICK_SEQUENCES if quick or d != 128 else SEQUENCES:
             for causal in (False, True):
                 rows += _forward(ext, t, d, causal, copy, out_dir, quick)
                 torch.cuda.empty_cache()
-                rows += _backward(ext, t, d, causal, copy, out_dir)
-                torch.cuda.empty_cache()
+                if t in QUICK_SEQUENCES:
+                    rows += _backward(ext, t, d, causal, copy, out_dir)
+                    torch.cuda.empty_cache()
     for t in MODEL_SEQUENCES:
         rows += _model(ext, t, copy, out_dir)
         torch.cuda.empty_cache()
@@ -245,7 +261,7 @@ def run(out_dir: Path) -> list[Row]:
     ext = load("12", "cuda")
     register_attention(ext)
     copy = copy_bandwidth()
-    rows = _vs_flash(_all(ext, copy, out_dir, SEQUENCES, quick=False))
+    rows = _vs_flash(_all(ext, copy, out_dir, quick=False))
     labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson12_all.png", show=False)
     print(table(rows, copy))
@@ -267,7 +283,7 @@ def quick() -> list[Row]:
     ext = load("12", "cuda")
     register_attention(ext)
     copy = copy_bandwidth()
-    rows = _vs_flash(_all(ext, copy, None, QUICK_SEQUENCES, quick=True))
+    rows = _vs_flash(_all(ext, copy, None, quick=True))
     print_quick(rows, copy, BARS)
     return rows
 

@@ -287,8 +287,8 @@ EXERCISES = [
     Exercise("12", "flash_online", "flash_online.cu", _run_flash_online, hints=[
         Hint("l and o are sums over the keys seen so far, of exp(s - m) and of exp(s - m) * v, both taken against the "
              "running max m. A tile may bring a larger max: before its keys are added, l and o must be moved onto the "
-             "new max. By what single factor? (Lesson 07's merge did the same to a sum.) Then each key of the tile adds "
-             "its own exp(s - new max) to l and that times its row of V to o. At the end, out = o / l.",
+             "new max. By what single factor? (Lesson 07's merge did the same to a sum.) Then each key of the tile "
+             "adds its own exp(s - new max) to l and that times its row of V to o. At the end, out = o / l.",
              answers=(Diagnosis.WRONG_VALUES, Diagnosis.UNWRITTEN)),
         Hint("NaN, or inf: before its first key a row has m = -inf. If a whole tile is masked for it too (causal rows "
              "near the top, or Tq > Tk), the tile's max is -inf as well, and m - m_new is -inf - -inf = NaN: skip such "
