@@ -83,11 +83,13 @@ def _sdpa_backends() -> dict[str, object]:
 
 
 def _flex(causal: bool, b: int, h: int, t: int) -> Callable:
+    """FlexAttention compiled for this benchmark's shapes alone. compile_static gives each call a code object of its
+    own: compiling flex_attention itself again at every shape would share one cache, which after 8 shapes stops
+    compiling and runs FlexAttention unfused (a few TFLOP/s)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    compiled = torch.compile(flex_attention, dynamic=False)
     mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, t, t, device="cuda") if causal else None
-    return lambda q, k, v: compiled(q, k, v, block_mask=mask)
+    return compile_static(lambda q, k, v: flex_attention(q, k, v, block_mask=mask))
 
 
 def _flops(b: int, h: int, t: int, d: int, causal: bool) -> int:
@@ -224,8 +226,10 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
                 return forward(x)
         return run
 
-    variants = {"torch.compile": step(sdpa, torch.compile(sdpa)), "torch sdpa flash": step(sdpa, flash_only(sdpa)),
-                "attention op": step(ours, ours), "attention op + compile": step(ours, torch.compile(ours))}
+    # compile_static: each model compiled for this T alone (compiling GPT.forward again at another T would give
+    # kernels for dynamic shapes)
+    variants = {"torch.compile": step(sdpa, compile_static(sdpa)), "torch sdpa flash": step(sdpa, flash_only(sdpa)),
+                "attention op": step(ours, ours), "attention op + compile": step(ours, compile_static(ours))}
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
     return bench(_model_name(t), variants, torch_fn=step(sdpa, sdpa), args=(), compile=False, copy_gbps=copy,
                  check=lambda: same, show=False, **files)

@@ -26,7 +26,11 @@ from . import Exercise, Hint, Needs, Variant
 # head dimension 128 and an odd one; no keys at all; no queries.
 SHAPES = ((1, 1, 1, 1, 1, 64), (1, 2, 2, 33, 33, 64), (1, 2, 1, 70, 50, 64), (1, 1, 1, 17, 130, 128),
           (2, 1, 1, 40, 40, 40), (1, 1, 1, 5, 0, 64), (1, 2, 2, 0, 9, 64))
-TENSOR_CORE_SHAPES = tuple(s for s in SHAPES if s[-1] in (64, 128))  # the tensor-core kernels take D = 64 or 128
+# The tensor-core kernels take D = 64 or 128; their tiles are 128 query rows (a block) and 32 or 64 keys: these shapes
+# also cross several of each, so that the causal paths that skip whole tiles (a warp's, a block's, the backward's first
+# query tiles) and the double buffers past their first tile all run.
+TENSOR_CORE_SHAPES = (*(s for s in SHAPES if s[-1] in (64, 128)), (1, 2, 1, 300, 300, 64), (1, 2, 2, 200, 330, 128),
+                      (1, 1, 1, 260, 140, 64))
 LARGE = 50.0  # the second input set: q times 50, scores of about +-50 and up to a few hundred: exp(s) overflows
 # Float32: the kernels' exp is the hardware's exp2 (a few ulps); half types: P is rounded to q's dtype before the
 # second product, as FlashAttention does, then O is rounded once more.
@@ -322,9 +326,12 @@ def _forward_args(size, dtype, device) -> tuple:
 
 
 def _backward_args(size, dtype, device) -> tuple:
+    """Inputs of the right shapes and sizes for a backward's profile, not a forward's outputs: computing those by the
+    float64 reference would take tens of GB at GPU_SIZE. lse = log(T) is the log-sum-exp of scores near 0."""
     b, h, t, d = size
     q, k, v = (torch.randn(b, h, t, d, device=device).to(dtype) for _ in range(3))
-    out, lse = attention_ref(q, k, v)
+    out = (torch.randn(b, h, t, d, device=device) * 0.1).to(dtype)
+    lse = torch.full((b, h, t), math.log(max(t, 1)), device=device)
     return (q, k, v, out, lse, torch.randn_like(q), False, default_scale(q), torch.empty_like(q), torch.empty_like(k),
             torch.empty_like(v))
 
@@ -338,7 +345,7 @@ VARIANTS = [
     Variant("attention_backward2", _backward_args, HALF_DTYPES, needs=TENSOR_CORES),
     Variant("attention_backward3", _backward_args, HALF_DTYPES, needs=TENSOR_CORES),
 ]
-# The functional forms need no gate: they take attention3 and attention_backward2 where the GPU and the input allow
+# The functional forms need no gate: they take attention3 and attention_backward3 where the GPU and the input allow
 # (fp16 or bf16, D 64 or 128, compute capability 8.0 or later), the CUDA-core variants elsewhere.
 FORWARD = [v.name for v in VARIANTS if v.args is _forward_args]
 BACKWARD = [v.name for v in VARIANTS if v.args is _backward_args]

@@ -392,10 +392,11 @@ __device__ __forceinline__ void load_tile_async(T* tile, const T* src, int r0, i
 // from shared memory per tile (QREG false: 2 ldmatrix more per 16 columns), and the key tiles are 32 long (the
 // 32 x 32 score tile, 32 registers; with tiles of 64 ptxas spills at its 255-register limit).
 // Registers (ptxas -v, sm_90, CUDA 13.0): D 128, 4 warps of 32 rows, key tiles of 32: 252, no spills, 2 blocks per
-// SM (80 KB of shared memory each); D 64, 4 warps of 32 rows, Q in registers, key tiles of 64: 236, 2 blocks per SM.
+// SM (64 KB of shared memory each); D 64, 4 warps of 32 rows, Q in registers, key tiles of 64: 236, 2 blocks per SM.
 // 128 query rows per block either way: each K and V tile copied into shared memory serves 128 rows (2 bytes of L2
-// traffic per 128 FLOPs). Measured (H100, bf16, 16384 tokens, against SDPA's FlashAttention 2): 0.92-0.95x at D 128,
-// 1.01-1.04x at D 64; 8 warps of 16 rows gave 0.80-0.90x and 0.80-0.82x.
+// traffic per 128 FLOPs). Measured against SDPA's FlashAttention 2 (H100, bf16, 16384 tokens; the recorded figures
+// are in kernels/benchmarks/recorded/lesson12.csv): about 0.9x at D 128 and 1.0x at D 64, where 8 warps of 16 rows
+// had given 0.80-0.90x and 0.80-0.82x.
 template <typename T, int D_, int WARPS_, int BC_, int MT_, bool QREG_, int MIN_BLOCKS_>
 struct Fwd3 {
   using Type = T;
@@ -747,8 +748,8 @@ __global__ void __launch_bounds__(THREADS4) attention_backward_kernel1(
 // The tiles of the dK/dV kernel. A block owns BC = 64 keys, a warp 16 of them (the m16 rows of S^T = K Q^T, so that
 // dK and dV, 16 x D each, stay in the warp's registers), and walks the query rows in tiles of BR: 64 at D 64; at D 128
 // 64 without dQ (attention_backward3: dK and dV take 128 registers, the 16 x 64 tiles of S^T and dP^T 64; 255 in
-// all, no spills, and half the barriers and Q/dO tile loads of BR 32: 0.73-0.77x SDPA's flash backward where 32 gave
-// 0.61-0.71x) and 32 with it (the dQ step's registers on top).
+// all, no spills, and half the barriers and Q/dO tile loads of BR 32: measured, 0.07-0.09x of SDPA's flash backward
+// faster than 32) and 32 with it (the dQ step's registers on top).
 // DQ: dQ by float32 atomics (attention_backward2), else left to attention_dq_kernel3 (attention_backward3).
 template <typename T, int D_, int BR_, bool DQ_, int WARPS_ = 4>
 struct Bwd2 {
@@ -770,7 +771,7 @@ struct Bwd2 {
 //   dV += P^T dO and dK += dS^T Q (A: P^T and dS^T from the C registers, as in the forward; B: ldmatrix.trans)
 //   DQ: dS^T to shared memory, a barrier, then dQ = dS K for the tile (warps split its m16 tiles and columns),
 //   added into a float32 buffer with atomics (every key block adds to the same dQ rows).
-// Reads Q and dO once per 64 keys (and lse, D); writes dK and dV once. 8 B Hq Tq Tk D FLOPs with dQ.
+// Reads Q and dO once per 64 keys (and lse, D); writes dK and dV once. 10 B Hq Tq Tk D FLOPs with dQ, 8 without.
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) attention_backward_kernel2(
     const typename C::Type* __restrict__ q, const typename C::Type* __restrict__ k, const typename C::Type* __restrict__ v,
@@ -959,7 +960,7 @@ struct Dq3 {
 // (double-buffered by cp.async, causal tiles above the diagonal skipped): S = Q K^T and dP = dO V^T (B: ldmatrix of
 // K and V), P = exp2(S scale log2 e - lse log2 e) masked, dS = P (dP - D), dQ += dS K (A: dS from the registers; B:
 // K by ldmatrix.trans). No atomics: each dQ row is written once, by its warp, so two runs give the same bits. The
-// price: S and dP are computed a second time (the dK/dV kernel made them too), 3 of the backward's 5 matmuls again.
+// price: S and dP are computed a second time (the dK/dV kernel made them too): 7 matmuls of the forward's size, not 5.
 template <class C>
 __global__ void __launch_bounds__(C::THREADS) attention_dq_kernel3(
     const typename C::Type* __restrict__ q, const typename C::Type* __restrict__ k, const typename C::Type* __restrict__ v,
@@ -1267,8 +1268,9 @@ void attention3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
                 at::Tensor& lse) {
   const Takes w{"attention3", true, 128, true};
   Dims d;
-  if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
+  // the GPU and the alignment first: an empty call must be refused where a full one would be
   check_tensor_core_args(w, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}});
+  if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
   dispatch3(q, [&](auto t) {
     using T = decltype(t);
     if constexpr (!std::is_same<T, float>::value) {
@@ -1384,8 +1386,9 @@ static void backward_tensor_cores(const Takes& w, const at::Tensor& q, const at:
                                   const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout, bool causal,
                                   double scale, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv) {
   Dims d;
-  if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
+  // the GPU and the alignment first: an empty call must be refused where a full one would be
   check_tensor_core_args(w, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&dout, "dout"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}});
+  if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
   auto stream = c10::cuda::getCurrentCUDAStream();
   dispatch3(q, [&](auto t) {
     using T = decltype(t);
