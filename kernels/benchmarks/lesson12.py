@@ -19,7 +19,8 @@ with SDPA's attention (eager, compiled, and eager held to its flash backend: by 
 kernels on an H100) and with this lesson's op (eager and compiled).
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
-forward (eager up to T = 2048: its graph at 8192 does not fit beside the others), each SDPA backend's, and the lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
+forward (eager up to T = 2048: its graph at 8192 does not fit beside the others), each SDPA backend's, and the
+lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
 `python -m kernels.benchmarks.lesson12 --quick` times the rows with bars (T = 2048 and 8192, both head sizes,
 causal and not) and prints PASS or MISS for each; it writes no CSV.
 """
