@@ -327,6 +327,8 @@ MISUSE_CASES = {
     20: ("CVTA-GLOBAL", r"__cvta_generic_to_shared at ptx_misuse\.cu:{line}: the pointer 0x[0-9a-f]+ is not shared memory"),
     21: ("WGMMA-WAIT", r"at ptx_misuse\.cu:{line}: deadlock: this wait completes wgmma group 0 of the warpgroup, but warp 1 has "
                        r"committed only 0 group\(s\)"),
+    22: ("SCOPE-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: the variable a wgmma accumulates into went out of "
+                            r"scope before this wgmma\.wait_group"),
 }
 
 

@@ -325,6 +325,9 @@ def _kernel_return_edits(src: str, mask: bytearray) -> list[_Edit]:
 
 
 _PRAGMA_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", re.M)
+# CUDA's __noinline__ qualifier. Not a macro of cudasim.h: the C++ library's own headers spell the attribute
+# __attribute__((__noinline__)), which such a macro would break; so only the learner's files are rewritten.
+_NOINLINE_RE = re.compile(r"(?<!\(\()\b__noinline__\b")
 
 
 def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_Edit]:
@@ -438,6 +441,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     asm = _asm_edits(src, mask, path)
     edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
+    edits += _simple_edits(src, mask, _NOINLINE_RE, lambda m: "__attribute__((noinline))")
     if include_map:
         edits += _simple_edits(src, mask, _INCLUDE_RE,
                                lambda m: f'#include "{include_map[m.group(1)]}"' if m.group(1) in include_map else m.group(0))

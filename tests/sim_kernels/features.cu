@@ -6,7 +6,7 @@
 // compile time). Host code allocates on the CUDA device (the CPU on the simulator).
 //
 //   section                what the ops exercise
-//   qualifiers             __host__ __device__ __forceinline__ __launch_bounds__ __restrict__, templates, unroll
+//   qualifiers             __host__ __device__ __forceinline__ __noinline__ __launch_bounds__ __restrict__, templates, unroll
 //   indices                threadIdx / blockIdx / blockDim / gridDim in 1, 2 and 3 dimensions, warpSize
 //   launches               every spelling of <<<...>>>, and '<<<' inside a string and a comment
 //   shared memory          static 1-D and 2-D, extern dynamic, alignment, the 48 KB limits
@@ -29,7 +29,7 @@
 // qualifiers
 __host__ __device__ __forceinline__ float square_plus_one(float v) { return v * v + 1.0f; }
 
-__device__ float twice(float v) { return 2.0f * v; }
+__device__ __noinline__ float twice(float v) { return 2.0f * v; }
 __device__ float twice_square_plus_one(float v) { return twice(square_plus_one(v)); }  // device calls device
 
 template <typename T, int UNROLL>

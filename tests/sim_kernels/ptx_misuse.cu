@@ -17,6 +17,7 @@
 //    9 expect_tx announcing fewer bytes than the copy brings        20 __cvta_generic_to_shared of global memory
 //   10 one arrival more than the phase's count                     21 wgmma.wait_group while a warp of the
 //   11 an mbarrier overwritten by an ordinary store                    warpgroup never commits
+//                                                                  22 accumulators gone out of scope before the wait
 #include "helpers.cuh"
 
 #include <ATen/ops/full.h>
@@ -128,6 +129,20 @@ __device__ __forceinline__ uint64_t desc_none(uint32_t addr) {  // K-major, no s
   return ((addr >> 4) & 0x3FFF) | (uint64_t(128 >> 4) << 16) | (uint64_t(256 >> 4) << 32);
 }
 
+// Issues a wgmma into its own local accumulators and returns before any wait: the registers it left behind
+// belong to no one by the time the caller waits (case 22). The padding puts them below the frames of the wait.
+__device__ __noinline__ void wgmma_into_locals(uint64_t adesc, uint64_t bdesc, float* sink) {
+  volatile float pad[512];
+  pad[threadIdx.x % 512] = 0.f;
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+#ifdef HAS_SM90A
+  asm volatile("wgmma.fence.sync.aligned;");
+  wgmma_n8(d, adesc, bdesc);
+  asm volatile("wgmma.commit_group.sync.aligned;");
+#endif
+  *sink = pad[(threadIdx.x + 1) % 512];
+}
+
 __global__ void wgmma_kernel(float* out, int what) {
   __shared__ alignas(1024) uint16_t tile[64 * 16 + 8 * 16];
   for (int i = threadIdx.x; i < 64 * 16 + 8 * 16; i += blockDim.x) tile[i] = 0x3F80;  // bf16 1.0
@@ -138,6 +153,11 @@ __global__ void wgmma_kernel(float* out, int what) {
   const uint64_t bdesc = what == 12 ? desc_none(a + 200000) : desc_none(b);
   if (what == 21 && threadIdx.x >= 32) return;  // warps 1-3 of the warpgroup leave
 #ifdef HAS_SM90A
+  if (what == 22) {
+    wgmma_into_locals(desc_none(a), bdesc, &out[threadIdx.x]);
+    asm volatile("wgmma.wait_group.sync.aligned 0;");  // SCOPE-WAIT
+    return;
+  }
   if (what != 13) asm volatile("wgmma.fence.sync.aligned;");
   wgmma_n8(d, desc_none(a), bdesc);
   asm volatile("wgmma.commit_group.sync.aligned;");
