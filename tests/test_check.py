@@ -421,6 +421,19 @@ def test_out_names_of_the_wrong_length_are_refused_saying_how_many():
               sizes=[33], quiet=True)
 
 
+def test_a_tolerance_per_output_holds_each_output_to_its_own():
+    def sum_a_little_off(x, y):  # the sum 1e-3 off (relative), the difference exact
+        return (x + y) * (1 + 1e-3), x - y
+
+    def run(tolerance):
+        return check(sum_a_little_off, sum_and_difference, elementwise(2), sizes=[33], tolerance=tolerance, quiet=True)
+    assert run({torch.float32: ((1e-2, 1e-2), (1e-6, 1e-6))}).passed
+    failed = run({torch.float32: ((1e-6, 1e-6), (1e-2, 1e-2))})
+    assert not failed.passed and failed.cases[0].problem.endswith(" in output 0")
+    with pytest.raises(ValueError, match=r"3 tolerances for 2 outputs"):
+        run({torch.float32: ((1e-2, 1e-2),) * 3})
+
+
 def test_an_out_variant_ops_outputs_are_named_from_its_schema(ext):
     assert _output_names(ext.add, None, 2, 1) == ["out"]
     assert _output_names(raising_op, None, 2, 1) == ["output 0"]
