@@ -125,6 +125,37 @@ def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev):
         assert torch.equal(a, b)
 
 
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of t that starts one element past a 16-byte boundary."""
+    buf = t.new_empty(t.numel() + 1)
+    out = buf[1:].view(t.shape)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.parametrize("case", ["bf16 D64", "fp32", "bf16 D40", "bf16 misaligned"])
+def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case):
+    # the benchmark's bars name the variant from attention_variant / attention_backward_variant; 24 keys: one key tile,
+    # so dq's atomics (backward1) add once and the bits compare
+    dtype = torch.float32 if case == "fp32" else torch.bfloat16
+    q, k, v = qkv()((1, 2, 1, 33, 24, 40 if case == "bf16 D40" else 64), dtype, dev)
+    if case == "bf16 misaligned":
+        q = _misaligned(q)
+    dout = torch.randn_like(q)
+    tensor_cores = case == "bf16 D64"
+    fwd, bwd = ("attention3", "attention_backward3") if tensor_cores else ("attention2", "attention_backward1")
+    assert (ext.attention_variant(q, k, v), ext.attention_backward_variant(q, k, v, dout)) == (fwd, bwd)
+    scale = default_scale(q)
+    out, lse = ext.attention(q, k, v, True, scale)
+    named = [torch.empty_like(out), torch.empty_like(lse)]
+    getattr(ext, fwd)(q, k, v, True, scale, *named)
+    assert torch.equal(out, named[0]) and torch.equal(lse, named[1])
+    grads = ext.attention_backward(q, k, v, out, lse, dout, True, scale)
+    named = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+    getattr(ext, bwd)(q, k, v, out, lse, dout, True, scale, *named)
+    assert all(torch.equal(g, n) for g, n in zip(grads, named))
+
+
 # ---------------------------------------------------------------------------------------------
 # The op: autograd, opcheck, torch.compile.
 

@@ -53,6 +53,13 @@ EAGER_BACKWARD_UP_TO = 2048
 BACKWARD_OP = "attention_backward3"  # the variant the functional attention_backward runs on these inputs
 
 
+def _same_choice(chosen: str, named: str, op: str) -> None:
+    """The bars name the kernel the functional op runs (the op says which): refuse to measure when they part."""
+    if chosen != named:
+        raise RuntimeError(f"the functional {op} runs {chosen} on the benchmark's inputs, but the bars name {named}: "
+                           "change the benchmark's FORWARD[-1] / BACKWARD_OP to match")
+
+
 def _name(t: int, d: int, causal: bool, what: str) -> str:
     return f"attention {what} T={t} D={d}{' causal' if causal else ''} bf16"
 
@@ -125,6 +132,7 @@ def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | Non
     scale = default_scale(q)
     out = torch.empty_like(q)
     lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+    _same_choice(ext.attention_variant(q, k, v), FORWARD[-1], "attention")
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     names = [*FORWARD, *(SLOW if t == SEQUENCES[0] and not quick else ())]
     baselines = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
@@ -154,6 +162,7 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
     out, lse = ext.attention(q.detach(), k.detach(), v.detach(), causal, scale)
     qd, kd, vd = q.detach(), k.detach(), v.detach()
     grads = [torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)]
+    _same_choice(ext.attention_backward_variant(qd, kd, vd, dout), BACKWARD_OP, "attention_backward")
     fns = {"torch.compile": compile_static(_eager(causal)),
            **{label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}}
     if t <= EAGER_BACKWARD_UP_TO:
