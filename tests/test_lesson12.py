@@ -237,6 +237,9 @@ PLANTED = {
     "lse_without_max": ("m + logf(l)", "logf(l)", "in lse", 1),
     # no skip of a tile that is masked for the row before its first key: exp(-inf - -inf) makes its o and l NaN
     "no_empty_tile_skip": ("    if (m_new == -INFINITY) continue;", "", "NaN", 2),
+    # no causal bound: every block loads every tile (right values; the simulator's access profile counts the loads)
+    "no_causal_bound": ("tiles = keys > 0 ? (int)((keys + BC - 1) / BC) : 0;", "tiles = keys > 0 ? tiles : 0;",
+                        "global loads", 3),
 }
 
 

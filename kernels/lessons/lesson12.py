@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import TOLERANCE, Diagnosis, Report, check, merge, random_tensor
+from ..check import HINTS, TOLERANCE, Case, Diagnosis, Report, check, merge, random_tensor
 from . import Exercise, Hint, Needs, Variant
 
 # (B, Hq, Hkv, Tq, Tk, D). One query and one key; ragged lengths past a tile of 32 or 64; more queries than keys
@@ -287,8 +287,53 @@ def attention(ext, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_caus
 # ---------------------------------------------------------------------------------------------
 # The exercise: flash_online.cu, the online update of a thread-per-row fused attention in float32.
 
+# On the simulator the self-check also profiles one causal shape and counts its global loads. Tq 128 and Tk 80 put
+# the diagonal at j <= i - 48: the block of rows 0-63 attends to the first 16 keys (one tile of 16), the block of rows
+# 64-127 to all 80 (five tiles). Loading a block's tiles past its last row's diagonal gives the right values (they are
+# masked for every row of the block) at the cost of their loads: 10 tiles of K and V instead of 6.
+PROFILE_SIZE = (1, 1, 1, 128, 80, 8)
+SOLUTION_GLOBAL_LOADS = 224  # warp-level requests of the solution on PROFILE_SIZE: q once, 6 tiles of K and V
+
+
+def causal_loads(fn: Callable):
+    """(global load requests, the profile) of a sim-loaded flash_online-like fn, causal, on PROFILE_SIZE."""
+    from ..sim.profile import profile
+
+    q, k, v = qkv()(PROFILE_SIZE, torch.float32, "cpu")
+    report = profile(fn, q, k, v, True, default_scale(q), torch.empty_like(q), q.new_empty(q.shape[:3]))
+    return sum(r.requests for r in report.rows if r.kind == "global load"), report
+
+
+def check_causal_tiles(fn: Callable, name: str = "causal tiles") -> Report:
+    """On the simulator: causal blocks load only the key tiles up to their last row's diagonal. One case on
+    PROFILE_SIZE: no more global loads than the solution's (SOLUTION_GLOBAL_LOADS)."""
+    case = Case(_label(PROFILE_SIZE, True, False) + " profile", torch.float32, part="profile")
+    report = Report(name, [case])
+    try:
+        got, profiled = causal_loads(fn)
+    except Exception as e:  # noqa: BLE001 - the report says what went wrong, as a failing case does
+        case.passed, case.problem, case.diagnosis = False, "the access profile raised " + type(e).__name__, Diagnosis.RAISED
+        case.detail = "\n".join(str(e).strip().splitlines()[:6])
+        report.hints.append(HINTS[Diagnosis.RAISED])
+        return report
+    if got > SOLUTION_GLOBAL_LOADS:
+        case.passed, case.diagnosis = False, Diagnosis.ACCESS_PATTERN
+        case.problem = "more global loads than the solution's: causal blocks load key tiles past their diagonal"
+        case.detail = (f"the simulator's access profile, causal, Tq 128, Tk 80, shows {got} global load requests (each "
+                       f"a warp's); the solution's shows {SOLUTION_GLOBAL_LOADS}: the rows 0-63 need one tile of keys, "
+                       "the rows 64-127 five. By line:\n" + str(profiled))
+        report.hints.append(HINTS[Diagnosis.ACCESS_PATTERN])
+    return report
+
+
 def _run_flash_online(ext, backend) -> Report:
-    return check_attention(ext.flash_online, name="flash_online", backend=backend)
+    from ..backend import resolve
+
+    values = check_attention(ext.flash_online, name="flash_online", backend=backend, quiet=True)
+    parts = [values]
+    if values.passed and resolve(backend) == "sim":
+        parts.append(check_causal_tiles(ext.flash_online, name="flash_online causal tiles"))
+    return _merged("flash_online", parts, quiet=False, raise_on_fail=False)
 
 
 EXERCISES = [
@@ -304,9 +349,11 @@ EXERCISES = [
              "-inf; any other row's lse is m + log(l), the log of the sum of exp(s) over its keys.",
              answers=(Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, Diagnosis.NUMBER_WHERE_REFERENCE_IS_NAN),
              parts=("lse",)),
-        "The causal tile bound: the block's last row is min(i0 + ROWS, Tq) - 1, and it attends to the keys j <= row + "
-        "shift (shift = Tk - Tq), so to min(Tk, row + shift + 1) keys: that many keys take ceil(keys / BC) tiles; "
-        "none when keys <= 0. A bound one tile short drops the last keys of the rows below the diagonal.",
+        Hint("The causal tile bound: the block's last row is min(i0 + ROWS, Tq) - 1, and it attends to the keys j <= "
+             "row + shift (shift = Tk - Tq), so to min(Tk, row + shift + 1) keys: that many keys take ceil(keys / BC) "
+             "tiles; none when keys <= 0. A bound one tile short drops the last keys of the rows below the diagonal; "
+             "no bound at all gets the values right but loads (and masks) every tile past the diagonal.",
+             answers=(Diagnosis.ACCESS_PATTERN,)),
         "The update: float m_new = m; for (c) m_new = fmaxf(m_new, s[c]); if (m_new == -INFINITY) continue; "
         "const float alpha = __expf(m - m_new); l *= alpha; for (d) o[d] *= alpha; for (c) { const float p = "
         "__expf(s[c] - m_new); l += p; for (d) o[d] += p * Vs[c][d]; } m = m_new;   The end: inv = l > 0 ? 1 / l : 0; "
