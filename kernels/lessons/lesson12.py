@@ -205,13 +205,22 @@ BACKWARD_TOLERANCE = {**ATTENTION_TOLERANCE, torch.float32: (1e-4, 1e-5), torch.
                       torch.bfloat16: (5e-2, 3e-2)}
 
 
+# The large set (q times 50, and query 0 scoring about -125): P = exp(s - lse) must be recomputed against lse, as
+# exp(s) alone overflows. dk = scale dS^T q carries q's size (row 0 holds -2000 at D 64), so its absolute tolerance is
+# in those units; each is about twice the largest error the variants showed on the shapes of the checks.
+LARGE_BACKWARD_TOLERANCE = {torch.float32: ((1e-4, 1e-4), (1e-4, 2e-3), (1e-4, 5e-4)),
+                            torch.float16: ((1e-2, 5e-3), (1e-2, 1.0), (1e-2, 2e-3)),
+                            torch.bfloat16: ((5e-2, 5e-2), (5e-2, 10.0), (5e-2, 1e-2))}
+
+
 def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,),
                              causal=(False, True), name: str | None = None, backend: str | None = None,
                              quiet: bool = False, raise_on_fail: bool = False,
-                             orders: Sequence[str] | None = None) -> Report:
+                             orders: Sequence[str] | None = None, large: bool = True) -> Report:
     """check() of an out-variant backward fn(q, k, v, out, lse, dout, causal, scale, dq, dk, dv) against
-    attention_backward_ref, masked and not, with scale 1 / sqrt(D). The out and lse it is given come from the
-    reference forward of the same masking."""
+    attention_backward_ref, masked and not, with scale 1 / sqrt(D); with `large`, once more on q times LARGE (in the
+    first thread order only, within LARGE_BACKWARD_TOLERANCE). The out and lse it is given come from the reference
+    forward of the same masking and inputs."""
     shapes = list(shapes)
     reports = []
     for is_causal in causal:
@@ -221,10 +230,14 @@ def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=
         def ref(q, k, v, out, lse, dout, is_causal=is_causal):
             return attention_backward_ref(q, k, v, out, lse, dout, is_causal)
 
-        report = check(op, ref, backward_inputs(is_causal), out=gradients, out_names=("dq", "dk", "dv"), sizes=shapes,
-                       dtypes=dtypes, tolerance=BACKWARD_TOLERANCE, name=name, backend=backend, quiet=True,
-                       orders=orders)
-        reports.append(_relabelled(report, is_causal, False))
+        sets = [(1.0, orders, BACKWARD_TOLERANCE)]
+        if large:
+            sets.append((LARGE, (orders or ("forward",))[:1], LARGE_BACKWARD_TOLERANCE))
+        for logit_scale, its_orders, tolerance in sets:
+            report = check(op, ref, backward_inputs(is_causal, logit_scale), out=gradients,
+                           out_names=("dq", "dk", "dv"), sizes=shapes, dtypes=dtypes, tolerance=tolerance, name=name,
+                           backend=backend, quiet=True, orders=its_orders)
+            reports.append(_relabelled(report, is_causal, logit_scale != 1.0))
     return _merged(name or reports[0].name, reports, quiet, raise_on_fail)
 
 
