@@ -201,13 +201,18 @@ class Report:
         return self
 
 
-def merge(name: str, reports: Iterable[Report]) -> Report:
-    """One report of several: their cases and hints in order, and the first reason one of them stopped."""
+def merge(name: str, reports: Iterable[Report], *, quiet: bool = True, raise_on_fail: bool = False) -> Report:
+    """One report of several: their cases and hints in order, and the first reason one of them stopped. Printed
+    unless `quiet`; with `raise_on_fail`, an AssertionError with the report if a case failed (as check() does)."""
     merged = Report(name)
     for r in reports:
         merged.cases += r.cases
         merged.hints += r.hints
         merged.stopped = merged.stopped or r.stopped
+    if not quiet:
+        print(merged)
+    if raise_on_fail:
+        merged.raise_if_failed()
     return merged
 
 

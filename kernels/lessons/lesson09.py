@@ -142,9 +142,7 @@ def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: to
     parts = [values, refusals]
     if reuse and values.passed and resolve(backend) == "sim":
         parts.append(check_tile_reuse(fn, name=f"{name} tile reuse"))
-    report = merge(name, parts)
-    print(report)
-    return report
+    return merge(name, parts, quiet=False)
 
 
 def _run_blocktile(ext, backend) -> Report:

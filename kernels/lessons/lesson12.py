@@ -147,15 +147,6 @@ def _relabelled(report: Report, causal: bool, large: bool) -> Report:
     return report
 
 
-def _merged(name: str, reports: list[Report], quiet: bool, raise_on_fail: bool) -> Report:
-    report = merge(name, reports)
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
-
-
 def check_attention(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), causal=(False, True),
                     name: str | None = None, backend: str | None = None, quiet: bool = False,
                     raise_on_fail: bool = False, orders: Sequence[str] | None = None, large: bool = True) -> Report:
@@ -180,7 +171,7 @@ def check_attention(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.fl
                            dtypes=dtypes, tolerance=tolerance, name=name, backend=backend, quiet=True,
                            orders=its_orders)
             reports.append(_relabelled(report, is_causal, logit_scale != 1.0))
-    return _merged(name or reports[0].name, reports, quiet, raise_on_fail)
+    return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 def backward_inputs(causal: bool, logit_scale: float = 1.0) -> Callable:
@@ -238,7 +229,7 @@ def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=
                            out_names=("dq", "dk", "dv"), sizes=shapes, dtypes=dtypes, tolerance=tolerance, name=name,
                            backend=backend, quiet=True, orders=its_orders)
             reports.append(_relabelled(report, is_causal, logit_scale != 1.0))
-    return _merged(name or reports[0].name, reports, quiet, raise_on_fail)
+    return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 _registered: set[str] = set()
@@ -346,7 +337,7 @@ def _run_flash_online(ext, backend) -> Report:
     parts = [values]
     if values.passed and resolve(backend) == "sim":
         parts.append(check_causal_tiles(ext.flash_online, name="flash_online causal tiles"))
-    return _merged("flash_online", parts, quiet=False, raise_on_fail=False)
+    return merge("flash_online", parts, quiet=False)
 
 
 EXERCISES = [
