@@ -216,6 +216,15 @@ def merge(name: str, reports: Iterable[Report], *, quiet: bool = True, raise_on_
     return merged
 
 
+def profile_raised(report: Report, case: Case, e: BaseException) -> Report:
+    """`report` with its profile `case` failed because profiling the kernel raised `e` (the error's first lines
+    as the detail, as a failing case of check() shows them)."""
+    case.passed, case.problem, case.diagnosis = False, "the access profile raised " + type(e).__name__, Diagnosis.RAISED
+    case.detail = "\n".join(str(e).strip().splitlines()[:6])
+    report.hints.append(HINTS[Diagnosis.RAISED])
+    return report
+
+
 # ---------------------------------------------------------------------------------------------
 # Input and output specifications.
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import HINTS, TOLERANCE, Case, Diagnosis, Report, check, merge, random_tensor
+from ..check import HINTS, TOLERANCE, Case, Diagnosis, Report, check, merge, profile_raised, random_tensor
 from . import Exercise, Hint, Needs, Variant
 
 # (B, Hq, Hkv, Tq, Tk, D). One query and one key; ragged lengths past a tile of 32 or 64; more queries than keys
@@ -316,10 +316,7 @@ def check_causal_tiles(fn: Callable, name: str = "causal tiles") -> Report:
     try:
         got, profiled = causal_loads(fn)
     except Exception as e:  # noqa: BLE001 - the report says what went wrong, as a failing case does
-        case.passed, case.problem, case.diagnosis = False, "the access profile raised " + type(e).__name__, Diagnosis.RAISED
-        case.detail = "\n".join(str(e).strip().splitlines()[:6])
-        report.hints.append(HINTS[Diagnosis.RAISED])
-        return report
+        return profile_raised(report, case, e)
     if got > SOLUTION_GLOBAL_LOADS:
         case.passed, case.diagnosis = False, Diagnosis.ACCESS_PATTERN
         case.problem = "more global loads than the solution's: causal blocks load key tiles past their diagonal"
