@@ -13,6 +13,7 @@ many planted bugs, make test-all runs a few of them and make test-toolkit the re
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
 import pytest
@@ -55,12 +56,14 @@ def toolkit_beyond(bugs, keep: tuple[str, ...]) -> list:
     return [n if n in keep else pytest.param(n, marks=pytest.mark.toolkit) for n in names]
 
 
-# The tests whose one assertion, an exercise's self-check passing on its solution, a cell of the lesson's solution
-# notebook makes as well: make test-all's nbval step runs that cell and compares its printed report (the PASS
-# lines) with the one recorded, so a failing check fails there. These tests are toolkit tests (CI runs both
-# suites), and make test-all runs each of those checks once instead of twice. tests/test_ci.py holds every entry
-# to its cell: the cell exists, calls the check named here, has its output compared and recorded as passing.
-# {test id: (solution notebook, cell id, the call in the cell)}
+# The tests whose one assertion a cell of the lesson's solution notebook makes as well: an exercise's self-check
+# passing on its solution, or a reference variant's check (the same check on the same shapes, dtypes and thread
+# orders, or more orders). make test-all's nbval step runs that cell and compares its printed report (the PASS
+# lines; a variant's line of passed cases) with the one recorded, so a failing check fails there. These tests are
+# toolkit tests (CI runs both suites), and make test-all runs each of those checks once instead of twice.
+# tests/test_notebooks.py holds every entry to its cell: the cell exists, calls the check named here, has its output
+# compared and recorded as passing.
+# {test id: (solution notebook, cell id, the call in the cell)}; a variant's entry adds a fourth item (below)
 CHECKED_IN_NOTEBOOKS = {
     "tests/test_lesson01.py::test_scale_solution_passes_its_self_check":
         ("solutions/01_thread_model/01_thread_model.ipynb", "442ed368", 'check_exercise("01", "scale"'),
@@ -91,6 +94,43 @@ CHECKED_IN_NOTEBOOKS = {
     "tests/test_lesson12.py::test_the_flash_online_solution_passes_its_self_check":
         ("solutions/12_attention/12_attention.ipynb", "l12-25", 'check_exercise("12", "flash_online"'),
 }
+
+
+def _variants_in_notebook(test: str, names, notebook: str, cell_id: str, call: str) -> dict:
+    """Entries of CHECKED_IN_NOTEBOOKS for a test of a lesson's reference variants, one per parameter, whose check a
+    compared cell of the solution notebook runs on each variant with the same shapes and dtypes, in the same thread
+    orders or more, printing a line per variant: "<name>: N/N cases passed" when every case passed. `names`: the
+    test's parameter ids, or {parameter id: the name that the cell's line gives it}. The fourth item of each entry
+    is that line as a regular expression that the cell's recorded output must hold."""
+    names = names if isinstance(names, dict) else {n: n for n in names}
+    return {f"{test}[{n}]": (notebook, cell_id, call, rf"{re.escape(shown)}: (\d+)/\1 cases passed")
+            for n, shown in names.items()}
+
+
+# The reference variants' checks, each parameter of the test an entry.
+CHECKED_IN_NOTEBOOKS.update({
+    **_variants_in_notebook(
+        "tests/test_lesson06.py::test_every_full_sum_matches_the_float64_sum_on_ragged_empty_and_single_sizes",
+        [f"sum{k}" for k in range(1, 8)], "solutions/06_reductions/06_reductions.ipynb", "def140b7",
+        'check_sum(getattr(ext, f"sum{k}"))'),
+    **_variants_in_notebook(
+        "tests/test_lesson09.py::test_every_fp32_variant_matches_torch_on_awkward_shapes",
+        [f"matmul{k}" for k in range(1, 9)], "solutions/09_matmul/09_matmul.ipynb", "l09-09",
+        'check_matmul(getattr(ext, f"matmul{k}"), (*SHAPES, *WIDE), quiet=True)'),
+    **_variants_in_notebook(
+        "tests/test_lesson09.py::test_the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes",
+        {f"{name}-dtype{i}": f"{name} {dtype}" for name in ("matmul9", "matmul10", "matmul12")
+         for i, dtype in enumerate(("bfloat16", "float16"))}, "solutions/09_matmul/09_matmul.ipynb", "l09-20",
+        "check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dt,), quiet=True)"),
+    **_variants_in_notebook(
+        "tests/test_lesson12.py::test_every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes",
+        ("attention1", "attention2", "attention3"), "solutions/12_attention/12_attention.ipynb", "l12-12",
+        "r = check_attention(getattr(ext, name)"),
+    **_variants_in_notebook(
+        "tests/test_lesson12.py::test_every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes",
+        ("attention_backward1", "attention_backward2", "attention_backward3"),
+        "solutions/12_attention/12_attention.ipynb", "l12-16", "r = check_attention_backward(getattr(ext, name)"),
+})
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 
 
