@@ -45,6 +45,13 @@ def plant(source: Path, old: str, new: str, name: str) -> Path:
     return dest
 
 
+def row_max_from_zero() -> Path:
+    """Lesson 06's row_max solution with the max started from 0 instead of -inf (right whenever a row holds a positive
+    value): one planted file for the lesson's tests and the checker's, so that one build serves both."""
+    return plant(ROOT / "solutions" / "06_reductions" / "row_reductions.cu", "float m = -INFINITY;", "float m = 0.0f;",
+                 "lesson06_row_max_from_zero.cu")
+
+
 def toolkit_beyond(bugs, keep: tuple[str, ...]) -> list:
     """The planted bugs of a parametrize: those named in `keep` run in make test-all, the others only in make
     test-toolkit (which CI runs too). Each planted bug costs a build or a whole self-check, and make test-all has
