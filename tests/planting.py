@@ -103,40 +103,65 @@ CHECKED_IN_NOTEBOOKS = {
 }
 
 
-def _variants_in_notebook(test: str, names, notebook: str, cell_id: str, call: str) -> dict:
-    """Entries of CHECKED_IN_NOTEBOOKS for a test of a lesson's reference variants, one per parameter, whose check a
-    compared cell of the solution notebook runs on each variant with the same shapes and dtypes, in the same thread
-    orders or more, printing a line per variant: "<name>: N/N cases passed" when every case passed. `names`: the
-    test's parameter ids, or {parameter id: the name that the cell's line gives it}. The fourth item of each entry
-    is that line as a regular expression that the cell's recorded output must hold."""
-    names = names if isinstance(names, dict) else {n: n for n in names}
-    return {f"{test}[{n}]": (notebook, cell_id, call, rf"{re.escape(shown)}: (\d+)/\1 cases passed")
-            for n, shown in names.items()}
+def passed(name: str) -> str:
+    """The line of a check's report, or of a cell's summary of one, that says every case passed: the fourth item of
+    an entry of CHECKED_IN_NOTEBOOKS for a check of the lessons' reference ops (a regular expression)."""
+    return rf"{re.escape(name)}: (\d+)/\1 cases passed"
 
 
-# The reference variants' checks, each parameter of the test an entry.
+# The checks of the lessons' reference ops that a compared cell of the solution notebook runs as the test does (the
+# same op, reference, inputs, sizes, dtypes and tolerance; the same thread orders, or more): each parameter of a test
+# an entry, whose fourth item is the line that the cell's recorded output holds when every case of that check passed.
+_L01, _L02, _L03 = (f"solutions/{n}/{n}.ipynb" for n in ("01_thread_model", "02_first_kernel", "03_pytorch_op"))
+_L05, _L06, _L09 = (f"solutions/{n}/{n}.ipynb" for n in ("05_fused", "06_reductions", "09_matmul"))
+_L11, _L12 = (f"solutions/{n}/{n}.ipynb" for n in ("11_other_routes", "12_attention"))
+_ADD = "torch.add, elementwise(2), out=like(0)"
+_T02, _T05, _T09, _T12 = (f"tests/test_lesson{n}.py::test_" for n in ("02", "05", "09", "12"))
 CHECKED_IN_NOTEBOOKS.update({
-    **_variants_in_notebook(
-        "tests/test_lesson06.py::test_every_full_sum_matches_the_float64_sum_on_ragged_empty_and_single_sizes",
-        [f"sum{k}" for k in range(1, 8)], "solutions/06_reductions/06_reductions.ipynb", "def140b7",
-        'check_sum(getattr(ext, f"sum{k}"))'),
-    **_variants_in_notebook(
-        "tests/test_lesson09.py::test_every_fp32_variant_matches_torch_on_awkward_shapes",
-        [f"matmul{k}" for k in range(1, 9)], "solutions/09_matmul/09_matmul.ipynb", "l09-09",
-        'check_matmul(getattr(ext, f"matmul{k}"), (*SHAPES, *WIDE), quiet=True)'),
-    **_variants_in_notebook(
-        "tests/test_lesson09.py::test_the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes",
-        {f"{name}-dtype{i}": f"{name} {dtype}" for name in ("matmul9", "matmul10", "matmul12")
-         for i, dtype in enumerate(("bfloat16", "float16"))}, "solutions/09_matmul/09_matmul.ipynb", "l09-20",
-        "check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dt,), quiet=True)"),
-    **_variants_in_notebook(
-        "tests/test_lesson12.py::test_every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes",
-        ("attention1", "attention2", "attention3"), "solutions/12_attention/12_attention.ipynb", "l12-12",
-        "r = check_attention(getattr(ext, name)"),
-    **_variants_in_notebook(
-        "tests/test_lesson12.py::test_every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes",
-        ("attention_backward1", "attention_backward2", "attention_backward3"),
-        "solutions/12_attention/12_attention.ipynb", "l12-16", "r = check_attention_backward(getattr(ext, name)"),
+    "tests/test_lesson01.py::test_add2_matches_torch_on_ragged_empty_and_single_element_sizes":
+        (_L01, "d9202bb1", f"check(ext.add2, {_ADD})", passed("add2")),
+    **{f"{_T02}float32_add_matches_torch_on_ragged_empty_and_single_element_sizes[{op}]":
+       (_L02, "edd42aa3", f"check(ext.{op}, {_ADD})", passed(op)) for op in ("add1", "add2")},
+    f"{_T02}templated_ops_match_torch_in_every_floating_dtype[add4]":
+        (_L02, "9721cb38", f"check(ext.add4, {_ADD}, dtypes=floating)", passed("add4")),
+    f"{_T02}templated_ops_match_torch_in_every_floating_dtype[square5]":
+        (_L02, "9721cb38", "check(ext.square5, lambda x: x * x, elementwise(1), out=like(0), dtypes=floating)",
+         passed("square5")),
+    "tests/test_lesson03.py::test_mul_matches_torch_on_ragged_sizes_and_both_dtypes":
+        (_L03, "321e4adc", "check(ext.mul, torch.mul, elementwise(2), dtypes=(torch.float32, torch.float64))",
+         passed("mul")),
+    "tests/test_lesson03.py::test_mul_backward_returns_grad_times_the_other_input":
+        (_L03, "bffe6e75", "check(ext.mul_backward, lambda g, x, y: (g * y, g * x), elementwise(3),",
+         passed("mul_backward")),
+    **{f"{_T05}relu_add_bias_matches_pytorch[{op}]":
+       (_L05, "ca0f2beb", "check(getattr(ext, name), in_float64(lambda x, y, b: torch.relu(x) + y + b)", passed(op))
+       for op in ("relu_add_bias1", "relu_add_bias2")},
+    **{f"{_T05}bias_gelu_matches_pytorch[{kind}]":
+       (_L05, "aaa02521", "check(lambda x, b, out: ext.bias_gelu3(x, b, tanh, out),", passed(f"bias_gelu3 ({name})"))
+       for kind, name in (("tanh", "tanh"), ("erf", "none"))},
+    f"{_T05}relu_add_bias_backward_gives_dx_and_the_column_sums_of_grad":
+        (_L05, "6e349b67", "check(ext.relu_add_bias_backward4, in_float64(lambda g, x: (g * (x > 0), g.sum(0))),",
+         passed("relu_add_bias_backward4")),
+    **{f"{_T05}bias_gelu_backward_gives_dx_and_the_column_sums_of_dx[{kind}]":
+       (_L05, "4508aeb3", "check(lambda g, x, b, dx, db: ext.bias_gelu_backward5(g, x, b, tanh, dx, db),",
+        passed(f"bias_gelu_backward5 ({name})")) for kind, name in (("tanh", "tanh"), ("erf", "none"))},
+    **{f"tests/test_lesson06.py::test_every_full_sum_matches_the_float64_sum_on_ragged_empty_and_single_sizes[sum{k}]":
+       (_L06, "def140b7", 'check_sum(getattr(ext, f"sum{k}"))', passed(f"sum{k}")) for k in range(1, 8)},
+    **{f"{_T09}every_fp32_variant_matches_torch_on_awkward_shapes[matmul{k}]":
+       (_L09, "l09-09", 'check_matmul(getattr(ext, f"matmul{k}"), (*SHAPES, *WIDE), quiet=True)', passed(f"matmul{k}"))
+       for k in range(1, 9)},
+    **{f"{_T09}the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes[{op}-dtype{i}]":
+       (_L09, "l09-20", "check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dt,), quiet=True)",
+        passed(f"{op} {dtype}")) for op in ("matmul9", "matmul10", "matmul12")
+       for i, dtype in enumerate(("bfloat16", "float16"))},
+    "tests/test_lesson11.py::test_the_reference_ops_match_pytorch_on_ragged_shapes_and_an_empty_batch":
+        (_L11, "l11-05", 'check_bias_gelu(ext.bias_gelu, name="load: bias_gelu")', passed("load: bias_gelu")),
+    **{f"{_T12}every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
+       (_L12, "l12-12", "r = check_attention(getattr(ext, name)", passed(v))
+       for v in ("attention1", "attention2", "attention3")},
+    **{f"{_T12}every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
+       (_L12, "l12-16", "r = check_attention_backward(getattr(ext, name)", passed(v))
+       for v in ("attention_backward1", "attention_backward2", "attention_backward3")},
 })
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 

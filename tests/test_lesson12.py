@@ -98,14 +98,15 @@ def test_the_large_inputs_make_query_0_score_below_minus_100_against_every_key(d
 # ---------------------------------------------------------------------------------------------
 # The kernels.
 
-# Each variant's check, in make test-all by the solution notebook's compared cells (tests/planting.py)
-@pytest.mark.parametrize("name", [pytest.param(n, marks=checked_in_notebook) for n in lesson12.FORWARD])
+@checked_in_notebook  # in make test-all by the solution notebook's compared cells (tests/planting.py)
+@pytest.mark.parametrize("name", lesson12.FORWARD)
 def test_every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes(ext, name):
     check_attention(getattr(ext, name), shapes_of(name), dtypes=dtypes_of(name), name=name, quiet=True,
                     raise_on_fail=True, orders=ONE_ORDER)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=checked_in_notebook) for n in lesson12.BACKWARD])
+@checked_in_notebook
+@pytest.mark.parametrize("name", lesson12.BACKWARD)
 def test_every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes(ext, name):
     check_attention_backward(getattr(ext, name), shapes_of(name), dtypes=dtypes_of(name), name=name, quiet=True,
                              raise_on_fail=True, orders=ONE_ORDER)
