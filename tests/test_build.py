@@ -246,7 +246,8 @@ def test_the_first_instrumented_build_gets_its_precompiled_header_first(tmp_path
     flags, and includes it and links the instrumented runtime: it used to compile without one first."""
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))  # from scratch: no header is made yet
     monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
-    shutil.copy(HERE / "vector_add.cu", tmp_path)  # a copy: this process may have loaded the file itself already
+    # a copy of its own: this process may have loaded the file, or another copy of it, already
+    (tmp_path / "vector_add.cu").write_text((HERE / "vector_add.cu").read_text() + "// the first instrumented build\n")
     plain = load(tmp_path / "vector_add.cu", "sim", quiet=True)
     instrumented = sim_build.instrumented_flags()
     pch = sim_build.pch_path(sim_build.FLAGS + instrumented)
