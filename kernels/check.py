@@ -885,7 +885,8 @@ def _run_case(fn, ref, raw, out, out_names, device, tol, be, order, racecheck: b
             return _failed(Diagnosis.INPUT_MODIFIED, f"input {i} was modified", _first_change(g.view, p), f"input {i}")
     per_output = list(tol) if isinstance(tol[0], tuple) else [tol] * len(got)  # one (rtol, atol) or one per output
     if len(per_output) != len(got):
-        raise ValueError(f"{len(per_output)} tolerances for {len(got)} outputs: give one (rtol, atol) or one per output")
+        raise ValueError(f"{len(per_output)} tolerances for {len(got)} outputs: "
+                         "give one (rtol, atol) or one per output")
     for g, w, label, (rtol, atol) in zip(got, want, names, per_output):
         diagnosis, problem, detail = diagnose_output(g, w, rtol, atol)
         if diagnosis:

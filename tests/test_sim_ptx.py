@@ -18,6 +18,7 @@ import torch
 
 from kernels import load
 from kernels.build import BuildError
+from kernels.check import sim_order
 from kernels.dev.compile_check import needs_line
 from kernels.sim.instrumented import compiler_problem
 from kernels.sim.racecheck import checked
@@ -329,8 +330,8 @@ MISUSE_CASES = {
     20: ("CVTA-GLOBAL", r"__cvta_generic_to_shared at ptx_misuse\.cu:{line}: the pointer 0x[0-9a-f]+ is not shared memory"),
     21: ("WGMMA-WAIT", r"at ptx_misuse\.cu:{line}: deadlock: this wait completes wgmma group 0 of the warpgroup, but warp 1 has "
                        r"committed only 0 group\(s\)"),
-    22: ("SCOPE-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: the variable a wgmma accumulates into went out of "
-                            r"scope before this wgmma\.wait_group"),
+    22: ("SCOPE-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: the variable a wgmma accumulates into "
+                       r"went out of scope before this wgmma\.wait_group"),
     23: ("BULK-WAIT-READ", r"cp\.async\.bulk\.wait_group\.read at ptx_misuse\.cu:{line}: shared memory that the "
                            r"bulk store cp\.async\.bulk\.tensor\.2d\S* at ptx_misuse\.cu:\d+ was still reading was "
                            r"overwritten before this wait retired it"),
@@ -439,6 +440,15 @@ def test_stores_through_two_staging_tiles_write_every_row(hopper_ops, rows, bulk
     backend, ext = hopper_ops
     x = torch.randn(rows, 64, device="cuda" if backend == "cuda" else "cpu")
     assert torch.equal(ext.store_ring(x, bulk), 2 * x)
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_bulk_stores_of_two_threads_in_flight_together_both_land(hopper_ops, order):
+    # the second warp's wait finds the first warp's store (issued first in forward order) pending before its own
+    backend, ext = hopper_ops
+    x = torch.randn(64, 64, device="cuda" if backend == "cuda" else "cpu")
+    with sim_order(order) if backend == "sim" else contextlib.nullcontext():
+        assert torch.equal(ext.two_issuers(x), x)
 
 
 STORE_RING_WAIT = 'asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");  // STORE-RING-WAIT'

@@ -15,8 +15,8 @@ products against the forward's two), as FlashAttention's papers count them. The 
     attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs)
 
 Then grouped-query attention at T = 4096, D 128, causal (16 query heads, 4 kv heads; enable_gqa=True for SDPA and
-FlexAttention, k and v repeated for eager), forward and backward. Then lesson 10's model (width 768, 12 heads of 64, 6 blocks), a training step at T = 1024 and 4096 (8192 tokens),
-with SDPA's attention (eager, compiled, and eager held to its flash backend: by itself SDPA takes cuDNN's Hopper
+FlexAttention, k and v repeated for eager), forward and backward. Then lesson 10's model (width 768, 12 heads of 64,
+6 blocks), a training step at T = 1024 and 4096 (8192 tokens), with SDPA's attention (eager, compiled, and eager held to its flash backend: by itself SDPA takes cuDNN's Hopper
 kernels on an H100) and with this lesson's op (eager and compiled).
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
@@ -79,12 +79,17 @@ def _eager(causal: bool) -> Callable:
     return attend
 
 
+def _gqa(q: torch.Tensor, k: torch.Tensor) -> dict:
+    """enable_gqa=True where q has more heads than k (the argument is new in torch 2.5: left out otherwise)."""
+    return {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+
+
 def _sdpa(backend, causal: bool) -> Callable:
     from torch.nn.attention import sdpa_kernel
 
     def attend(q, k, v):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **_gqa(q, k))
     return attend
 
 
@@ -102,7 +107,7 @@ def _flex(causal: bool, b: int, h: int, t: int, groups: int = 1) -> Callable:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, t, t, device="cuda") if causal else None
-    return compile_static(lambda q, k, v: flex_attention(q, k, v, block_mask=mask, enable_gqa=groups > 1))
+    return compile_static(lambda q, k, v: flex_attention(q, k, v, block_mask=mask, **_gqa(q, k)))
 
 
 def _flops(b: int, h: int, t: int, d: int, causal: bool) -> int:
@@ -140,7 +145,7 @@ def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | Non
     out = torch.empty_like(q)
     lse = q.new_empty(q.shape[:3], dtype=torch.float32)
     _same_choice(ext.attention_variant(q, k, v), FORWARD[-1], "attention")
-    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=groups > 1)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **_gqa(q, k))
     names = [*FORWARD, *(SLOW if t == SEQUENCES[0] and not quick else ())]
     baselines = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
     baselines["torch flex"] = _flex(causal, b, h, t, groups)
@@ -157,8 +162,8 @@ def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | Non
     variants = {label: (lambda fn=fn: fn(q, k, v)) for label, fn in baselines.items()}
     variants.update({name: (lambda f=getattr(ext, name): f(q, k, v, causal, scale, out, lse)) for name in names})
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
-    return bench(_name(t, d, causal, "fwd", groups), variants, flops=_flops(b, h, t, d, causal), torch_fn=_eager(causal),
-                 args=(q, k, v), copy_gbps=copy, check=correct, show=False, **files)
+    return bench(_name(t, d, causal, "fwd", groups), variants, flops=_flops(b, h, t, d, causal),
+                 torch_fn=_eager(causal), args=(q, k, v), copy_gbps=copy, check=correct, show=False, **files)
 
 
 def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, groups: int = 1) -> list[Row]:
@@ -176,8 +181,10 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
         fns = {"eager": _eager(causal), **fns}
     fns = _available(fns, q, k, v)
     graphs = {label: fn(q, k, v) for label, fn in fns.items()}
-    first = next(label for label in ("torch sdpa flash", "eager", "torch sdpa efficient", "torch.compile")
-                 if label in graphs)  # the reference: the flash backend's gradients where it takes the shape
+    first = next((label for label in ("torch sdpa flash", "eager", "torch sdpa efficient", "torch.compile")
+                  if label in graphs), None)  # the reference: the flash backend's gradients where it takes the shape
+    if first is None:
+        raise RuntimeError(f"no reference ran the backward at T={t}, D={d}: {', '.join(fns) or 'none'} were tried")
     want = torch.autograd.grad(graphs[first], (q, k, v), dout, retain_graph=True)
 
     def backward_of(o):

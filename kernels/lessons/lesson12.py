@@ -197,11 +197,12 @@ BACKWARD_TOLERANCE = {**ATTENTION_TOLERANCE, torch.float32: (1e-4, 1e-5), torch.
 
 
 # The large set (q times 50, and query 0 scoring about -125): P = exp(s - lse) must be recomputed against lse, as
-# exp(s) alone overflows. dk = scale dS^T q carries q's size (row 0 holds -2000 at D 64), so its absolute tolerance is
-# in those units; each is about twice the largest error the variants showed on the shapes of the checks.
-LARGE_BACKWARD_TOLERANCE = {torch.float32: ((1e-4, 1e-4), (1e-4, 2e-3), (1e-4, 5e-4)),
-                            torch.float16: ((1e-2, 5e-3), (1e-2, 1.0), (1e-2, 2e-3)),
-                            torch.bfloat16: ((5e-2, 5e-2), (5e-2, 10.0), (5e-2, 1e-2))}
+# exp(s) alone overflows. Each tolerance is 3-4 times the largest error the variants showed over ten random draws of
+# the checks' shapes. dk = scale dS^T q carries q's size (row 0 holds -2000 at D 64), so its absolute tolerance is in
+# those units: for dk the large set catches NaN, inf and gross errors, the normal set the rest.
+LARGE_BACKWARD_TOLERANCE = {torch.float32: ((1e-4, 2e-4), (1e-4, 6e-3), (1e-4, 6e-4)),
+                            torch.float16: ((1e-2, 1e-2), (1e-2, 5.0), (1e-2, 4e-3)),
+                            torch.bfloat16: ((5e-2, 8e-2), (5e-2, 30.0), (5e-2, 3e-2))}
 
 
 def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,),

@@ -74,7 +74,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -1289,14 +1288,14 @@ static bool tensor_cores_take(const at::Tensor& q, const at::Tensor& k, const at
          device_attribute(cudaDevAttrComputeCapabilityMajor) >= 8;
 }
 
-// Functional attention: (out, lse) by attention3 where it runs, else attention2 (float32, other head dims, a GPU
-// before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
 // The variant the functional attention runs on these inputs (an op of its own, so the benchmark and the tests name
 // the kernel they measure from the choice itself).
 std::string attention_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && tensor_cores_take(q, k, v) ? "attention3" : "attention2";
 }
 
+// Functional attention: (out, lse) by attention3 where it runs, else attention2 (float32, other head dims, a GPU
+// before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                              double scale) {
   TORCH_CHECK(q.dim() == 4, "`attention`: q must have 4 dimensions [B, Hq, Tq, D], got shape ", shape_str(q.sizes()));
@@ -1438,13 +1437,13 @@ void attention_backward3(const at::Tensor& q, const at::Tensor& k, const at::Ten
   backward_tensor_cores<false>({"attention_backward3", true, 128, true}, q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
 }
 
-// Functional backward: (dq, dk, dv) by attention_backward3 where it runs, else attention_backward1 (as `attention`
-// picks attention3 or attention2). The op's derivative.
 std::string attention_backward_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& dout) {
   return attention_variant(q, k, v) == "attention3" && aligned16(dout) ? "attention_backward3" : "attention_backward1";
 }
 
+// Functional backward: (dq, dk, dv) by attention_backward3 where it runs, else attention_backward1 (as `attention`
+// picks attention3 or attention2). The op's derivative.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k,
                                                                   const at::Tensor& v, const at::Tensor& out,
                                                                   const at::Tensor& lse, const at::Tensor& dout,

@@ -25,6 +25,8 @@
 //   store_ring         2 x for a [rows, 64] float matrix, written out through two staging tiles of 16 rows
 //                      with TMA stores (or 1-D cp.async.bulk stores): while one tile's store reads it,
 //                      128 threads fill the other; cp.async.bulk.wait_group.read 1 before a tile is refilled
+//   two_issuers        y = x for [64, 64] floats: lane 0 of each of two warps stores its 32 rows with a 1-D bulk
+//                      store; the second warp waits first, with the first warp's store still in flight
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -651,6 +653,35 @@ __global__ void store_ring_kernel(const __grid_constant__ CUtensorMap map, const
   if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// two_issuers: the stores of two threads in flight together. The second warp waits for its store first, while the
+// first warp's (issued before it) is still pending behind a barrier: that store must land all the same.
+__global__ void two_issuers_kernel(const float* x, float* y) {
+  __shared__ alignas(128) float stage[64 * 64];
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) stage[i] = x[i];
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const int w = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                 :: "l"(y + 32 * w * 64), "r"(smem_addr(stage + 32 * w * 64)), "r"(32 * 64 * 4) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 32) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+at::Tensor two_issuers(const at::Tensor& x) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 64 && x.size(1) == 64, "x must be [64, 64]");
+  at::Tensor y = at::full_like(x, -1.0f);
+  two_issuers_kernel<<<1, 64>>>(x.data_ptr<float>(), y.data_ptr<float>());
+  CHECK_LAUNCH();
+  return y;
+}
+
 at::Tensor store_ring(const at::Tensor& x, bool bulk) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
@@ -678,6 +709,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("bulk_raw(Tensor src, int offset, int size) -> Tensor");
   m.def("mbarrier_ring(Tensor x, int stages) -> Tensor");
   m.def("store_ring(Tensor x, bool bulk) -> Tensor");
+  m.def("two_issuers(Tensor x) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -690,4 +722,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("barrier_tma_tile", &barrier_tma_tile);
   m.impl("cp_async_mbarrier", &cp_async_mbarrier);
   m.impl("store_ring", &store_ring);
+  m.impl("two_issuers", &two_issuers);
 }

@@ -696,8 +696,12 @@ CUDASIM_INTERNAL inline void bulk_wait(const Site& s, uint32_t n, bool read) {
   if (read) return;
   size_t kept = 0;
   for (PendingStore& st : all) {
-    if (retired(st)) land_store(st);
-    else all[kept++] = std::move(st);
+    if (retired(st)) {
+      land_store(st);
+      continue;
+    }
+    if (&all[kept] != &st) all[kept] = std::move(st);  // never onto itself: a vector moved onto itself comes out empty
+    ++kept;
   }
   all.resize(kept);
 }
