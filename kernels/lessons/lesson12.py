@@ -203,6 +203,7 @@ BACKWARD_TOLERANCE = {**ATTENTION_TOLERANCE, torch.float32: (1e-4, 1e-5), torch.
 LARGE_BACKWARD_TOLERANCE = {torch.float32: ((1e-4, 2e-4), (1e-4, 6e-3), (1e-4, 6e-4)),
                             torch.float16: ((1e-2, 1e-2), (1e-2, 5.0), (1e-2, 4e-3)),
                             torch.bfloat16: ((5e-2, 8e-2), (5e-2, 30.0), (5e-2, 3e-2))}
+LARGE_BACKWARD_SEED = 12
 
 
 def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,),
@@ -222,13 +223,13 @@ def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=
         def ref(q, k, v, out, lse, dout, is_causal=is_causal):
             return attention_backward_ref(q, k, v, out, lse, dout, is_causal)
 
-        sets = [(1.0, orders, BACKWARD_TOLERANCE)]
-        if large:
-            sets.append((LARGE, (orders or ("forward",))[:1], LARGE_BACKWARD_TOLERANCE))
-        for logit_scale, its_orders, tolerance in sets:
+        sets = [(1.0, orders, BACKWARD_TOLERANCE, None)]
+        if large:  # one fixed draw: the set is there for overflow and gross errors, not to sample the roundings
+            sets.append((LARGE, (orders or ("forward",))[:1], LARGE_BACKWARD_TOLERANCE, LARGE_BACKWARD_SEED))
+        for logit_scale, its_orders, tolerance, seed in sets:
             report = check(op, ref, backward_inputs(is_causal, logit_scale), out=gradients,
                            out_names=("dq", "dk", "dv"), sizes=shapes, dtypes=dtypes, tolerance=tolerance, name=name,
-                           backend=backend, quiet=True, orders=its_orders)
+                           backend=backend, quiet=True, orders=its_orders, seed=seed)
             reports.append(_relabelled(report, is_causal, logit_scale != 1.0))
     return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
