@@ -229,6 +229,19 @@ __global__ void store_kernel(const __grid_constant__ CUtensorMap map, const floa
 }
 
 // ---------------------------------------------------------------------------------------------
+// A tensor map of `rows` rows of 32 floats at `base`, boxes of 32 x `box_rows`: the barrier cases read x through
+// it (128-byte swizzle), the store cases write out (no swizzle).
+static CUtensorMap rows_of_32_floats(void* base, cuuint64_t rows, cuuint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {32, rows}, strides[1] = {128};
+  const cuuint32_t box[2] = {32, box_rows}, estride[2] = {1, 1};
+  CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, estride,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+  return map;
+}
+
 at::Tensor misuse(const at::Tensor& x, int64_t what) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
@@ -238,22 +251,10 @@ at::Tensor misuse(const at::Tensor& x, int64_t what) {
   if (w <= 5 || w == 20) {
     ampere_kernel<<<1, 32>>>(x.data_ptr<float>(), out.data_ptr<float>(), w);
   } else if (w <= 11 || w == 17 || w == 18) {
-    CUtensorMap map;  // 32 x 32 floats of x, 128-byte swizzle (a box of 32 x 8)
-    const cuuint64_t dims[2] = {32, 32}, strides[1] = {128};
-    const cuuint32_t box[2] = {32, 8}, estride[2] = {1, 1};
-    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, x.data_ptr(), dims, strides, box,
-                                              estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+    const CUtensorMap map = rows_of_32_floats(x.data_ptr(), 32, 8, CU_TENSOR_MAP_SWIZZLE_128B);
     barrier_kernel<<<1, 32, 4096>>>(map, x.data_ptr<float>(), out.data_ptr<float>(), w);
   } else if (w >= 23) {
-    CUtensorMap map;  // out as 4 rows of 32 floats, no swizzle (a box of 2 rows)
-    const cuuint64_t dims[2] = {32, 4}, strides[1] = {128};
-    const cuuint32_t box[2] = {32, 2}, estride[2] = {1, 1};
-    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, out.data_ptr(), dims, strides, box,
-                                      estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                      CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+    const CUtensorMap map = rows_of_32_floats(out.data_ptr(), 4, 2, CU_TENSOR_MAP_SWIZZLE_NONE);
     store_kernel<<<1, 32>>>(map, x.data_ptr<float>(), out.data_ptr<float>(), w);
   } else {
     wgmma_kernel<<<1, w == 16 ? 64 : 128>>>(out.data_ptr<float>(), w);
