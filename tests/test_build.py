@@ -225,7 +225,9 @@ def test_the_first_build_with_a_light_torch_header_gets_its_precompiled_header_f
     kind in a run, made a header no build then used)."""
     monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))  # from scratch: no header is made yet
     monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
-    shutil.copy(HERE / "vector_add.cu", tmp_path)  # a copy: this process may have loaded the file itself already
+    # a copy of its own content: a copy of the same bytes that this process loaded earlier is the module it has
+    # (load() names a build by what it compiles), and then nothing is built here
+    (tmp_path / "vector_add.cu").write_text((HERE / "vector_add.cu").read_text() + "// the first build here\n")
     load(tmp_path / "vector_add.cu", "sim", quiet=True)
     assert sim_build.pch_command(sim_build.FLAGS) is not None
     pybind = sim_build.pch_path(sim_build.FLAGS, sim_build.LIGHT_TORCH_PYBIND_PCH_HEADERS)

@@ -191,7 +191,7 @@ def make_runtime(obj: Path, cxx: list[str], flags: list[str]) -> bool:
             return obj.exists()
         src = obj.with_suffix(".cpp")
         src.write_text("// The simulator's runtime, compiled once for these flags (kernels/sim/build.py).\n"
-                       "#define CUDASIM_RUNTIME_OBJECT\n#include <cudasim.h>\n")
+                       "#define CUDASIM_RUNTIME_OBJECT\n#include <cudasim.h>\n#include <cudasim_ptx.h>\n")
         return _compile_into(obj, failed, [*cxx, *flags, "-c", str(src)])
 
 

@@ -661,6 +661,10 @@ def translate_asm(stmt: AsmStatement, path: str) -> str:
 
     toks = tokenize(stmt, path)
     body = _Parser(toks, path, stmt).block(True)
+    if not body.items and not any(o.mode == "=" for o in stmt.operands):
+        # no instruction, no output to poison: a compiler barrier or a value held in registers (helpers.cuh's
+        # keep_packed). Its operands are evaluated and nothing else, so the file needs no cudasim_ptx.h.
+        return "do { " + " ".join(f"(void)({o.expr});" for o in stmt.operands if o.letter != "n") + " } while (0);"
     em = Emit(path, stmt)
     code = _emit_block(body, em, ptx_ops.EMITTERS, top=True)
     pre, post = [], []

@@ -470,7 +470,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
         out.append(e.text)
         last = e.end
     out.append(src[last:])
-    ptx = asm or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
+    ptx = any("::cudasim::ptx::" in e.text for e in asm) or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
     return "#include <cudasim.h>\n" + ("#include <cudasim_ptx.h>\n" if ptx else "") + f'#line 1 "{path}"\n' + "".join(out)
 
 

@@ -43,7 +43,7 @@ struct PipelineState {
   std::vector<AsyncCopy> queued;     // issued and not landed, oldest first
 };
 
-inline std::vector<PipelineState> pipelines;
+CUDASIM_RT_STATE std::vector<PipelineState> pipelines;
 
 CUDASIM_INTERNAL inline PipelineState& my_pipeline(const char* what, const char* file, int line) {
   Thread* t = g.cur;

@@ -82,6 +82,18 @@
 #else
 #define CUDASIM_RT CUDASIM_INTERNAL inline
 #endif
+// The same for the state of the simulator's optional parts (cudasim_ptx.h's mbarriers, bulk stores and wgmma
+// groups, cp.async's pipelines): objects with constructors and destructors, which every file that includes
+// their header would otherwise compile (about two seconds of each build, with the registrations of their
+// checks at a block's end). The runtime object defines them (and makes the registrations: it includes
+// cudasim_ptx.h); a build that links it sees them extern. Without it they are inline variables.
+#if defined(CUDASIM_RUNTIME_OBJECT)
+#define CUDASIM_RT_STATE
+#elif defined(CUDASIM_PREBUILT_RUNTIME)
+#define CUDASIM_RT_STATE extern
+#else
+#define CUDASIM_RT_STATE inline
+#endif
 
 #include "cudasim_platform.h"  // the fiber switch and the fault handler's registers, per CPU and OS
 #ifdef SI_KERNEL

@@ -95,7 +95,7 @@ struct MBarriers {
   unsigned long long gen = ~0ull;
   std::deque<MBarrier> all;  // a deque: a thread that yields keeps a valid reference to its barrier
 };
-inline MBarriers mbarriers;
+CUDASIM_RT_STATE MBarriers mbarriers;
 
 constexpr uint64_t kTokenTag = 0x6D62'0000'0000'0000ull;  // in a state token from mbarrier.arrive
 
@@ -298,7 +298,7 @@ struct PollState {
   uint64_t bar = 0, want = 0;
   bool parity = false;
 };
-inline PerBlock<PollState> polls;
+CUDASIM_RT_STATE PerBlock<PollState> polls;
 
 CUDASIM_INTERNAL inline std::string waited_for(bool parity, uint64_t value) {
   return parity ? "the phase of parity " + std::to_string(value & 1)
@@ -513,7 +513,7 @@ CUDASIM_INTERNAL inline void bulk_load(const Site& s, Addr dst, Addr src, uint32
 struct BulkGroups {
   unsigned long long committed = 0, open = 0;
 };
-inline PerBlock<BulkGroups> bulk_groups;
+CUDASIM_RT_STATE PerBlock<BulkGroups> bulk_groups;
 
 // `n` bytes from shared-window offset `smem` to global `to`.
 struct StoreRun {
@@ -537,7 +537,7 @@ struct BulkStores {
   std::vector<PendingStore> all;  // in issue order
   size_t reading = 0;             // how many still read shared memory
 };
-inline BulkStores bulk_stores;
+CUDASIM_RT_STATE BulkStores bulk_stores;
 
 CUDASIM_INTERNAL inline std::vector<PendingStore>& stores_now() {
   if (bulk_stores.gen != g.block_gen) {
@@ -627,7 +627,9 @@ CUDASIM_INTERNAL inline std::string bulk_write_watch(const void* p, size_t n, co
          " before cp.async.bulk.wait_group.read retired it: the store " + std::string(st->site.op) + " (" +
          group_of(*st) + ") reads byte " + hex(at) + "; " + reuse_advice();
 }
+#ifndef CUDASIM_PREBUILT_RUNTIME  // made by the runtime object where a build links it
 inline const bool bulk_write_watch_registered = (shared_write_watch = &bulk_write_watch, true);
+#endif
 
 // The store's reads are retired: its source must still hold what it held at the issue.
 CUDASIM_INTERNAL inline void retire_reads(const Site& s, PendingStore& st) {
@@ -723,7 +725,9 @@ CUDASIM_INTERNAL inline void bulk_block_end() {
   for (const PendingStore& st : bulk_stores.all) land_store(st);
   bulk_stores.all.clear();
 }
+#ifndef CUDASIM_PREBUILT_RUNTIME
 inline const bool bulk_block_end_registered = (block_end_checks.push_back(&bulk_block_end), true);
+#endif
 
 // The swizzle of shared-memory addresses that TMA and wgmma share: bits [4, 4+b) of the address
 // XOR bits [7, 7+b), b = 1, 2, 3 for the 32, 64 and 128-byte modes (a pattern that repeats every

@@ -84,7 +84,7 @@ struct NamedBarrier {
   int line = 0;
   const char* file = nullptr;
 };
-inline PerBlock<NamedBarrier> named_barriers;
+CUDASIM_RT_STATE PerBlock<NamedBarrier> named_barriers;
 
 CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint32_t id, uint32_t count, bool has_count) {
   SimScope scope;

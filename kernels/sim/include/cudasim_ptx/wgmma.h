@@ -103,7 +103,7 @@ struct WgState {
   unsigned long long gen = ~0ull;
   std::vector<WgWarp> warps;
 };
-inline WgState wg_state;
+CUDASIM_RT_STATE WgState wg_state;
 
 CUDASIM_INTERNAL inline WgWarp& wg_warp(const Site& s, int warp) {
   if (wg_state.gen != g.block_gen) {
@@ -125,7 +125,9 @@ CUDASIM_INTERNAL inline void wgmma_block_end() {
               "(wgmma.wait_group) before its threads exit; its accumulators never received its results");
     }
 }
+#ifndef CUDASIM_PREBUILT_RUNTIME  // made by the runtime object where a build links it
 inline const bool wgmma_block_end_registered = (block_end_checks.push_back(&wgmma_block_end), true);
+#endif
 
 CUDASIM_INTERNAL inline void check_async_readers(const Site& s, const unsigned char* p, uint64_t n, const char* what) {
   check_bulk_readers(s, p, n, what);  // a bulk store's source (async.h)
