@@ -1,44 +1,30 @@
 """Lesson 13: Hopper's tensor cores. Every variant of kernels/reference/13_hopper_matmul.cu against PyTorch on small
-and ragged shapes (the simulator runs mma.sync, TMA, mbarriers and wgmma), the persistent ring across tiles, and bad
-inputs refused saying what was expected, down to a GPU too old for the instructions."""
-import contextlib
-import os
+and ragged shapes (the simulator runs mma.sync, TMA, mbarriers and wgmma), the persistent ring across tiles, bad
+inputs refused saying what was expected, down to a GPU too old for the instructions; the exercise (the mbarrier
+hand-off and the wgmma descriptors of a warp-specialised matmul) and the planted bugs its self-check must catch."""
+from pathlib import Path
 
 import pytest
 import torch
 
 from kernels import load
-from kernels.lessons.lesson09 import SHAPES, check_matmul, check_refusals, matmul_ref
+from kernels.exercises import check_exercise, find, fitting_hint
+from kernels.lessons import lesson13
+from kernels.lessons.lesson09 import SHAPES as ANY_SHAPES
+from kernels.lessons.lesson09 import check_refusals, matmul_ref
+from kernels.lessons.lesson13 import check_matmul13
 from kernels.sim import knobs
+from planting import plant, self_check, toolkit_beyond
 
-VARIANTS = ["matmul13_1", "matmul13_2", "matmul13_3", "matmul13_4", "matmul13_5"]
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "13_hopper_matmul" / "ws_matmul.cu"
+VARIANTS = [v.name for v in lesson13.VARIANTS]
 HOPPER = VARIANTS[1:]  # TMA and wgmma: compute capability 9.0, an sm_90a build
-ONE_ORDER = ("forward",)  # each thread order is a full run of every case; the race check runs in the first
-# (M, N, K): one tile, two by two tiles, and edges that cross every tile (M past 128 and 64, N past 128 and 64 but
-# short of 256, K past 64 and 32 but short of two steps), each a multiple of 8 in K and N as TMA needs
-SMALL = ((128, 128, 128), (256, 256, 256), (200, 136, 72))
-
-
-@contextlib.contextmanager
-def _arch_list(value: str):
-    """Build for `value` (TORCH_CUDA_ARCH_LIST) inside the block, and restore what was there."""
-    before = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TORCH_CUDA_ARCH_LIST"]
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = before
 
 
 @pytest.fixture(scope="module")
-def ext(backend):
-    """The lesson's file; on an H100 built for sm_90a, where wgmma and setmaxnreg exist."""
-    if backend == "cuda" and torch.cuda.get_device_capability() == (9, 0):
-        with _arch_list("9.0a"):
-            return load("13")
+def ext():
+    """The lesson's file; on an H100 load() builds it for sm_90a, where wgmma and setmaxnreg exist."""
     return load("13")
 
 
@@ -55,23 +41,23 @@ def _runs_here(backend: str, name: str) -> bool:
 def test_every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles(ext, backend, name):
     if not _runs_here(backend, name):
         pytest.skip(f"{name} needs a newer GPU")
-    check_matmul(getattr(ext, name), SMALL, dtypes=(torch.bfloat16,), name=name, quiet=True, raise_on_fail=True,
-                 orders=ONE_ORDER)
+    check_matmul13(getattr(ext, name), lesson13.SHAPES, dtypes=(torch.bfloat16,), name=name, quiet=True,
+                   raise_on_fail=True)
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_takes_fp16_too(ext, backend, name):
     if not _runs_here(backend, name):
         pytest.skip(f"{name} needs a newer GPU")
-    check_matmul(getattr(ext, name), ((200, 136, 72),), dtypes=(torch.float16,), name=name, quiet=True,
-                 raise_on_fail=True, orders=ONE_ORDER)
+    check_matmul13(getattr(ext, name), ((200, 136, 72),), dtypes=(torch.float16,), name=name, quiet=True,
+                   raise_on_fail=True)
 
 
 def test_the_mma_sync_variant_takes_any_shape_including_rows_that_are_not_16_byte_aligned(ext, backend):
     if not _runs_here(backend, "matmul13_1"):
         pytest.skip("matmul13_1 needs compute capability 8.0")
-    check_matmul(ext.matmul13_1, SHAPES, dtypes=(torch.bfloat16,), name="matmul13_1", quiet=True, raise_on_fail=True,
-                 orders=ONE_ORDER)
+    check_matmul13(ext.matmul13_1, ANY_SHAPES, dtypes=(torch.bfloat16,), name="matmul13_1", quiet=True,
+                   raise_on_fail=True)
 
 
 def test_the_persistent_ring_runs_on_across_tiles(ext, backend, dev):
@@ -159,3 +145,48 @@ def test_a_gpu_without_the_instructions_is_refused_naming_what_it_lacks(backend,
                 getattr(ext, name)(a, b, c)
         if capability >= (8, 0):  # the functional form falls back to matmul13_1
             torch.testing.assert_close(ext.matmul13(a, b), matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercise.
+
+def test_the_ws_matmul_stub_fails_its_self_check_and_the_first_hint_is_the_full_barrier():
+    report = self_check("13", "ws_matmul", ROOT / "lessons" / "13_hopper_matmul" / "ws_matmul.cu")
+    assert not report.passed
+    assert fitting_hint(find("13", "ws_matmul")[0], report) == 1
+
+
+def test_the_ws_matmul_solution_passes_its_self_check():
+    assert check_exercise("13", "ws_matmul", solution=True).passed
+
+
+# bug: (the solution's text, the planted text, what a failing case says, the hint that fits it)
+PLANTED = {
+    # the consumer waits for the phase of the wrong parity: at its first use a stage's full barrier is in phase 0,
+    # and the wait for parity 1 (the phase "before" it) passes at once; then it waits for a phase no one completes
+    "wrong_parity": ("mbar_wait(&full[stage], s / STAGES % 2);", "mbar_wait(&full[stage], (s / STAGES + 1) % 2);",
+                     "deadlock: this wait for the phase of parity", 1),
+    # a plain arrival instead of arrive.expect_tx: the phase completes before the bytes land (the wgmma reads the
+    # poison), or the copies bring more bytes than the phase announced
+    "no_expect_tx": ("mbar_expect_bytes(&full[stage], STAGE_BYTES);", "mbar_arrive(&full[stage]);",
+                     "bytes that expect_tx announced", 1),
+    # the stage goes back to the producer while step s - 1's wgmma may still read it
+    "early_release": ("      wgmma_wait<1>();  //", "      //", "still reads", 2),
+    # A's descriptor says the 64-byte swizzle, where TMA wrote the tile with the 128-byte one
+    "wrong_swizzle": ("desc(a + kk * 32, 16, 1024, SWIZZLE_128B)", "desc(a + kk * 32, 16, 1024, 2)",
+                      "elements differ", 3),
+    # B's 8-row blocks taken 512 bytes apart: rows of 64 bytes, half the swizzled rows' 128
+    "wrong_stride": ("desc(b + kk * 16 * 128, B_BOX_BYTES, 1024, SWIZZLE_128B)",
+                     "desc(b + kk * 16 * 128, B_BOX_BYTES, 512, SWIZZLE_128B)", "elements differ", 3),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED, keep=("wrong_parity", "early_release")))
+def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
+    old, new, said, first_hint = PLANTED[bug]
+    path = plant(SOLUTION, old, new, f"lesson13_ws_matmul_{bug}.cu")
+    load(path, quiet=True)  # the planted file builds: the check below fails on what it does, not on a compile error
+    report = self_check("13", "ws_matmul", path)
+    assert not report.passed
+    assert any(said in f"{c.problem}\n{c.detail}" for c in report.cases if not c.passed), str(report)
+    assert fitting_hint(find("13", "ws_matmul")[0], report) == first_hint

@@ -1,7 +1,8 @@
 // 13_hopper_matmul.cu: C = A @ B in bf16 (or fp16) with fp32 accumulation on Hopper's tensor cores, from the
 // Ampere-style kernel that lesson 09 ended near to the structure of the kernels that reach cuBLAS.
-// Load with `ext = load("13")` (on an H100 build with TORCH_CUDA_ARCH_LIST=9.0a: wgmma and setmaxnreg exist for
-// sm_90a only); every variant is an out-variant: ext.matmul13_4(a, b, c).
+// Load with `ext = load("13")` (on an H100 it builds for sm_90a, the only target with wgmma and setmaxnreg, as it
+// does for any file with code under __CUDA_ARCH_FEAT_SM90_ALL); every variant is an out-variant:
+// ext.matmul13_4(a, b, c).
 //
 //   matmul13_1  mma.sync m16n8k16 fed by ldmatrix from XOR-swizzled shared tiles, the tiles filled by cp.async
 //               through a 4-stage ring: what lesson 09's WMMA kernel becomes with the PTX spelled out (8.0 and up)
@@ -707,7 +708,8 @@ static void check_hopper(const char* op) {
   TORCH_CHECK(major == 9, "`", op, "` needs a GPU of compute capability 9.x (Hopper: wgmma exists there only), got ",
               std::to_string(major) + "." + std::to_string(device_attribute(cudaDevAttrComputeCapabilityMinor)));
   TORCH_CHECK(hopper_kernels_in_build(), "`", op, "` needs a build for sm_90a (wgmma and setmaxnreg exist in that "
-              "target only): set TORCH_CUDA_ARCH_LIST=9.0a before load(), got a build without it");
+              "target only), got a build without it: load() builds for sm_90a on an H100 unless TORCH_CUDA_ARCH_LIST "
+              "names the targets, so add 9.0a to it");
 }
 
 // The TMA variants' preconditions, after the common ones; false when C is empty. K = 0 writes zeros (a tensor map
