@@ -150,8 +150,11 @@ def test_a_gpu_without_the_instructions_is_refused_naming_what_it_lacks(backend,
 # ---------------------------------------------------------------------------------------------
 # The exercise.
 
+# The stub and the planted bugs run on the simulator, wherever the tests run: on a GPU a wait for the wrong phase
+# never ends (the simulator reports the deadlock instead), and a stage read before its bytes land reads what it finds.
+
 def test_the_ws_matmul_stub_fails_its_self_check_and_the_first_hint_is_the_full_barrier():
-    report = self_check("13", "ws_matmul", ROOT / "lessons" / "13_hopper_matmul" / "ws_matmul.cu")
+    report = self_check("13", "ws_matmul", ROOT / "lessons" / "13_hopper_matmul" / "ws_matmul.cu", backend="sim")
     assert not report.passed
     assert fitting_hint(find("13", "ws_matmul")[0], report) == 1
 
@@ -185,8 +188,8 @@ PLANTED = {
 def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
     old, new, said, first_hint = PLANTED[bug]
     path = plant(SOLUTION, old, new, f"lesson13_ws_matmul_{bug}.cu")
-    load(path, quiet=True)  # the planted file builds: the check below fails on what it does, not on a compile error
-    report = self_check("13", "ws_matmul", path)
+    load(path, "sim", quiet=True)  # the planted file builds: the check fails on what it does, not on a compile error
+    report = self_check("13", "ws_matmul", path, backend="sim")
     assert not report.passed
     assert any(said in f"{c.problem}\n{c.detail}" for c in report.cases if not c.passed), str(report)
     assert fitting_hint(find("13", "ws_matmul")[0], report) == first_hint
