@@ -212,14 +212,28 @@ class Report:
         return self
 
 
-def merge(name: str, reports: Iterable[Report]) -> Report:
-    """One report of several: their cases and hints in order, and the first reason one of them stopped."""
+def merge(name: str, reports: Iterable[Report], *, quiet: bool = True, raise_on_fail: bool = False) -> Report:
+    """One report of several: their cases and hints in order, and the first reason one of them stopped. Printed
+    unless `quiet`; with `raise_on_fail`, an AssertionError with the report if a case failed (as check() does)."""
     merged = Report(name)
     for r in reports:
         merged.cases += r.cases
         merged.hints += r.hints
         merged.stopped = merged.stopped or r.stopped
+    if not quiet:
+        print(merged)
+    if raise_on_fail:
+        merged.raise_if_failed()
     return merged
+
+
+def profile_raised(report: Report, case: Case, e: BaseException) -> Report:
+    """`report` with its profile `case` failed because profiling the kernel raised `e` (the error's first lines
+    as the detail, as a failing case of check() shows them)."""
+    case.passed, case.problem, case.diagnosis = False, "the access profile raised " + type(e).__name__, Diagnosis.RAISED
+    case.detail = "\n".join(str(e).strip().splitlines()[:6])
+    report.hints.append(HINTS[Diagnosis.RAISED])
+    return report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,7 +661,8 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
     out:     out(inputs) -> [(shape, dtype), ...] for an out-variant op, e.g. like(0).
     out_names: what the report calls the outputs, e.g. ("da", "db"); by default the names in the
              op's schema, else "output 0", "output 1", ...
-    tolerance: {dtype: (rtol, atol)} overriding TOLERANCE.
+    tolerance: {dtype: (rtol, atol)} overriding TOLERANCE; or {dtype: ((rtol, atol), ...)}, one pair per output
+             (an output computed in float32 from half inputs, such as a log-sum-exp, held tighter than the rest).
     orders:  the simulator's thread orders each case runs in (default: forward, reverse, random).
     races:   on the simulator, run the cases with at most RACE_CHECK_ELEMENTS input elements (every case
              inside `thorough()`) with the race and bounds check in the first order (kernels/sim/racecheck.py);
@@ -837,7 +852,6 @@ def _failed(diagnosis: Diagnosis, problem: str, detail: str = "", part: str = ""
 
 
 def _run_case(fn, ref, raw, out, out_names, device, tol, be, order, racecheck: bool = False) -> _Outcome:
-    rtol, atol = tol
     # inputs live inside canary-guarded buffers; a pristine copy checks they are unchanged
     guarded_in = [guarded(tuple(t.shape), t.dtype, device, t) for t in raw]
     ins = [g.view for g in guarded_in]
@@ -888,7 +902,11 @@ def _run_case(fn, ref, raw, out, out_names, device, tol, be, order, racecheck: b
             return _failed(diagnosis, why + f" of input {i}", part=f"input {i}")
         if not _identical(g.view, p):
             return _failed(Diagnosis.INPUT_MODIFIED, f"input {i} was modified", _first_change(g.view, p), f"input {i}")
-    for g, w, label in zip(got, want, names):
+    per_output = list(tol) if isinstance(tol[0], tuple) else [tol] * len(got)  # one (rtol, atol) or one per output
+    if len(per_output) != len(got):
+        raise ValueError(f"{len(per_output)} tolerances for {len(got)} outputs: "
+                         "give one (rtol, atol) or one per output")
+    for g, w, label, (rtol, atol) in zip(got, want, names, per_output):
         diagnosis, problem, detail = diagnose_output(g, w, rtol, atol)
         if diagnosis:
             return _failed(diagnosis, problem + (f" in {label}" if named else ""), detail, label)

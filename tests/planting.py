@@ -13,6 +13,7 @@ many planted bugs, make test-all runs a few of them and make test-toolkit the re
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,13 @@ def plant(source: Path, old: str, new: str, name: str) -> Path:
     return dest
 
 
+def row_max_from_zero() -> Path:
+    """Lesson 06's row_max solution with the max started from 0 instead of -inf (right whenever a row holds a positive
+    value): one planted file for the lesson's tests and the checker's, so that one build serves both."""
+    return plant(ROOT / "solutions" / "06_reductions" / "row_reductions.cu", "float m = -INFINITY;", "float m = 0.0f;",
+                 "lesson06_row_max_from_zero.cu")
+
+
 def toolkit_beyond(bugs, keep: tuple[str, ...]) -> list:
     """The planted bugs of a parametrize: those named in `keep` run in make test-all, the others only in make
     test-toolkit (which CI runs too). Each planted bug costs a build or a whole self-check, and make test-all has
@@ -55,12 +63,14 @@ def toolkit_beyond(bugs, keep: tuple[str, ...]) -> list:
     return [n if n in keep else pytest.param(n, marks=pytest.mark.toolkit) for n in names]
 
 
-# The tests whose one assertion, an exercise's self-check passing on its solution, a cell of the lesson's solution
-# notebook makes as well: make test-all's nbval step runs that cell and compares its printed report (the PASS
-# lines) with the one recorded, so a failing check fails there. These tests are toolkit tests (CI runs both
-# suites), and make test-all runs each of those checks once instead of twice. tests/test_ci.py holds every entry
-# to its cell: the cell exists, calls the check named here, has its output compared and recorded as passing.
-# {test id: (solution notebook, cell id, the call in the cell)}
+# The tests whose one assertion a cell of the lesson's solution notebook makes as well: an exercise's self-check
+# passing on its solution, or a reference variant's check (the same check on the same shapes, dtypes and thread
+# orders, or more orders). make test-all's nbval step runs that cell and compares its printed report (the PASS
+# lines; a variant's line of passed cases) with the one recorded, so a failing check fails there. These tests are
+# toolkit tests (CI runs both suites), and make test-all runs each of those checks once instead of twice.
+# tests/test_notebooks.py holds every entry to its cell: the cell exists, calls the check named here, has its output
+# compared and recorded as passing.
+# {test id: (solution notebook, cell id, the call in the cell)}; a variant's entry adds a fourth item (below)
 CHECKED_IN_NOTEBOOKS = {
     "tests/test_lesson01.py::test_scale_solution_passes_its_self_check":
         ("solutions/01_thread_model/01_thread_model.ipynb", "442ed368", 'check_exercise("01", "scale"'),
@@ -91,6 +101,71 @@ CHECKED_IN_NOTEBOOKS = {
     "tests/test_lesson12.py::test_the_flash_online_solution_passes_its_self_check":
         ("solutions/12_attention/12_attention.ipynb", "l12-25", 'check_exercise("12", "flash_online"'),
 }
+
+
+def passed(name: str) -> str:
+    """The line of a check's report, or of a cell's summary of one, that says every case passed: the fourth item of
+    an entry of CHECKED_IN_NOTEBOOKS for a check of the lessons' reference ops (a regular expression)."""
+    return rf"{re.escape(name)}: (\d+)/\1 cases passed"
+
+
+# The checks of the lessons' reference ops that a compared cell of the solution notebook runs as the test does (the
+# same op, reference, inputs, sizes, dtypes and tolerance; the same thread orders, or more): each parameter of a test
+# an entry, whose fourth item is the line that the cell's recorded output holds when every case of that check passed.
+_L01, _L02, _L03 = (f"solutions/{n}/{n}.ipynb" for n in ("01_thread_model", "02_first_kernel", "03_pytorch_op"))
+_L05, _L06, _L09 = (f"solutions/{n}/{n}.ipynb" for n in ("05_fused", "06_reductions", "09_matmul"))
+_L11, _L12 = (f"solutions/{n}/{n}.ipynb" for n in ("11_other_routes", "12_attention"))
+_ADD = "torch.add, elementwise(2), out=like(0)"
+_T02, _T05, _T09, _T12 = (f"tests/test_lesson{n}.py::test_" for n in ("02", "05", "09", "12"))
+CHECKED_IN_NOTEBOOKS.update({
+    "tests/test_lesson01.py::test_add2_matches_torch_on_ragged_empty_and_single_element_sizes":
+        (_L01, "d9202bb1", f"check(ext.add2, {_ADD})", passed("add2")),
+    **{f"{_T02}float32_add_matches_torch_on_ragged_empty_and_single_element_sizes[{op}]":
+       (_L02, "edd42aa3", f"check(ext.{op}, {_ADD})", passed(op)) for op in ("add1", "add2")},
+    f"{_T02}templated_ops_match_torch_in_every_floating_dtype[add4]":
+        (_L02, "9721cb38", f"check(ext.add4, {_ADD}, dtypes=floating)", passed("add4")),
+    f"{_T02}templated_ops_match_torch_in_every_floating_dtype[square5]":
+        (_L02, "9721cb38", "check(ext.square5, lambda x: x * x, elementwise(1), out=like(0), dtypes=floating)",
+         passed("square5")),
+    "tests/test_lesson03.py::test_mul_matches_torch_on_ragged_sizes_and_both_dtypes":
+        (_L03, "321e4adc", "check(ext.mul, torch.mul, elementwise(2), dtypes=(torch.float32, torch.float64))",
+         passed("mul")),
+    "tests/test_lesson03.py::test_mul_backward_returns_grad_times_the_other_input":
+        (_L03, "bffe6e75", "check(ext.mul_backward, lambda g, x, y: (g * y, g * x), elementwise(3),",
+         passed("mul_backward")),
+    **{f"{_T05}relu_add_bias_matches_pytorch[{op}]":
+       (_L05, "ca0f2beb", "check(getattr(ext, name), in_float64(lambda x, y, b: torch.relu(x) + y + b)", passed(op))
+       for op in ("relu_add_bias1", "relu_add_bias2")},
+    **{f"{_T05}bias_gelu_matches_pytorch[{kind}]":
+       (_L05, "aaa02521", "check(lambda x, b, out: ext.bias_gelu3(x, b, tanh, out),", passed(f"bias_gelu3 ({name})"))
+       for kind, name in (("tanh", "tanh"), ("erf", "none"))},
+    f"{_T05}relu_add_bias_backward_gives_dx_and_the_column_sums_of_grad":
+        (_L05, "6e349b67", "check(ext.relu_add_bias_backward4, in_float64(lambda g, x: (g * (x > 0), g.sum(0))),",
+         passed("relu_add_bias_backward4")),
+    **{f"{_T05}bias_gelu_backward_gives_dx_and_the_column_sums_of_dx[{kind}]":
+       (_L05, "4508aeb3", "check(lambda g, x, b, dx, db: ext.bias_gelu_backward5(g, x, b, tanh, dx, db),",
+        passed(f"bias_gelu_backward5 ({name})")) for kind, name in (("tanh", "tanh"), ("erf", "none"))},
+    **{f"tests/test_lesson06.py::test_every_full_sum_matches_the_float64_sum_on_ragged_empty_and_single_sizes[sum{k}]":
+       (_L06, "def140b7", 'check_sum(getattr(ext, f"sum{k}"))', passed(f"sum{k}")) for k in range(1, 8)},
+    **{f"{_T09}every_fp32_variant_matches_torch_on_awkward_shapes[matmul{k}]":
+       (_L09, "l09-09", 'check_matmul(getattr(ext, f"matmul{k}"), (*SHAPES, *WIDE), quiet=True)', passed(f"matmul{k}"))
+       for k in range(1, 9)},
+    **{f"{_T09}the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes[{op}-dtype{i}]":
+       (_L09, "l09-20", "check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dt,), quiet=True)",
+        passed(f"{op} {dtype}")) for op in ("matmul9", "matmul10", "matmul12")
+       for i, dtype in enumerate(("bfloat16", "float16"))},
+    "tests/test_lesson11.py::test_the_reference_ops_match_pytorch_on_ragged_shapes_and_an_empty_batch":
+        (_L11, "l11-05", 'check_bias_gelu(ext.bias_gelu, name="load: bias_gelu")', passed("load: bias_gelu")),
+    "tests/test_lesson11.py::test_the_triton_softmax_passes_lesson_07s_checker_with_masked_and_large_rows":
+        (_L11, "l11-23", "check_softmax(lambda x, out: out.copy_(ops.softmax(x)), TRITON_SHAPES,",
+         passed("triton softmax")),
+    **{f"{_T12}every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
+       (_L12, "l12-12", "r = check_attention(getattr(ext, name)", passed(v))
+       for v in ("attention1", "attention2", "attention3")},
+    **{f"{_T12}every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
+       (_L12, "l12-16", "r = check_attention_backward(getattr(ext, name)", passed(v))
+       for v in ("attention_backward1", "attention_backward2", "attention_backward3")},
+})
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 
 

@@ -238,6 +238,30 @@ def test_the_first_build_with_a_light_torch_header_gets_its_precompiled_header_f
     _assert_the_compiler_accepts_the_precompiled_header(ext)
 
 
+@pytest.mark.toolkit
+@pytest.mark.slow
+def test_the_first_instrumented_build_gets_its_precompiled_header_first(tmp_path, monkeypatch):
+    """Once the plain builds' common precompiled header exists, the first instrumented build (the race check's and
+    the profiler's twin) makes its own before it compiles, with the plain one's recorded command and the instrumented
+    flags, and includes it and links the instrumented runtime: it used to compile without one first."""
+    monkeypatch.setenv("KERNELS_BUILD_DIR", str(tmp_path / "build"))  # from scratch: no header is made yet
+    monkeypatch.delenv("KERNELS_SIM_PCH", raising=False)
+    # a copy of its own: this process may have loaded the file, or another copy of it, already
+    (tmp_path / "vector_add.cu").write_text((HERE / "vector_add.cu").read_text() + "// the first instrumented build\n")
+    plain = load(tmp_path / "vector_add.cu", "sim", quiet=True)
+    instrumented = sim_build.instrumented_flags()
+    pch = sim_build.pch_path(sim_build.FLAGS + instrumented)
+    assert sim_build.pch_command(sim_build.FLAGS) is not None and not sim_build.pch_file(pch).exists()
+    twin = load(tmp_path / "vector_add.cu", "sim", quiet=True, extra_cflags=instrumented)  # as the twin is loaded
+    so = Path(getattr(twin, "so", None) or twin.__file__)
+    assert f"-include {pch}" in (so.parent / "build.ninja").read_text()
+    assert sim_build.pch_command(sim_build.FLAGS + instrumented)["flags"][-len(instrumented):] == instrumented
+    _assert_the_compiler_accepts_the_precompiled_header(twin)
+    _assert_the_runtime_is_linked_not_compiled(twin)
+    x = torch.randn(10)
+    torch.testing.assert_close(twin.add_new(x, x), plain.add_new(x, x))
+
+
 def _assert_the_runtime_is_linked_not_compiled(ext) -> None:
     """The build's own object holds none of the simulator's runtime (run_grid, which every launch calls, is only
     referenced there) and the library has it: it came from the runtime object, compiled once."""

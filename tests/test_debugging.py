@@ -149,9 +149,17 @@ def test_timing_without_sync_on_a_gpu_measures_the_launch_not_the_kernel(backend
     assert launch < synced / 10 and events > synced / 10
 
 
-def test_the_command_line_refuses_an_unknown_entry():
-    done = subprocess.run([sys.executable, "-m", "kernels.debugging", "nope"], capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode == 2 and "no debugging entry 'nope'" in done.stdout
+def test_the_command_line_refuses_an_unknown_entry(monkeypatch, capsys):
+    # `python -m kernels.debugging nope`, run in this process (a new one would import torch again): runpy runs the
+    # module as __main__ with that command line
+    import runpy
+    import warnings
+
+    monkeypatch.setattr(sys, "argv", ["kernels.debugging", "nope"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as done:
+        warnings.simplefilter("ignore", RuntimeWarning)  # the module is imported already: runpy says so
+        runpy.run_module("kernels.debugging", run_name="__main__", alter_sys=True)
+    assert done.value.code == 2 and "no debugging entry 'nope'" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ def ext():
     return load("01")
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cell (tests/planting.py)
 def test_add2_matches_torch_on_ragged_empty_and_single_element_sizes(ext):
     assert 0 in SIZES and 1 in SIZES
     check(ext.add2, torch.add, elementwise(2), out=like(0), sizes=SIZES, raise_on_fail=True, quiet=True)

@@ -25,6 +25,7 @@ def ext():
     return load("02")
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cells (tests/planting.py)
 @pytest.mark.parametrize("op", ["add1", "add2"])
 def test_float32_add_matches_torch_on_ragged_empty_and_single_element_sizes(ext, op):
     assert 0 in SIZES and 1 in SIZES
@@ -48,7 +49,9 @@ def test_a_block_of_2048_threads_is_an_invalid_configuration(ext, dev):
     torch.testing.assert_close(out, x + y)
 
 
-@pytest.mark.parametrize("op, ref, n_in", [("add4", torch.add, 2), ("square5", lambda x: x * x, 1)])
+@checked_in_notebook
+@pytest.mark.parametrize("op, ref, n_in", [("add4", torch.add, 2), ("square5", lambda x: x * x, 1)],
+                         ids=["add4", "square5"])
 def test_templated_ops_match_torch_in_every_floating_dtype(ext, op, ref, n_in):
     check(getattr(ext, op), ref, elementwise(n_in), out=like(0), sizes=SIZES, dtypes=FLOATING,
           raise_on_fail=True, quiet=True)

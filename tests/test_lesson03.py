@@ -49,10 +49,12 @@ def test_registers_mul_and_its_backward_in_one_namespace(ext):
     assert ext.ops() == ["mul", "mul_backward"]
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cells (tests/planting.py)
 def test_mul_matches_torch_on_ragged_sizes_and_both_dtypes(ext):
     check(ext.mul, torch.mul, elementwise(2), sizes=SIZES, dtypes=DTYPES, raise_on_fail=True, quiet=True)
 
 
+@checked_in_notebook
 def test_mul_backward_returns_grad_times_the_other_input(ext):
     check(ext.mul_backward, lambda g, x, y: (g * y, g * x), elementwise(3), sizes=SIZES, dtypes=DTYPES,
           raise_on_fail=True, quiet=True)

@@ -170,34 +170,60 @@ def test_exercise_self_check_names_a_planted_bug_and_shows_the_hint_that_fits_it
 
 # --- TORCH_CHECK messages with numbers streamed in (the evidence for how kernels/ formats them) -------
 
-# Each op runs in a child process: if streaming a number crashed the process, the test reports the
-# crash instead of taking pytest down with it.
-RAISE_ONE = """
+# The ops run in a child process: if streaming a number crashed the process, the test reports the crash instead of
+# taking pytest down with it. One child runs them all (each process imports torch: seconds of CPU), one op a line;
+# where a child dies, the op it was running is that crash, and a new child runs the ones left.
+RAISE_EACH = """
 import sys, torch
 from kernels import device, load
 ext = load(sys.argv[1])
-try:
-    getattr(ext, sys.argv[2])(torch.zeros(2, 3, device=device()))
-    print("no error raised")
-except RuntimeError as e:
-    print(str(e).splitlines()[0])
+for op in sys.argv[2:]:
+    print("=== op", op, flush=True)
+    try:
+        getattr(ext, op)(torch.zeros(2, 3, device=device()))
+        print("no error raised", flush=True)
+    except RuntimeError as e:
+        print(str(e).splitlines()[0], flush=True)
 """
+MESSAGES = {
+    "fail_int64": "numel is 6, streamed as an int64_t",
+    "fail_int": "dim is 2, streamed as an int",
+    "fail_sizes": "sizes are [2, 3], streamed as sizes()",
+    "fail_dtype": "dtype is Float",
+}
 
 
-@pytest.mark.parametrize("op, message", [
-    ("fail_int64", "numel is 6, streamed as an int64_t"),
-    ("fail_int", "dim is 2, streamed as an int"),
-    ("fail_sizes", "sizes are [2, 3], streamed as sizes()"),
-    ("fail_dtype", "dtype is Float"),
-])
-def test_torch_check_message_takes_a_number_streamed_straight_in(op, message, dev):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-c", RAISE_ONE, str(ROOT / "tests/toolkit/check_message.cu"), op],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
-    if run.returncode != 0 and dev.type == "cuda" and op != "fail_dtype":
+@pytest.fixture(scope="module")
+def raised():
+    """{op: (the exit code of the child that ran it, 0 unless it died then; the first line of the op's error; the
+    child's stderr)}. An op whose line never came killed its child; a child that died after every op's line (at its
+    exit) gives its code to each of them, as a child of their own would have."""
+    env, left, out = {**os.environ, "PYTHONPATH": str(ROOT)}, list(MESSAGES), {}
+    while left:
+        run = subprocess.run([sys.executable, "-c", RAISE_EACH, str(ROOT / "tests/toolkit/check_message.cu"), *left],
+                             capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+        said: dict[str, list[str]] = {}
+        for line in run.stdout.splitlines():
+            if line.startswith("=== op "):
+                said[line.split()[-1]] = []
+            elif said:
+                said[list(said)[-1]].append(line)
+        for op in said:
+            died = run.returncode != 0 and (not said[op] or all(said.values()))
+            out[op] = (run.returncode if died else 0, "\n".join(said[op]), run.stderr)
+        if not said:  # died before its first op (the build, or torch): every op left gets that
+            out.update({op: (run.returncode or 1, run.stdout, run.stderr) for op in left})
+        left = [op for op in left if op not in out]
+    return out
+
+
+@pytest.mark.parametrize("op, message", MESSAGES.items())
+def test_torch_check_message_takes_a_number_streamed_straight_in(op, message, dev, raised):
+    returncode, printed, stderr = raised[op]
+    if returncode != 0 and dev.type == "cuda" and op != "fail_dtype":
         # Measured on an H100 (torch 2.11, CUDA 13.0): a number or sizes() streamed into TORCH_CHECK in an
         # nvcc-built extension killed the process (SIGSEGV); a dtype did not. Hence std::to_string in kernels/.
-        pytest.skip(f"{op}: streaming a number into TORCH_CHECK killed the process (exit {run.returncode}) on this "
+        pytest.skip(f"{op}: streaming a number into TORCH_CHECK killed the process (exit {returncode}) on this "
                     "GPU build; kernels/ formats numbers with std::to_string")
-    assert run.returncode == 0, f"{op}: the process died with exit code {run.returncode}\n{run.stderr[-2000:]}"
-    assert message in run.stdout, f"{op}: expected {message!r} in the error, got {run.stdout!r}"
+    assert returncode == 0, f"{op}: the process died with exit code {returncode}\n{stderr[-2000:]}"
+    assert message in printed, f"{op}: expected {message!r} in the error, got {printed!r}"

@@ -50,12 +50,14 @@ def dx_and_dbias(inputs):
     return [(tuple(inputs[0].shape), inputs[0].dtype), ((inputs[0].shape[-1],), inputs[0].dtype)]
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cells (tests/planting.py)
 @pytest.mark.parametrize("op", ["relu_add_bias1", "relu_add_bias2"])
 def test_relu_add_bias_matches_pytorch(ext, op):
     check(getattr(ext, op), in_float64(lambda x, y, b: torch.relu(x) + y + b), matrices(2), out=like_x,
           sizes=SHAPES, dtypes=DTYPES, raise_on_fail=True, quiet=True)
 
 
+@checked_in_notebook
 @pytest.mark.parametrize("tanh", [True, False], ids=["tanh", "erf"])
 def test_bias_gelu_matches_pytorch(ext, tanh):
     approximate = "tanh" if tanh else "none"
@@ -64,11 +66,13 @@ def test_bias_gelu_matches_pytorch(ext, tanh):
           sizes=SHAPES, dtypes=DTYPES, raise_on_fail=True, quiet=True)
 
 
+@checked_in_notebook
 def test_relu_add_bias_backward_gives_dx_and_the_column_sums_of_grad(ext):
     check(ext.relu_add_bias_backward4, in_float64(lambda g, x: (g * (x > 0), g.sum(0))), matrices(2, bias=False),
           out=dx_and_dbias, sizes=SHAPES, dtypes=DTYPES, tolerance=SUM_TOL, raise_on_fail=True, quiet=True)
 
 
+@checked_in_notebook
 @pytest.mark.parametrize("tanh", [True, False], ids=["tanh", "erf"])
 def test_bias_gelu_backward_gives_dx_and_the_column_sums_of_dx(ext, tanh):
     approximate = "tanh" if tanh else "none"

@@ -9,12 +9,13 @@ from kernels.check import ROWS, Diagnosis, check, rows
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons import lesson06
 from kernels.lessons.lesson06 import check_row_sum, check_sum, row_max, rows_out
-from planting import checked_in_notebook, plant, self_check
+from planting import checked_in_notebook, plant, row_max_from_zero, self_check
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "06_reductions"
 SOLUTION = ROOT / "solutions" / "06_reductions"
 SUMS = list(lesson06.SUMS)  # as the lesson declares them
+IN_NOTEBOOK = [f"sum{k}" for k in range(1, 8)]  # the ones the solution notebook checks
 ROW_SHAPES = (*ROWS, (0, 5), (4, 0))  # ragged widths, no rows, and rows of no columns
 MAX_SHAPES = (*ROWS, (0, 5))          # a max of no columns is an error (tested below)
 
@@ -24,7 +25,8 @@ def ext():
     return load("06")
 
 
-@pytest.mark.parametrize("name", SUMS)
+# sum1 .. sum7's checks, in make test-all by the solution notebook's compared cell (tests/planting.py)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=checked_in_notebook) if n in IN_NOTEBOOK else n for n in SUMS])
 def test_every_full_sum_matches_the_float64_sum_on_ragged_empty_and_single_sizes(ext, name):
     check_sum(getattr(ext, name), name=name, quiet=True, raise_on_fail=True)
 
@@ -141,7 +143,7 @@ def test_the_solution_passes_its_self_check(name):
 
 
 def test_a_row_max_that_starts_from_zero_fails_every_case_on_every_run():
-    planted = plant(SOLUTION / "row_reductions.cu", "float m = -INFINITY;", "float m = 0.0f;", "lesson06_row_max_from_zero.cu")
+    planted = row_max_from_zero()
     for _ in range(3):  # fresh random inputs each run: row 0 is all negative in every one
         report = self_check("06", "row_max", planted)
         assert report.cases and all(not c.passed and "differ" in c.problem for c in report.cases)
@@ -213,13 +215,10 @@ def test_the_block_row_sum_check_catches_an_off_by_one_at_the_ragged_end():
 def test_the_checker_names_a_missing_syncthreads_in_sum3_a_race(backend):
     if backend != "sim":
         pytest.skip("on a GPU a missing barrier may or may not change the result: only the simulator is sure to show it")
-    reference = ROOT / "kernels" / "reference" / "06_reductions.cu"
-    old = ("    if (tid < s) partial[tid] += partial[tid + s];\n"
-           "    __syncthreads();  // this level is complete before the next level reads it\n  }\n"
-           "  if (tid == 0) emit_block_sum<ATOMIC>(out, partial[0]);\n}\n\n// sum_kernel4")
-    racy = load(plant(reference, old, old.replace("    __syncthreads();  // this level", "    // this level"),
-                      "lesson06_sum3_no_sync.cu"))
-    report = check_sum(racy.sum3, quiet=True)
+    # race.cu is sum3 without the barrier in its tree (the test below holds it to that); the lesson's notebook runs it
+    # on ones, this check on its random inputs (and make test-all's simulator builds have built it)
+    racy = load(SOLUTION / "race.cu", quiet=True)
+    report = check_sum(racy.racy_sum, quiet=True)
     assert not report.passed
     # the race check names both lines (or, in a larger case, one order is wrong and another right)
     assert any("data race on shared memory" in c.problem or "race between threads" in c.detail for c in failures(report))
@@ -233,6 +232,15 @@ def test_the_lessons_race_demo_is_sum3_without_its_barrier_in_the_tree():
     assert race == (SOLUTION / "race.cu").read_text()
     assert "    if (tid < s) partial[tid] += partial[tid + s];\n    // the __syncthreads() that was here" in race
     assert race.count("__syncthreads();") == 1  # only the barrier after the load is left
+
+    def body(text: str, signature: str) -> list[str]:  # the kernel's code lines up to the block's sum
+        start = text.index(signature)
+        lines = text[text.index("{", start) + 1:text.index("  if (tid == 0)", start)].splitlines()
+        return [line for line in lines if line.strip() and not line.strip().startswith("//")]
+
+    tree = body((ROOT / "kernels" / "reference" / "06_reductions.cu").read_text(), "__global__ void sum_kernel3(")
+    barrier = "    __syncthreads();  // this level is complete before the next level reads it"
+    assert barrier in tree and [line for line in tree if line != barrier] == body(race, "void racy_sum_kernel(")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ def ext():
     return load("09")
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cells, in all 3 orders (tests/planting.py)
 @pytest.mark.parametrize("name", FP32)
 def test_every_fp32_variant_matches_torch_on_awkward_shapes(ext, name):
     check_matmul(getattr(ext, name), (*SHAPES, *WIDE), name=name, quiet=True, raise_on_fail=True, orders=ONE_ORDER)
@@ -89,6 +90,7 @@ def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@checked_in_notebook
 @pytest.mark.parametrize("name", HALF)
 def test_the_wmma_variants_match_torch_in_bf16_and_fp16_on_awkward_shapes(ext, name, dtype):
     check_matmul(getattr(ext, name), (*SHAPES, *WIDE), dtypes=(dtype,), name=name, quiet=True, raise_on_fail=True,

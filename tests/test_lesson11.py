@@ -19,7 +19,7 @@ from kernels.exercises import check_exercise, find, fitting_hint  # noqa: E402
 from kernels.lessons.lesson11 import (TRITON_SHAPES, bias_gelu_grads_ref, bias_gelu_ref,  # noqa: E402
                                         check_bias_gelu, grads_of, with_bias)
 from kernels.lessons.lesson07 import check_softmax, softmax_ref  # noqa: E402
-from planting import assert_diagnosis, plant  # noqa: E402
+from planting import assert_diagnosis, checked_in_notebook, plant  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "lessons" / "11_other_routes"
@@ -79,6 +79,7 @@ def inline():
 # ---------------------------------------------------------------------------------------------
 # The reference file and load_inline.
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cell (tests/planting.py)
 def test_the_reference_ops_match_pytorch_on_ragged_shapes_and_an_empty_batch(ext):
     check_bias_gelu(ext.bias_gelu, name="bias_gelu", quiet=True, raise_on_fail=True)
 
@@ -156,6 +157,7 @@ def test_the_triton_bias_gelu_passes_the_checker(triton_ops_registered):
                     raise_on_fail=True)
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cell (tests/planting.py)
 @needs_triton
 def test_the_triton_softmax_passes_lesson_07s_checker_with_masked_and_large_rows(triton_ops_registered):
     check_softmax(lambda x, out: out.copy_(triton_ops_registered.softmax(x)), TRITON_SHAPES, quiet=True,

@@ -98,12 +98,14 @@ def test_the_large_inputs_make_query_0_score_below_minus_100_against_every_key(d
 # ---------------------------------------------------------------------------------------------
 # The kernels.
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cells (tests/planting.py)
 @pytest.mark.parametrize("name", lesson12.FORWARD)
 def test_every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes(ext, name):
     check_attention(getattr(ext, name), shapes_of(name), dtypes=dtypes_of(name), name=name, quiet=True,
                     raise_on_fail=True, orders=ONE_ORDER)
 
 
+@checked_in_notebook
 @pytest.mark.parametrize("name", lesson12.BACKWARD)
 def test_every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes(ext, name):
     check_attention_backward(getattr(ext, name), shapes_of(name), dtypes=dtypes_of(name), name=name, quiet=True,
@@ -123,6 +125,37 @@ def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev):
         runs.append(grads)
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+def _misaligned(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of t that starts one element past a 16-byte boundary."""
+    buf = t.new_empty(t.numel() + 1)
+    out = buf[1:].view(t.shape)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.parametrize("case", ["bf16 D64", "fp32", "bf16 D40", "bf16 misaligned"])
+def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case):
+    # the benchmark's bars name the variant from attention_variant / attention_backward_variant; 24 keys: one key tile,
+    # so dq's atomics (backward1) add once and the bits compare
+    dtype = torch.float32 if case == "fp32" else torch.bfloat16
+    q, k, v = qkv()((1, 2, 1, 33, 24, 40 if case == "bf16 D40" else 64), dtype, dev)
+    if case == "bf16 misaligned":
+        q = _misaligned(q)
+    dout = torch.randn_like(q)
+    tensor_cores = case == "bf16 D64"
+    fwd, bwd = ("attention3", "attention_backward3") if tensor_cores else ("attention2", "attention_backward1")
+    assert (ext.attention_variant(q, k, v), ext.attention_backward_variant(q, k, v, dout)) == (fwd, bwd)
+    scale = default_scale(q)
+    out, lse = ext.attention(q, k, v, True, scale)
+    named = [torch.empty_like(out), torch.empty_like(lse)]
+    getattr(ext, fwd)(q, k, v, True, scale, *named)
+    assert torch.equal(out, named[0]) and torch.equal(lse, named[1])
+    grads = ext.attention_backward(q, k, v, out, lse, dout, True, scale)
+    named = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+    getattr(ext, bwd)(q, k, v, out, lse, dout, True, scale, *named)
+    assert all(torch.equal(g, n) for g, n in zip(grads, named))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -206,11 +239,26 @@ PLANTED = {
     "lse_without_max": ("m + logf(l)", "logf(l)", "in lse", 1),
     # no skip of a tile that is masked for the row before its first key: exp(-inf - -inf) makes its o and l NaN
     "no_empty_tile_skip": ("    if (m_new == -INFINITY) continue;", "", "NaN", 2),
+    # no causal bound: every block loads every tile (right values; the simulator's access profile counts the loads)
+    "no_causal_bound": ("tiles = keys > 0 ? (int)((keys + BC - 1) / BC) : 0;", "tiles = keys > 0 ? tiles : 0;",
+                        "global loads", 3),
 }
 
 
+SIM_ONLY_PLANTED = ("no_causal_bound",)
+
+
+def test_the_solution_makes_the_global_loads_its_self_check_compares_with(backend):
+    if backend != "sim":
+        pytest.skip("the access profile is the simulator's")
+    got, _ = lesson12.causal_loads(load(SOLUTION, "sim", quiet=True).flash_online)
+    assert got == lesson12.SOLUTION_GLOBAL_LOADS
+
+
 @pytest.mark.parametrize("bug", toolkit_beyond(PLANTED, keep=("no_o_rescale", "max_from_zero")))
-def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
+def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug, backend):
+    if bug in SIM_ONLY_PLANTED and backend != "sim":
+        pytest.skip("the access profile is the simulator's: on a GPU the check cannot count the loads")
     old, new, diagnosis, first_hint = PLANTED[bug]
     path = plant(SOLUTION, old, new, f"lesson12_flash_online_{bug}.cu")
     load(path)  # the planted file builds: the check below fails on its values, not on a compile error

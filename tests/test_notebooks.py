@@ -170,14 +170,15 @@ def test_the_colab_cells_of_every_notebook_and_the_readmes_link_are_written_from
 
 @pytest.mark.parametrize("test", sorted(CHECKED_IN_NOTEBOOKS))
 def test_a_self_check_left_to_make_test_all_s_notebooks_is_run_and_compared_there(test):
-    """A solution's self-check that make test-all runs only through its solution notebook (tests/planting.py): the
-    cell exists, calls the same check, is not left out of nbval's comparison, its recorded output is the check's
-    passing report, and make test-all's nbval step runs the solution notebooks with outputs compared."""
+    """A solution's self-check or a reference variant's check that make test-all runs only through its solution
+    notebook (tests/planting.py): the cell exists, calls the same check, is not left out of nbval's comparison, its
+    recorded output is the check's passing report (a variant's: its line with every case passed), and make
+    test-all's nbval step runs the solution notebooks with outputs compared."""
     from nbval.plugin import find_comment_markers, find_metadata_tags
 
     from kernels.dev import all_tests
 
-    notebook, cell_id, call = CHECKED_IN_NOTEBOOKS[test]
+    notebook, cell_id, call, *variant_line = CHECKED_IN_NOTEBOOKS[test]
     folder, name = Path(notebook).parts[:2]
     assert folder == "solutions" and name.startswith(test.split("test_lesson")[1][:2] + "_"), (test, notebook)
     by_id = {c.get("id"): c for c in cells(folder, name)}
@@ -187,7 +188,11 @@ def test_a_self_check_left_to_make_test_all_s_notebooks_is_run_and_compared_ther
     markers = [*find_comment_markers(text(cell)), *find_metadata_tags(cell.get("metadata", {}))]
     assert ("check", False) not in markers and ("skip", True) not in markers, markers  # compared, not skipped
     printed = outputs_text(cell)
-    assert "PASS" in printed and "FAIL" not in printed, printed
+    assert "FAIL" not in printed, printed
+    if variant_line:  # one line per variant, "name: N/N cases passed": this test's variant, every case passed
+        assert re.search(rf"^{variant_line[0]}$", printed, re.MULTILINE), (variant_line[0], printed)
+    else:
+        assert "PASS" in printed, printed
     nbval = all_tests.steps(jobs=1)["nbval"].command
     assert "nbval" in all_tests.SUITES["all"][1] and "solutions" in nbval
     assert "--nbval" in nbval and "--nbval-lax" not in nbval and not any("sanitize" in a for a in nbval), nbval

@@ -240,6 +240,18 @@ def test_return_in_a_kernel_notes_where_the_thread_left():
     assert out.count("\n") == src.count("\n")
 
 
+def test_noinline_becomes_the_compilers_attribute_only_where_it_stands_as_cudas_qualifier():
+    src = ('#define NOINLINE __noinline__\n#ifdef __noinline__\n#endif\n'
+           '__device__ __noinline__ float f(float v) { return v; }\n'
+           '__attribute__((cold, __noinline__)) void g();\n__attribute__((__noinline__)) void h();\n'
+           '[[gnu::__noinline__]] void k();\nconst char* s = "__noinline__";  // __noinline__\n')
+    out = translate_source(src, "x.cu").splitlines()[2:]  # after the #include and the #line
+    assert out[0] == "#define NOINLINE __attribute__((noinline))"
+    assert out[1] == "#ifdef __noinline__"
+    assert out[3] == "__device__ __attribute__((noinline)) float f(float v) { return v; }"
+    assert out[4:] == src.splitlines()[4:]  # attribute lists, gnu::, a string and a comment are left alone
+
+
 def test_pragma_unroll_is_dropped_and_the_dispatch_key_is_left_to_the_simulators_torch_library_h():
     out = _tr("#pragma unroll 4\nfor(;;){}\nTORCH_LIBRARY_IMPL(ns, CUDA, m) {}\n")
     assert "pragma" not in out

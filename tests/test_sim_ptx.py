@@ -18,7 +18,10 @@ import torch
 
 from kernels import load
 from kernels.build import BuildError
+from kernels.check import sim_order
 from kernels.dev.compile_check import needs_line
+from kernels.sim.instrumented import compiler_problem
+from kernels.sim.racecheck import checked
 from kernels.sim.translate import TranslateError, translate_source
 from planting import plant
 from ptx_cases import VECTORS, all_cases, args_digest, reference
@@ -327,8 +330,16 @@ MISUSE_CASES = {
     20: ("CVTA-GLOBAL", r"__cvta_generic_to_shared at ptx_misuse\.cu:{line}: the pointer 0x[0-9a-f]+ is not shared memory"),
     21: ("WGMMA-WAIT", r"at ptx_misuse\.cu:{line}: deadlock: this wait completes wgmma group 0 of the warpgroup, but warp 1 has "
                        r"committed only 0 group\(s\)"),
-    22: ("SCOPE-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: the variable a wgmma accumulates into went out of "
-                            r"scope before this wgmma\.wait_group"),
+    22: ("SCOPE-WAIT", r"wgmma\.wait_group.* at ptx_misuse\.cu:{line}: the variable a wgmma accumulates into "
+                       r"went out of scope before this wgmma\.wait_group"),
+    23: ("BULK-WAIT-READ", r"cp\.async\.bulk\.wait_group\.read at ptx_misuse\.cu:{line}: shared memory that the "
+                           r"bulk store cp\.async\.bulk\.tensor\.2d\S* at ptx_misuse\.cu:\d+ was still reading was "
+                           r"overwritten before this wait retired it"),
+    24: ("CP-ASYNC-OVER-STORE", r"cp\.async\.ca\.shared\.global at ptx_misuse\.cu:{line}: this cp\.async writes shared "
+                                r"memory .* that the bulk store cp\.async\.bulk\.global\.shared::cta\.bulk_group at "
+                                r"ptx_misuse\.cu:\d+ \(in its thread's bulk async-group 0\) is still reading"),
+    25: ("STORE-NEVER-WAITED", r"cp\.async\.bulk\.global\S* at ptx_misuse\.cu:{line}: the block ended with this bulk "
+                               r"store still reading shared memory.*block \(0,0,0\)"),
 }
 
 
@@ -348,7 +359,8 @@ def test_misuse_is_an_error_naming_the_line(misuse, what):
 
 
 @sim_only
-@pytest.mark.parametrize("what", [5, 15], ids=["cp_async_read_before_wait", "wgmma_accumulator_read_before_wait"])
+@pytest.mark.parametrize("what", [5, 15, 26], ids=["cp_async_read_before_wait", "wgmma_accumulator_read_before_wait",
+                                                  "bulk_store_destination_read_before_wait"])
 def test_data_read_before_it_arrived_is_nan(misuse, what):
     out = misuse.misuse(torch.randn(1024), what)
     assert out[:32].isnan().all()
@@ -404,10 +416,56 @@ def test_a_descriptor_with_the_wrong_swizzle_gives_a_wrong_product():
 
 
 @sim_only
+def test_the_race_check_names_the_store_that_overwrote_a_bulk_stores_source(misuse):
+    # a plain build finds the bytes changed at the wait (case 23 above); the instrumented one catches the store itself
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    with pytest.raises(RuntimeError, match=rf"shared memory that a bulk store at ptx_misuse\.cu:"
+                                           rf"{_line_of('TMA-STORE', MISUSE)} is still reading was overwritten at "
+                                           rf"ptx_misuse\.cu:{_line_of('STAGE-OVERWRITTEN', MISUSE)} before "
+                                           rf"cp\.async\.bulk\.wait_group\.read retired it"):
+        checked(misuse.misuse, torch.randn(1024), 23)
+
+
+@sim_only
 def test_an_error_in_a_helper_names_the_line_that_called_it(misuse):
     with pytest.raises(RuntimeError, match=rf"at ptx_common\.cuh:{_line_of('WAIT-LOOP', HERE / 'ptx_common.cuh')} "
                                            rf"\(called from ptx_misuse\.cu:{_line_of('nobody arrives', MISUSE)}\)"):
         misuse.misuse(torch.randn(1024), 7)
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["tma_store", "bulk_store"])
+@pytest.mark.parametrize("rows", [64, 40, 5])
+def test_stores_through_two_staging_tiles_write_every_row(hopper_ops, rows, bulk):
+    backend, ext = hopper_ops
+    x = torch.randn(rows, 64, device="cuda" if backend == "cuda" else "cpu")
+    assert torch.equal(ext.store_ring(x, bulk), 2 * x)
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_bulk_stores_of_two_threads_in_flight_together_both_land(hopper_ops, order):
+    # the second warp's wait finds the first warp's store (issued first in forward order) pending before its own
+    backend, ext = hopper_ops
+    x = torch.randn(64, 64, device="cuda" if backend == "cuda" else "cpu")
+    with sim_order(order) if backend == "sim" else contextlib.nullcontext():
+        assert torch.equal(ext.two_issuers(x), x)
+
+
+STORE_RING_WAIT = 'asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");  // STORE-RING-WAIT'
+
+
+@sim_only
+@pytest.mark.parametrize("bulk", [False, True], ids=["tma_store", "bulk_store"])
+def test_a_staging_tile_refilled_while_its_store_may_still_read_it_is_an_error(bulk):
+    # wait_group.read 2 lets the newest two groups stay in flight: the store two tiles back, which read this tile
+    path = plant(HERE / "ptx_hopper.cu", STORE_RING_WAIT, STORE_RING_WAIT.replace("read 1", "read 2"),
+                 "ptx_hopper_store_ring_wait_too_short.cu")
+    shutil.copyfile(HERE / "ptx_common.cuh", path.parent / "ptx_common.cuh")
+    ext = load(path, "sim")
+    wait = _line_of("STORE-RING-WAIT", HERE / "ptx_hopper.cu")
+    with pytest.raises(RuntimeError, match=rf"cp\.async\.bulk\.wait_group\.read at ptx_hopper\w*\.cu:{wait}: shared "
+                                           rf"memory that the bulk store .* was still reading was overwritten"):
+        ext.store_ring(torch.randn(64, 64), bulk)
 
 
 @pytest.mark.parametrize("row0, col0", [(0, 0), (40, 16), (90, 100)])

@@ -81,6 +81,7 @@ def test_a_missing_barrier_and_a_missing_syncwarp_are_races_on_shared_memory(rac
     w = torch.randn(32)
     msg = _finding(races.warp_swap, w, True)
     assert "lanes of one warp with no __syncwarp() between them" in msg
+    assert "__syncthreads" not in msg  # a block of one warp: no other warp to wait for
     assert torch.equal(checked(races.warp_swap, w, False), w.flip(0))
 
 

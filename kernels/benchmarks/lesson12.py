@@ -14,8 +14,9 @@ products against the forward's two), as FlashAttention's papers count them. The 
     torch flex       FlexAttention under torch.compile, with a causal block mask where causal
     attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs)
 
-Then lesson 10's model (width 768, 12 heads of 64, 6 blocks), a training step at T = 1024 and 4096 (8192 tokens),
-with SDPA's attention (eager, compiled, and eager held to its flash backend: by itself SDPA takes cuDNN's Hopper
+Then grouped-query attention at T = 4096, D 128, causal (16 query heads, 4 kv heads; enable_gqa=True for SDPA and
+FlexAttention, k and v repeated for eager), forward and backward. Then lesson 10's model (width 768, 12 heads of 64,
+6 blocks), a training step at T = 1024 and 4096 (8192 tokens), with SDPA's attention (eager, compiled, and eager held to its flash backend: by itself SDPA takes cuDNN's Hopper
 kernels on an H100) and with this lesson's op (eager and compiled).
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
@@ -51,14 +52,25 @@ BACKWARD = ("attention_backward2", "attention_backward3")
 # compiled and SDPA graphs of the same benchmark on an 80 GB GPU: its backward row stops at T = 2048.
 EAGER_BACKWARD_UP_TO = 2048
 BACKWARD_OP = "attention_backward3"  # the variant the functional attention_backward runs on these inputs
+GQA_SEQUENCE, GQA_GROUPS = 4096, 4  # the grouped-query rows: causal, D 128, 4 query heads per kv head
 
 
-def _name(t: int, d: int, causal: bool, what: str) -> str:
-    return f"attention {what} T={t} D={d}{' causal' if causal else ''} bf16"
+def _same_choice(chosen: str, named: str, op: str) -> None:
+    """The bars name the kernel the functional op runs (the op says which): refuse to measure when they part."""
+    if chosen != named:
+        raise RuntimeError(f"the functional {op} runs {chosen} on the benchmark's inputs, but the bars name {named}: "
+                           "change the benchmark's FORWARD[-1] / BACKWARD_OP to match")
+
+
+def _name(t: int, d: int, causal: bool, what: str, groups: int = 1) -> str:
+    gqa = f" GQA {HEADS[d]}/{HEADS[d] // groups}" if groups > 1 else ""
+    return f"attention {what} T={t} D={d}{' causal' if causal else ''}{gqa} bf16"
 
 
 def _eager(causal: bool) -> Callable:
     def attend(q, k, v):
+        if k.shape[1] != q.shape[1]:  # grouped-query heads: each kv head repeated for its group of query heads
+            k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
         s = (q @ k.transpose(-1, -2)) * default_scale(q)
         if causal:
             t = q.shape[2]
@@ -67,12 +79,17 @@ def _eager(causal: bool) -> Callable:
     return attend
 
 
+def _gqa(q: torch.Tensor, k: torch.Tensor) -> dict:
+    """enable_gqa=True where q has more heads than k (the argument is new in torch 2.5: left out otherwise)."""
+    return {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+
+
 def _sdpa(backend, causal: bool) -> Callable:
     from torch.nn.attention import sdpa_kernel
 
     def attend(q, k, v):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **_gqa(q, k))
     return attend
 
 
@@ -83,14 +100,14 @@ def _sdpa_backends() -> dict[str, object]:
             "torch sdpa cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
-def _flex(causal: bool, b: int, h: int, t: int) -> Callable:
+def _flex(causal: bool, b: int, h: int, t: int, groups: int = 1) -> Callable:
     """FlexAttention compiled for this benchmark's shapes alone. compile_static gives each call a code object of its
     own: compiling flex_attention itself again at every shape would share one cache, which after 8 shapes stops
     compiling and runs FlexAttention unfused (a few TFLOP/s)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, t, t, device="cuda") if causal else None
-    return compile_static(lambda q, k, v: flex_attention(q, k, v, block_mask=mask))
+    return compile_static(lambda q, k, v: flex_attention(q, k, v, block_mask=mask, **_gqa(q, k)))
 
 
 def _flops(b: int, h: int, t: int, d: int, causal: bool) -> int:
@@ -102,9 +119,10 @@ def _close(got: torch.Tensor, want: torch.Tensor, rtol: float = 2e-2) -> bool:
     return bool(((got.float() - want.float()).norm() / want.float().norm()).item() < rtol)
 
 
-def _inputs(t: int, d: int, grad: bool = False) -> tuple[torch.Tensor, ...]:
+def _inputs(t: int, d: int, grad: bool = False, groups: int = 1) -> tuple[torch.Tensor, ...]:
     b, h = TOKENS // t, HEADS[d]
-    return tuple(torch.randn(b, h, t, d, device="cuda", dtype=DTYPE, requires_grad=grad) for _ in range(3))
+    return tuple(torch.randn(b, heads, t, d, device="cuda", dtype=DTYPE, requires_grad=grad)
+                 for heads in (h, h // groups, h // groups))
 
 
 def _available(fns: dict[str, Callable], q, k, v) -> dict[str, Callable]:
@@ -119,16 +137,18 @@ def _available(fns: dict[str, Callable], q, k, v) -> dict[str, Callable]:
     return out
 
 
-def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, quick: bool) -> list[Row]:
-    q, k, v = _inputs(t, d)
+def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, quick: bool,
+             groups: int = 1) -> list[Row]:
+    q, k, v = _inputs(t, d, groups=groups)
     b, h = q.shape[:2]
     scale = default_scale(q)
     out = torch.empty_like(q)
     lse = q.new_empty(q.shape[:3], dtype=torch.float32)
-    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    _same_choice(ext.attention_variant(q, k, v), FORWARD[-1], "attention")
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **_gqa(q, k))
     names = [*FORWARD, *(SLOW if t == SEQUENCES[0] and not quick else ())]
     baselines = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
-    baselines["torch flex"] = _flex(causal, b, h, t)
+    baselines["torch flex"] = _flex(causal, b, h, t, groups)
     baselines = _available(baselines, q, k, v)
 
     def correct() -> bool:
@@ -142,26 +162,30 @@ def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | Non
     variants = {label: (lambda fn=fn: fn(q, k, v)) for label, fn in baselines.items()}
     variants.update({name: (lambda f=getattr(ext, name): f(q, k, v, causal, scale, out, lse)) for name in names})
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
-    return bench(_name(t, d, causal, "fwd"), variants, flops=_flops(b, h, t, d, causal), torch_fn=_eager(causal),
-                 args=(q, k, v), copy_gbps=copy, check=correct, show=False, **files)
+    return bench(_name(t, d, causal, "fwd", groups), variants, flops=_flops(b, h, t, d, causal),
+                 torch_fn=_eager(causal), args=(q, k, v), copy_gbps=copy, check=correct, show=False, **files)
 
 
-def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None) -> list[Row]:
-    q, k, v = _inputs(t, d, grad=True)
+def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, groups: int = 1) -> list[Row]:
+    q, k, v = _inputs(t, d, grad=True, groups=groups)
     b, h = q.shape[:2]
     scale = default_scale(q)
     dout = torch.randn_like(q)
     out, lse = ext.attention(q.detach(), k.detach(), v.detach(), causal, scale)
     qd, kd, vd = q.detach(), k.detach(), v.detach()
     grads = [torch.empty_like(qd), torch.empty_like(kd), torch.empty_like(vd)]
+    _same_choice(ext.attention_backward_variant(qd, kd, vd, dout), BACKWARD_OP, "attention_backward")
     fns = {"torch.compile": compile_static(_eager(causal)),
            **{label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}}
     if t <= EAGER_BACKWARD_UP_TO:
         fns = {"eager": _eager(causal), **fns}
     fns = _available(fns, q, k, v)
     graphs = {label: fn(q, k, v) for label, fn in fns.items()}
-    want = torch.autograd.grad(graphs["torch sdpa flash" if "torch sdpa flash" in graphs else "eager"], (q, k, v),
-                               dout, retain_graph=True)
+    first = next((label for label in ("torch sdpa flash", "eager", "torch sdpa efficient", "torch.compile")
+                  if label in graphs), None)  # the reference: the flash backend's gradients where it takes the shape
+    if first is None:
+        raise RuntimeError(f"no reference ran the backward at T={t}, D={d}: {', '.join(fns) or 'none'} were tried")
+    want = torch.autograd.grad(graphs[first], (q, k, v), dout, retain_graph=True)
 
     def backward_of(o):
         return lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
@@ -180,7 +204,7 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
                      for name in BACKWARD})
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
     eager = graphs.get("eager")
-    return bench(_name(t, d, causal, "bwd"), variants, flops=int(2.5 * _flops(b, h, t, d, causal)),
+    return bench(_name(t, d, causal, "bwd", groups), variants, flops=int(2.5 * _flops(b, h, t, d, causal)),
                  torch_fn=backward_of(eager) if eager is not None else None, args=(), compile=False, copy_gbps=copy,
                  check=correct, show=False, **files)
 
@@ -248,6 +272,10 @@ def _all(ext, copy: float, out_dir: Path | None, quick: bool) -> list[Row]:
                 if t in QUICK_SEQUENCES:
                     rows += _backward(ext, t, d, causal, copy, out_dir)
                     torch.cuda.empty_cache()
+    if not quick:  # grouped-query heads: 16 query heads share 4 kv heads (as in Llama's larger models, 8 to 1 there)
+        rows += _forward(ext, GQA_SEQUENCE, 128, True, copy, out_dir, quick, groups=GQA_GROUPS)
+        rows += _backward(ext, GQA_SEQUENCE, 128, True, copy, out_dir, groups=GQA_GROUPS)
+        torch.cuda.empty_cache()
     for t in MODEL_SEQUENCES:
         rows += _model(ext, t, copy, out_dir)
         torch.cuda.empty_cache()

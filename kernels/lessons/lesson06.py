@@ -49,12 +49,7 @@ def check_sum(fn: Callable, sizes: Iterable = SIZES, *, inputs: Callable | None 
     """check() of a full-vector sum (an out-variant op) at each size, with that size's tolerance."""
     reports = [check(fn, exact_sum, inputs or elementwise(1), out=scalar_out, sizes=[n], tolerance=sum_tolerance(n),
                      name=name, backend=backend, quiet=True) for n in sizes]
-    report = merge(name or reports[0].name, reports)
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
+    return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 def check_row_sum(fn: Callable, shapes: Iterable = REDUCTION_ROWS, *, name: str | None = None,
@@ -63,12 +58,7 @@ def check_row_sum(fn: Callable, shapes: Iterable = REDUCTION_ROWS, *, name: str 
     tolerance of its row length."""
     reports = [check(fn, exact_row_sum, rows(1), out=rows_out, sizes=[shape], tolerance=sum_tolerance(shape[1]),
                      name=name, backend=backend, quiet=True) for shape in shapes]
-    report = merge(name or reports[0].name, reports)
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
+    return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 def check_row_max(fn: Callable, shapes: Iterable = REDUCTION_ROWS, *, name: str | None = None,

@@ -55,12 +55,7 @@ def check_softmax(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.floa
                   backend=backend, quiet=True, orders=(orders or SIM_ORDERS)[:1])
     for case in large.cases:  # the report's size column says which input set a case used
         case.size = "x".join(map(str, case.size)) + " *1e4"
-    report = merge(normal.name, [normal, large])
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
+    return merge(normal.name, [normal, large], quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 _registered: set[str] = set()

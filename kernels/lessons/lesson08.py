@@ -100,12 +100,7 @@ def _shifted_and_large(fn: Callable, ref: Callable, make: Callable, shift: float
     for part, mark in parts[1:]:
         for case in part.cases:  # the report's size column says which input set a case used
             case.size = "x".join(map(str, case.size)) + " " + mark
-    report = merge(shifted.name, [shifted, *(part for part, _ in parts[1:])])
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
+    return merge(shifted.name, [shifted, *(part for part, _ in parts[1:])], quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 def check_layernorm(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), name: str | None = None,
@@ -135,17 +130,13 @@ def check_layernorm_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=
     names = ("dx", "dweight", "dbias")
     report = _shifted_and_large(fn, layernorm_backward_ref, backward_inputs, SHIFT, True, False, out_names=names,
                                 sizes=list(shapes), dtypes=dtypes, name=name, backend=backend, orders=orders)
+    parts = [report]
     if deterministic:
-        twice = check_deterministic(fn, backward_inputs(), DETERMINISM_SHAPE, parts=("dweight", "dbias"),
-                                    out_names=names, name=name, backend=backend, quiet=True,
-                                    why="the column sums are not deterministic (an atomicAdd of floats adds in the "
-                                        "order the threads arrive)")
-        report = merge(report.name, [report, twice])
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
+        parts.append(check_deterministic(fn, backward_inputs(), DETERMINISM_SHAPE, parts=("dweight", "dbias"),
+                                         out_names=names, name=name, backend=backend, quiet=True,
+                                         why="the column sums are not deterministic (an atomicAdd of floats adds in "
+                                             "the order the threads arrive)"))
+    return merge(report.name, parts, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 _registered: set[str] = set()
@@ -204,9 +195,7 @@ def _run_layernorm_backward(ext, backend) -> Report:
         if not case.passed and case.part in ("dweight", "dbias") and case.diagnosis in nan:
             case.detail = case.detail.split(": ")[0] + ": " + PARTIAL_NAN  # "first at flat index i: ..."
             backward.hints.append(PARTIAL_NAN_HINT)
-    report = merge("layernorm_backward", [forward, backward])
-    print(report)
-    return report
+    return merge("layernorm_backward", [forward, backward], quiet=False)
 
 
 # The Welford exercise's rows: 1, 5 and 31 columns leave lanes of the warp with no value (n = 0), 32 gives each lane

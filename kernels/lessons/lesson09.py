@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import HINTS, Case, Diagnosis, Report, TOLERANCE, check, merge, random_tensor
+from ..check import HINTS, Case, Diagnosis, Report, TOLERANCE, check, merge, profile_raised, random_tensor
 from . import Exercise, Hint, Needs, Probe, Variant
 
 # (M, N, K): 1s, sizes just past a 64-wide tile and an 8-deep step, K = 0 (C is all zeros), empty C
@@ -115,10 +115,7 @@ def check_tile_reuse(fn: Callable, name: str = "tile reuse") -> Report:
     try:
         got, profiled = loads(fn)
     except Exception as e:  # noqa: BLE001 - the report says what went wrong, as a failing case does
-        case.passed, case.problem, case.diagnosis = False, "the access profile raised " + type(e).__name__, Diagnosis.RAISED
-        case.detail = "\n".join(str(e).strip().splitlines()[:6])
-        report.hints.append(HINTS[Diagnosis.RAISED])
-        return report
+        return profile_raised(report, case, e)
     want_global, want_shared = SOLUTION_LOADS["global load"], SOLUTION_LOADS["shared load"]
     if got["shared load"] == 0 or got["global load"] > want_global:
         case.passed, case.diagnosis = False, Diagnosis.ACCESS_PATTERN
@@ -144,9 +141,7 @@ def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: to
     parts = [values, refusals]
     if reuse and values.passed and resolve(backend) == "sim":
         parts.append(check_tile_reuse(fn, name=f"{name} tile reuse"))
-    report = merge(name, parts)
-    print(report)
-    return report
+    return merge(name, parts, quiet=False)
 
 
 def _run_blocktile(ext, backend) -> Report:

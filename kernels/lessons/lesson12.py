@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import TOLERANCE, Diagnosis, Report, check, merge, random_tensor
+from ..check import HINTS, TOLERANCE, Case, Diagnosis, Report, check, merge, profile_raised, random_tensor
 from . import Exercise, Hint, Needs, Variant
 
 # (B, Hq, Hkv, Tq, Tk, D). One query and one key; ragged lengths past a tile of 32 or 64; more queries than keys
@@ -34,8 +34,12 @@ TENSOR_CORE_SHAPES = (*(s for s in SHAPES if s[-1] in (64, 128)), (1, 2, 1, 300,
 LARGE = 50.0  # the second input set: q times 50, scores of about +-50 and up to a few hundred: exp(s) overflows
 # Float32: the kernels' exp is the hardware's exp2 (a few ulps); half types: P is rounded to q's dtype before the
 # second product, as FlashAttention does, then O is rounded once more.
-ATTENTION_TOLERANCE = {**TOLERANCE, torch.float32: (2e-5, 2e-6), torch.float16: (4e-3, 2e-3),
-                       torch.bfloat16: (2e-2, 1.6e-2)}
+# lse is float32 arithmetic on exact products of the inputs whatever their dtype (P's rounding comes after l's sum),
+# so it is held to float32's accuracy (with room for the GPU's exp2 and log2 approximations): a kernel that sums the
+# rounded P, or loses the max, fails on lse where out's half-type tolerance would let it pass.
+LSE_TOLERANCE = (1e-4, 1e-4)
+ATTENTION_TOLERANCE = {**TOLERANCE, torch.float32: (2e-5, 2e-6), torch.float16: ((4e-3, 2e-3), LSE_TOLERANCE),
+                       torch.bfloat16: ((2e-2, 1.6e-2), LSE_TOLERANCE)}
 # With q times 50 the scores are 50 times larger, and so is their float32 rounding (about 1e-7 of |s| per
 # product summed): an error e in a score is a relative error e in its exp. Half types' tolerances already hold it.
 LARGE_TOLERANCE = {**ATTENTION_TOLERANCE, torch.float32: (1e-3, 1e-4)}
@@ -143,15 +147,6 @@ def _relabelled(report: Report, causal: bool, large: bool) -> Report:
     return report
 
 
-def _merged(name: str, reports: list[Report], quiet: bool, raise_on_fail: bool) -> Report:
-    report = merge(name, reports)
-    if not quiet:
-        print(report)
-    if raise_on_fail:
-        report.raise_if_failed()
-    return report
-
-
 def check_attention(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), causal=(False, True),
                     name: str | None = None, backend: str | None = None, quiet: bool = False,
                     raise_on_fail: bool = False, orders: Sequence[str] | None = None, large: bool = True) -> Report:
@@ -176,7 +171,7 @@ def check_attention(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.fl
                            dtypes=dtypes, tolerance=tolerance, name=name, backend=backend, quiet=True,
                            orders=its_orders)
             reports.append(_relabelled(report, is_causal, logit_scale != 1.0))
-    return _merged(name or reports[0].name, reports, quiet, raise_on_fail)
+    return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 def backward_inputs(causal: bool, logit_scale: float = 1.0) -> Callable:
@@ -201,13 +196,24 @@ BACKWARD_TOLERANCE = {**ATTENTION_TOLERANCE, torch.float32: (1e-4, 1e-5), torch.
                       torch.bfloat16: (5e-2, 3e-2)}
 
 
+# The large set (q times 50, and query 0 scoring about -125): P = exp(s - lse) must be recomputed against lse, as
+# exp(s) alone overflows. Each tolerance is 3-4 times the largest error the variants showed over ten random draws of
+# the checks' shapes. dk = scale dS^T q carries q's size (row 0 holds -2000 at D 64), so its absolute tolerance is in
+# those units: for dk the large set catches NaN, inf and gross errors, the normal set the rest.
+LARGE_BACKWARD_TOLERANCE = {torch.float32: ((1e-4, 2e-4), (1e-4, 6e-3), (1e-4, 6e-4)),
+                            torch.float16: ((1e-2, 1e-2), (1e-2, 5.0), (1e-2, 4e-3)),
+                            torch.bfloat16: ((5e-2, 8e-2), (5e-2, 30.0), (5e-2, 3e-2))}
+LARGE_BACKWARD_SEED = 12
+
+
 def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,),
                              causal=(False, True), name: str | None = None, backend: str | None = None,
                              quiet: bool = False, raise_on_fail: bool = False,
-                             orders: Sequence[str] | None = None) -> Report:
+                             orders: Sequence[str] | None = None, large: bool = True) -> Report:
     """check() of an out-variant backward fn(q, k, v, out, lse, dout, causal, scale, dq, dk, dv) against
-    attention_backward_ref, masked and not, with scale 1 / sqrt(D). The out and lse it is given come from the
-    reference forward of the same masking."""
+    attention_backward_ref, masked and not, with scale 1 / sqrt(D); with `large`, once more on q times LARGE (in the
+    first thread order only, within LARGE_BACKWARD_TOLERANCE). The out and lse it is given come from the reference
+    forward of the same masking and inputs."""
     shapes = list(shapes)
     reports = []
     for is_causal in causal:
@@ -217,11 +223,15 @@ def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=
         def ref(q, k, v, out, lse, dout, is_causal=is_causal):
             return attention_backward_ref(q, k, v, out, lse, dout, is_causal)
 
-        report = check(op, ref, backward_inputs(is_causal), out=gradients, out_names=("dq", "dk", "dv"), sizes=shapes,
-                       dtypes=dtypes, tolerance=BACKWARD_TOLERANCE, name=name, backend=backend, quiet=True,
-                       orders=orders)
-        reports.append(_relabelled(report, is_causal, False))
-    return _merged(name or reports[0].name, reports, quiet, raise_on_fail)
+        sets = [(1.0, orders, BACKWARD_TOLERANCE, None)]
+        if large:  # one fixed draw: the set is there for overflow and gross errors, not to sample the roundings
+            sets.append((LARGE, (orders or ("forward",))[:1], LARGE_BACKWARD_TOLERANCE, LARGE_BACKWARD_SEED))
+        for logit_scale, its_orders, tolerance, seed in sets:
+            report = check(op, ref, backward_inputs(is_causal, logit_scale), out=gradients,
+                           out_names=("dq", "dk", "dv"), sizes=shapes, dtypes=dtypes, tolerance=tolerance, name=name,
+                           backend=backend, quiet=True, orders=its_orders, seed=seed)
+            reports.append(_relabelled(report, is_causal, logit_scale != 1.0))
+    return merge(name or reports[0].name, reports, quiet=quiet, raise_on_fail=raise_on_fail)
 
 
 _registered: set[str] = set()
@@ -283,8 +293,50 @@ def attention(ext, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_caus
 # ---------------------------------------------------------------------------------------------
 # The exercise: flash_online.cu, the online update of a thread-per-row fused attention in float32.
 
+# On the simulator the self-check also profiles one causal shape and counts its global loads. Tq 128 and Tk 80 put
+# the diagonal at j <= i - 48: the block of rows 0-63 attends to the first 16 keys (one tile of 16), the block of rows
+# 64-127 to all 80 (five tiles). Loading a block's tiles past its last row's diagonal gives the right values (they are
+# masked for every row of the block) at the cost of their loads: 10 tiles of K and V instead of 6.
+PROFILE_SIZE = (1, 1, 1, 128, 80, 8)
+SOLUTION_GLOBAL_LOADS = 224  # warp-level requests of the solution on PROFILE_SIZE: q once, 6 tiles of K and V
+
+
+def causal_loads(fn: Callable):
+    """(global load requests, the profile) of a sim-loaded flash_online-like fn, causal, on PROFILE_SIZE."""
+    from ..sim.profile import profile
+
+    q, k, v = qkv()(PROFILE_SIZE, torch.float32, "cpu")
+    report = profile(fn, q, k, v, True, default_scale(q), torch.empty_like(q), q.new_empty(q.shape[:3]))
+    return sum(r.requests for r in report.rows if r.kind == "global load"), report
+
+
+def check_causal_tiles(fn: Callable, name: str = "causal tiles") -> Report:
+    """On the simulator: causal blocks load only the key tiles up to their last row's diagonal. One case on
+    PROFILE_SIZE: no more global loads than the solution's (SOLUTION_GLOBAL_LOADS)."""
+    case = Case(_label(PROFILE_SIZE, True, False) + " profile", torch.float32, part="profile")
+    report = Report(name, [case])
+    try:
+        got, profiled = causal_loads(fn)
+    except Exception as e:  # noqa: BLE001 - the report says what went wrong, as a failing case does
+        return profile_raised(report, case, e)
+    if got > SOLUTION_GLOBAL_LOADS:
+        case.passed, case.diagnosis = False, Diagnosis.ACCESS_PATTERN
+        case.problem = "more global loads than the solution's: causal blocks load key tiles past their diagonal"
+        case.detail = (f"the simulator's access profile, causal, Tq 128, Tk 80, shows {got} global load requests (each "
+                       f"a warp's); the solution's shows {SOLUTION_GLOBAL_LOADS}: the rows 0-63 need one tile of keys, "
+                       "the rows 64-127 five. By line:\n" + str(profiled))
+        report.hints.append(HINTS[Diagnosis.ACCESS_PATTERN])
+    return report
+
+
 def _run_flash_online(ext, backend) -> Report:
-    return check_attention(ext.flash_online, name="flash_online", backend=backend)
+    from ..backend import resolve
+
+    values = check_attention(ext.flash_online, name="flash_online", backend=backend, quiet=True)
+    parts = [values]
+    if values.passed and resolve(backend) == "sim":
+        parts.append(check_causal_tiles(ext.flash_online, name="flash_online causal tiles"))
+    return merge("flash_online", parts, quiet=False)
 
 
 EXERCISES = [
@@ -300,9 +352,11 @@ EXERCISES = [
              "-inf; any other row's lse is m + log(l), the log of the sum of exp(s) over its keys.",
              answers=(Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, Diagnosis.NUMBER_WHERE_REFERENCE_IS_NAN),
              parts=("lse",)),
-        "The causal tile bound: the block's last row is min(i0 + ROWS, Tq) - 1, and it attends to the keys j <= row + "
-        "shift (shift = Tk - Tq), so to min(Tk, row + shift + 1) keys: that many keys take ceil(keys / BC) tiles; "
-        "none when keys <= 0. A bound one tile short drops the last keys of the rows below the diagonal.",
+        Hint("The causal tile bound: the block's last row is min(i0 + ROWS, Tq) - 1, and it attends to the keys j <= "
+             "row + shift (shift = Tk - Tq), so to min(Tk, row + shift + 1) keys: that many keys take ceil(keys / BC) "
+             "tiles; none when keys <= 0. A bound one tile short drops the last keys of the rows below the diagonal; "
+             "no bound at all gets the values right but loads (and masks) every tile past the diagonal.",
+             answers=(Diagnosis.ACCESS_PATTERN,)),
         "The update: float m_new = m; for (c) m_new = fmaxf(m_new, s[c]); if (m_new == -INFINITY) continue; "
         "const float alpha = __expf(m - m_new); l *= alpha; for (d) o[d] *= alpha; for (c) { const float p = "
         "__expf(s[c] - m_new); l += p; for (d) o[d] += p * Vs[c][d]; } m = m_new;   The end: inv = l > 0 ? 1 / l : 0; "

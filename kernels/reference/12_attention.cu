@@ -25,6 +25,7 @@
 //                        capability 8.0 or later), else attention2; returns (out, lse)
 //   attention_backward   functional backward: attention_backward3 where it runs (deterministic, and faster than
 //                        attention_backward2 at every shape measured), else attention_backward1; returns (dq, dk, dv)
+//   attention_variant, attention_backward_variant   the name of the variant the functional form runs on these inputs
 //
 // Conventions, the same for every op:
 //   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous, one dtype (float32, float16 or bfloat16 where the op
@@ -1287,6 +1288,12 @@ static bool tensor_cores_take(const at::Tensor& q, const at::Tensor& k, const at
          device_attribute(cudaDevAttrComputeCapabilityMajor) >= 8;
 }
 
+// The variant the functional attention runs on these inputs (an op of its own, so the benchmark and the tests name
+// the kernel they measure from the choice itself).
+std::string attention_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && tensor_cores_take(q, k, v) ? "attention3" : "attention2";
+}
+
 // Functional attention: (out, lse) by attention3 where it runs, else attention2 (float32, other head dims, a GPU
 // before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
@@ -1294,7 +1301,7 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
   TORCH_CHECK(q.dim() == 4, "`attention`: q must have 4 dimensions [B, Hq, Tq, D], got shape ", shape_str(q.sizes()));
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-  if (k.dim() == 4 && v.dim() == 4 && tensor_cores_take(q, k, v)) attention3(q, k, v, causal, scale, out, lse);
+  if (attention_variant(q, k, v) == "attention3") attention3(q, k, v, causal, scale, out, lse);
   else attention2(q, k, v, causal, scale, out, lse);
   return {out, lse};
 }
@@ -1430,6 +1437,11 @@ void attention_backward3(const at::Tensor& q, const at::Tensor& k, const at::Ten
   backward_tensor_cores<false>({"attention_backward3", true, 128, true}, q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
 }
 
+std::string attention_backward_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& dout) {
+  return attention_variant(q, k, v) == "attention3" && aligned16(dout) ? "attention_backward3" : "attention_backward1";
+}
+
 // Functional backward: (dq, dk, dv) by attention_backward3 where it runs, else attention_backward1 (as `attention`
 // picks attention3 or attention2). The op's derivative.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k,
@@ -1437,8 +1449,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tens
                                                                   const at::Tensor& lse, const at::Tensor& dout,
                                                                   bool causal, double scale) {
   at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-  const bool four_d = q.dim() == 4 && k.dim() == 4 && v.dim() == 4;
-  if (four_d && tensor_cores_take(q, k, v) && aligned16(dout))
+  if (attention_backward_variant(q, k, v, dout) == "attention_backward3")
     attention_backward3(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
   else
     attention_backward1(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
@@ -1461,6 +1472,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
         "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale) "
         "-> (Tensor, Tensor, Tensor)");
+  m.def("attention_variant(Tensor q, Tensor k, Tensor v) -> str");
+  m.def("attention_backward_variant(Tensor q, Tensor k, Tensor v, Tensor dout) -> str");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -1472,4 +1485,6 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("attention_backward2", &attention_backward2);
   m.impl("attention_backward3", &attention_backward3);
   m.impl("attention_backward", &attention_backward);
+  m.impl("attention_variant", &attention_variant);
+  m.impl("attention_backward_variant", &attention_backward_variant);
 }

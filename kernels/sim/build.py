@@ -285,6 +285,16 @@ def pch_command(flags: list[str]) -> dict | None:
         return None
 
 
+def instrumented_pch_command(flags: list[str]) -> dict | None:
+    """For the first instrumented build (flags: FLAGS + instrumented_flags()) once the plain builds' common
+    precompiled header exists: that header's recorded command with the instrumented flags added, so that this build
+    makes its own common precompiled header first and includes it, instead of compiling without one (the first
+    race check's build of a small file took 19 s without it, 5 s with it) and precompiling after. None otherwise."""
+    extra = instrumented_flags()
+    plain = pch_command(FLAGS) if flags == FLAGS + extra else None
+    return None if plain is None else {"cxx": plain["cxx"], "flags": [*plain["flags"], *extra]}
+
+
 # A file that the light torch/extension.h does not fit would compile twice at every edit (the light
 # attempt, then the real header). After a failed light attempt, build_root()/light-torch-misfits/
 # keeps, per file path, the hash of the file's sources, the names the compiler could not find (from
@@ -438,8 +448,10 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(sources, light_torch)
     pch = pch_path(flags, headers)
-    if headers != PCH_HEADERS and _pch_enabled() and not pch_file(pch).exists():
-        make_pch(pch, headers, pch_command(flags), runtime_object(flags))
+    if _pch_enabled() and not pch_file(pch).exists():
+        command = pch_command(flags) if headers != PCH_HEADERS else instrumented_pch_command(flags)
+        if command is not None:
+            make_pch(pch, headers, command, runtime_object(flags))
     use_pch = ["-include", str(pch)] if _pch_enabled() and pch_file(pch).exists() else []
     runtime = runtime_object(flags)
     with_runtime = use_pch and prebuilt_runtime(pch)

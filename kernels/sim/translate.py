@@ -326,8 +326,21 @@ def _kernel_return_edits(src: str, mask: bytearray) -> list[_Edit]:
 
 _PRAGMA_RE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+unroll\b[^\n]*", re.M)
 # CUDA's __noinline__ qualifier. Not a macro of cudasim.h: the C++ library's own headers spell the attribute
-# __attribute__((__noinline__)), which such a macro would break; so only the learner's files are rewritten.
-_NOINLINE_RE = re.compile(r"(?<!\(\()\b__noinline__\b")
+# __attribute__((__noinline__)), which such a macro would break; so only the learner's files are rewritten, and only
+# where it stands as a qualifier (not inside an attribute list, after `gnu::`, or in an #if / #ifdef line).
+_NOINLINE_RE = re.compile(r"\b__noinline__\b")
+
+
+def _noinline_edits(src: str, mask: bytearray) -> list[_Edit]:
+    out = []
+    for m in _NOINLINE_RE.finditer(src):
+        before = src[:m.start()].rstrip()
+        line = src[src.rfind("\n", 0, m.start()) + 1:m.start()].lstrip()
+        conditional = _in_directive(src, m.start()) and re.match(r"#\s*(?:if|ifdef|ifndef|elif)\b", line)
+        if not mask[m.start()] or conditional or before.endswith(("(", ",", "::")):
+            continue
+        out.append(_Edit(m.start(), m.end(), "__attribute__((noinline))"))
+    return out
 
 
 def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_Edit]:
@@ -441,7 +454,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     asm = _asm_edits(src, mask, path)
     edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
-    edits += _simple_edits(src, mask, _NOINLINE_RE, lambda m: "__attribute__((noinline))")
+    edits += _noinline_edits(src, mask)
     if include_map:
         edits += _simple_edits(src, mask, _INCLUDE_RE,
                                lambda m: f'#include "{include_map[m.group(1)]}"' if m.group(1) in include_map else m.group(0))

@@ -6,7 +6,8 @@
 // compile time). Host code allocates on the CUDA device (the CPU on the simulator).
 //
 //   section                what the ops exercise
-//   qualifiers             __host__ __device__ __forceinline__ __noinline__ __launch_bounds__ __restrict__, templates, unroll
+//   qualifiers             __host__ __device__ __forceinline__ __noinline__ __launch_bounds__ __restrict__,
+//                          templates, unroll
 //   indices                threadIdx / blockIdx / blockDim / gridDim in 1, 2 and 3 dimensions, warpSize
 //   launches               every spelling of <<<...>>>, and '<<<' inside a string and a comment
 //   shared memory          static 1-D and 2-D, extern dynamic, alignment, the 48 KB limits

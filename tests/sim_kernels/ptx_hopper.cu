@@ -22,10 +22,16 @@
 //   barrier_tma_tile   libcu++'s forms (<cuda/barrier>): a 32 x 64 tile of a float matrix loaded with
 //                      cuda::device::experimental::cp_async_bulk_tensor_2d_global_to_shared into a
 //                      1024-aligned static __shared__ tile, completing on a cuda::barrier
+//   store_ring         2 x for a [rows, 64] float matrix, written out through two staging tiles of 16 rows
+//                      with TMA stores (or 1-D cp.async.bulk stores): while one tile's store reads it,
+//                      128 threads fill the other; cp.async.bulk.wait_group.read 1 before a tile is refilled
+//   two_issuers        y = x for [64, 64] floats: lane 0 of each of two warps stores its 32 rows with a 1-D bulk
+//                      store; the second warp waits first, with the first warp's store still in flight
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <cstdint>
@@ -613,6 +619,86 @@ std::vector<at::Tensor> barrier_tma_tile(const at::Tensor& x, int64_t row0, int6
   return {out, address};
 }
 
+// =============================================================================================
+// store_ring: y = 2 x through two staging tiles. Tile t goes through stage[t % 2]: thread 0 waits until the
+// store two tiles back has read the stage (every group but the newest, the other stage's), everyone fills it,
+// and thread 0 stores it. Rows past the end of x are not stored (the TMA store drops them; the 1-D store
+// takes only the rows inside).
+__global__ void store_ring_kernel(const __grid_constant__ CUtensorMap map, const float* x, float* y, int rows,
+                                  bool bulk) {
+  __shared__ alignas(128) float stage[2][16 * 64];
+  const int tiles = (rows + 15) / 16;
+  for (int t = 0; t < tiles; ++t) {
+    float* buf = stage[t % 2];
+    if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");  // STORE-RING-WAIT
+    __syncthreads();  // ... and every thread knows it
+    for (int i = threadIdx.x; i < 16 * 64; i += blockDim.x) {
+      const int r = 16 * t + i / 64;
+      buf[i] = r < rows ? 2.0f * x[r * 64 + i % 64] : 0.0f;
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores above, seen by the TMA unit
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (bulk) {
+        const uint32_t bytes = (rows - 16 * t < 16 ? rows - 16 * t : 16) * 64 * 4;
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                     :: "l"(y + 16 * t * 64), "r"(smem_addr(buf)), "r"(bytes) : "memory");
+      } else {
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+                     :: "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(16 * t), "r"(smem_addr(buf)) : "memory");
+      }
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  }
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// two_issuers: the stores of two threads in flight together. The second warp waits for its store first, while the
+// first warp's (issued before it) is still pending behind a barrier: that store must land all the same.
+__global__ void two_issuers_kernel(const float* x, float* y) {
+  __shared__ alignas(128) float stage[64 * 64];
+  for (int i = threadIdx.x; i < 64 * 64; i += blockDim.x) stage[i] = x[i];
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const int w = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                 :: "l"(y + 32 * w * 64), "r"(smem_addr(stage + 32 * w * 64)), "r"(32 * 64 * 4) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 32) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+at::Tensor two_issuers(const at::Tensor& x) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 64 && x.size(1) == 64, "x must be [64, 64]");
+  at::Tensor y = at::full_like(x, -1.0f);
+  two_issuers_kernel<<<1, 64>>>(x.data_ptr<float>(), y.data_ptr<float>());
+  CHECK_LAUNCH();
+  return y;
+}
+
+at::Tensor store_ring(const at::Tensor& x, bool bulk) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == 64 && x.size(0) > 0, "x must be [rows, 64]");
+  at::Tensor y = at::full_like(x, -1.0f);
+  alignas(128) CUtensorMap map;
+  const cuuint64_t dims[2] = {64, static_cast<cuuint64_t>(x.size(0))}, strides[1] = {64 * 4};
+  const cuuint32_t box[2] = {64, 16}, estride[2] = {1, 1};
+  CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, y.data_ptr(), dims, strides, box, estride,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with error ", std::to_string(static_cast<int>(r)));
+  store_ring_kernel<<<1, 128>>>(map, x.data_ptr<float>(), y.data_ptr<float>(), static_cast<int>(x.size(0)), bulk);
+  CHECK_LAUNCH();
+  return y;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("barrier_tma_tile(Tensor x, int row0, int col0) -> Tensor[]");
   m.def("cp_async_mbarrier(Tensor src, bool noinc) -> Tensor");
@@ -622,6 +708,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("tma_store_raw(Tensor glob, Tensor p, Tensor coords, Tensor image) -> Tensor[]");
   m.def("bulk_raw(Tensor src, int offset, int size) -> Tensor");
   m.def("mbarrier_ring(Tensor x, int stages) -> Tensor");
+  m.def("store_ring(Tensor x, bool bulk) -> Tensor");
+  m.def("two_issuers(Tensor x) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -633,4 +721,6 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("tma_encode_status", &tma_encode_status);
   m.impl("barrier_tma_tile", &barrier_tma_tile);
   m.impl("cp_async_mbarrier", &cp_async_mbarrier);
+  m.impl("store_ring", &store_ring);
+  m.impl("two_issuers", &two_issuers);
 }

@@ -18,6 +18,10 @@
 //   10 one arrival more than the phase's count                     21 wgmma.wait_group while a warp of the
 //   11 an mbarrier overwritten by an ordinary store                    warpgroup never commits
 //                                                                  22 accumulators gone out of scope before the wait
+//   23 a TMA store's staging buffer overwritten before its cp.async.bulk.wait_group.read (ordinary stores)
+//   24 a cp.async into the source of a cp.async.bulk store before its wait_group.read
+//   25 a bulk store never waited for: the block ends while it may still read shared memory
+//   26 the global bytes of a bulk store read before its cp.async.bulk.wait_group (NaN)
 #include "helpers.cuh"
 
 #include <ATen/ops/full.h>
@@ -169,6 +173,75 @@ __global__ void wgmma_kernel(float* out, int what) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Bulk stores from shared to global memory: one warp, lane 0 stores two staging buffers of 2 x 32 floats
+// (`map`: `out` as 4 rows of 32 floats, a box of 2 rows).
+__global__ void store_kernel(const __grid_constant__ CUtensorMap map, const float* x, float* out, int what) {
+  __shared__ alignas(128) float stage[2][64];
+  const int lane = threadIdx.x;
+  const uint64_t m = reinterpret_cast<uint64_t>(&map);
+  for (int i = lane; i < 128; i += 32) stage[i / 64][i % 64] = static_cast<float>(i);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the stores above, seen by the TMA unit
+  __syncwarp();
+  if (what == 23) {
+    if (lane == 0) {
+      for (int k = 0; k < 2; ++k) {
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"  // TMA-STORE
+                     :: "l"(m), "r"(0), "r"(2 * k), "r"(smem_addr(stage[k])) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      }
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");  // the first store has read stage[0] ...
+    }
+    __syncwarp();
+    stage[0][lane] = -1.0f;  // ... so this is fine
+    stage[1][lane] = -1.0f;  // STAGE-OVERWRITTEN: the second store may still be reading stage[1]
+    __syncwarp();
+    if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // BULK-WAIT-READ
+  }
+  if (what == 24) {
+    if (lane == 0) {
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 256;" :: "l"(out), "r"(smem_addr(stage[0]))
+                   : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    __syncwarp();
+    // the next tile into the buffer, before the store's wait_group.read
+    const uint32_t into = smem_addr(&stage[0][lane]);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" :: "r"(into), "l"(x + lane));  // CP-ASYNC-OVER-STORE
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  }
+  if (what == 25 && lane == 0) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 256;"  // STORE-NEVER-WAITED
+                 :: "l"(out), "r"(smem_addr(stage[0])) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+  if (what == 26) {
+    if (lane == 0) {
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 256;" :: "l"(out + 64),
+                   "r"(smem_addr(stage[0])) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // the reads are done, the writes may not be
+    }
+    __syncwarp();
+    out[lane] = out[64 + lane];  // read too early: wait_group (without .read) makes the stored bytes visible
+    __syncwarp();
+    if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A tensor map of `rows` rows of 32 floats at `base`, boxes of 32 x `box_rows`: the barrier cases read x through
+// it (128-byte swizzle), the store cases write out (no swizzle).
+static CUtensorMap rows_of_32_floats(void* base, cuuint64_t rows, cuuint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {32, rows}, strides[1] = {128};
+  const cuuint32_t box[2] = {32, box_rows}, estride[2] = {1, 1};
+  CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, estride,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+  return map;
+}
+
 at::Tensor misuse(const at::Tensor& x, int64_t what) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
@@ -178,14 +251,11 @@ at::Tensor misuse(const at::Tensor& x, int64_t what) {
   if (w <= 5 || w == 20) {
     ampere_kernel<<<1, 32>>>(x.data_ptr<float>(), out.data_ptr<float>(), w);
   } else if (w <= 11 || w == 17 || w == 18) {
-    CUtensorMap map;  // 32 x 32 floats of x, 128-byte swizzle (a box of 32 x 8)
-    const cuuint64_t dims[2] = {32, 32}, strides[1] = {128};
-    const cuuint32_t box[2] = {32, 8}, estride[2] = {1, 1};
-    CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, x.data_ptr(), dims, strides, box,
-                                              estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed");
+    const CUtensorMap map = rows_of_32_floats(x.data_ptr(), 32, 8, CU_TENSOR_MAP_SWIZZLE_128B);
     barrier_kernel<<<1, 32, 4096>>>(map, x.data_ptr<float>(), out.data_ptr<float>(), w);
+  } else if (w >= 23) {
+    const CUtensorMap map = rows_of_32_floats(out.data_ptr(), 4, 2, CU_TENSOR_MAP_SWIZZLE_NONE);
+    store_kernel<<<1, 32>>>(map, x.data_ptr<float>(), out.data_ptr<float>(), w);
   } else {
     wgmma_kernel<<<1, w == 16 ? 64 : 128>>>(out.data_ptr<float>(), w);
   }

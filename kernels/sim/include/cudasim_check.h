@@ -217,6 +217,9 @@ CUDASIM_RT std::string memory_name(uintptr_t word, bool shared) {
     why = "they are lanes of one warp with no __syncwarp() between them, and lanes of a warp do not run in "
           "lockstep (since Volta)";
     fix = "put __syncwarp() between the two accesses, or pass the value with a shuffle";
+    if (shared && g.nthreads > 32)  // a tile the whole block shares: the two lanes found may be only the first pair
+      fix += " (if other warps also read or write this memory, as they do a tile that the block loads together, the "
+             "barrier it needs is __syncthreads())";
   } else {
     why = "no __syncthreads() comes between them, and different warps run at their own pace";
     fix = atomic ? "use atomics for every access to it, or put a __syncthreads() between"

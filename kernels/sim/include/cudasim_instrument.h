@@ -65,8 +65,16 @@ CUDASIM_RT void check_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t whe
   check::S.busy = true;  // before any of the standard library's code, which is instrumented
   std::string* finding = nullptr;  // a pointer: a std::string's constructor is instrumented code
   try {
-    if (space == Space::Shared)
+    if (space == Space::Shared) {
       check::check_shared_bounds(a, n, flags, where);
+      if ((flags & check::kWrite) && !explicit_ && shared_write_watch) {
+        check::Access me;
+        me.flags = flags;
+        me.where = where;
+        std::string broken = shared_write_watch(reinterpret_cast<const void*>(a), n, check::access_line(me));
+        if (!broken.empty()) throw std::runtime_error(broken);
+      }
+    }
     else if (check::S.bounds && !check::known_region(a, n))
       check::report_out_of_bounds(a, n, flags, where, outside_what(a, n));
     check::shadow_access(a, n, flags, where, space == Space::Shared);

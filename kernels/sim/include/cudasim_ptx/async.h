@@ -10,7 +10,8 @@
 // try_wait) after all of the phase's arrivals have come, and the phase completes when its
 // transaction count returns to zero. Until then the destination holds poison (0xFF bytes, a NaN),
 // so a kernel that reads a tile before its barrier says so computes with NaN. Sources are read
-// when the copy is issued.
+// when the copy is issued. Bulk stores to global memory are pending until their thread's
+// cp.async.bulk.wait_group{.read} (see "Bulk stores" below).
 #pragma once
 #include "mma.h"
 #include "tensormap.h"
@@ -489,12 +490,173 @@ CUDASIM_INTERNAL inline void bulk_load(const Site& s, Addr dst, Addr src, uint32
   issue_copy(s, b, d, std::vector<unsigned char>(from, from + size));
 }
 
-// cp.async.bulk.global.shared::cta.bulk_group [dst], [src], size: the global bytes are written
-// when the copy is issued (what reads them in the same kernel must wait for the group anyway).
+// Bulk stores, shared to global: cp.async.bulk.global.shared::cta.bulk_group and
+// cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group. Asynchronous, as on the GPU. A store is
+// pending in its thread's bulk async-groups (open until cp.async.bulk.commit_group puts it in the next
+// group) and has two parts, retired by that thread's cp.async.bulk.wait_group N, which waits for every
+// group but the N most recently committed:
+//   - its reads of shared memory, retired by wait_group.read (or a plain wait_group). The store keeps the
+//     bytes its source held when it was issued; until its reads are retired, writing those bytes is an
+//     error naming both lines: at once for what the simulator writes on a thread's behalf (a PTX st,
+//     stmatrix, cp.async, a TMA or bulk load: check_async_readers), at the learner's own store in the
+//     race and bounds check (cudasim_instrument.h asks bulk_write_watch), and in a plain build at the
+//     wait that retires the reads, which finds the bytes changed and names the store and the wait. A
+//     wait that retires anything first lets the other threads run (what they do meanwhile happens while
+//     the store is in flight). Only the source bytes that reach global memory count: a TMA store's
+//     elements outside the tensor are not tracked.
+//   - its writes of global memory, retired by a plain wait_group (not .read). From the issue until then
+//     the destination holds poison (0xFF bytes, a NaN), so a thread that reads it before the wait (where
+//     a GPU may give the old or the new data) computes with NaN; at the wait the stored bytes land.
+// A block that ends with a store whose reads were never retired is an error (its shared memory goes while
+// the store may still read it; CUTLASS waits with wait_group.read 0 before its threads exit); stores
+// whose reads were retired land their global bytes then.
 struct BulkGroups {
   unsigned long long committed = 0, open = 0;
 };
 inline PerBlock<BulkGroups> bulk_groups;
+
+// `n` bytes from shared-window offset `smem` to global `to`.
+struct StoreRun {
+  uint64_t smem;
+  unsigned char* to;
+  uint32_t n;
+};
+
+struct PendingStore {
+  Site site;
+  int thread = 0;
+  unsigned long long group = ~0ull;  // ~0 until commit_group
+  bool reading = true;               // its reads of shared memory not yet retired
+  uint64_t lo = ~0ull, hi = 0;       // the bounds of its source in the window
+  std::vector<StoreRun> runs;
+  std::vector<unsigned char> data;   // the source bytes as issued, run after run
+};
+
+struct BulkStores {
+  unsigned long long gen = ~0ull;
+  std::vector<PendingStore> all;  // in issue order
+  size_t reading = 0;             // how many still read shared memory
+};
+inline BulkStores bulk_stores;
+
+CUDASIM_INTERNAL inline std::vector<PendingStore>& stores_now() {
+  if (bulk_stores.gen != g.block_gen) {
+    bulk_stores.gen = g.block_gen;
+    bulk_stores.all.clear();
+    bulk_stores.reading = 0;
+  }
+  return bulk_stores.all;
+}
+
+CUDASIM_INTERNAL inline void add_run(PendingStore& st, uint64_t smem, unsigned char* to, uint32_t n) {
+  if (!st.runs.empty()) {
+    StoreRun& r = st.runs.back();
+    if (r.smem + r.n == smem && r.to + r.n == to) {
+      r.n += n;
+      st.hi = std::max(st.hi, smem + n);
+      return;
+    }
+  }
+  st.runs.push_back(StoreRun{smem, to, n});
+  st.lo = std::min(st.lo, smem);
+  st.hi = std::max(st.hi, smem + n);
+}
+
+// The store's source bytes now; its destination holds poison until its writes are retired. For the race
+// check and the profiler the global bytes are the issuing thread's writes, here.
+CUDASIM_INTERNAL inline void issue_store(const Site& s, PendingStore&& st) {
+  st.site = s;
+  st.thread = me(s).linear;
+  for (const StoreRun& r : st.runs) st.data.insert(st.data.end(), arena + r.smem, arena + r.smem + r.n);
+  for (const StoreRun& r : st.runs) {
+    note_write(r.to, r.n, s.file, s.line);
+    std::memset(r.to, kPoison, r.n);
+  }
+  stores_now().push_back(std::move(st));
+  bulk_stores.reading += 1;
+  bulk_groups.at(static_cast<size_t>(me(s).linear)).open += 1;
+}
+
+CUDASIM_INTERNAL inline std::string group_of(const PendingStore& st) {
+  return st.group == ~0ull ? std::string("not yet committed: cp.async.bulk.commit_group puts it in a group")
+                           : "in its thread's bulk async-group " + std::to_string(st.group);
+}
+
+// The first byte of [lo, hi) of the window that a store still reading shared memory reads, or nullptr.
+CUDASIM_INTERNAL inline const PendingStore* reader_of(uint64_t lo, uint64_t hi, uint64_t* at) {
+  if (bulk_stores.gen != g.block_gen || !bulk_stores.reading) return nullptr;
+  for (const PendingStore& st : bulk_stores.all) {
+    if (!st.reading || hi <= st.lo || st.hi <= lo) continue;
+    for (const StoreRun& r : st.runs)
+      if (lo < r.smem + r.n && r.smem < hi) {
+        *at = std::max(lo, r.smem);
+        return &st;
+      }
+  }
+  return nullptr;
+}
+
+CUDASIM_INTERNAL inline std::string still_reading(const PendingStore& st) {
+  return "the bulk store " + std::string(st.site.op) + " at " + at_line(st.site) + " (" + group_of(st) +
+         ") is still reading";
+}
+
+CUDASIM_INTERNAL inline const char* reuse_advice() {
+  return "a bulk store reads its source at any time until a cp.async.bulk.wait_group.read of the thread that "
+         "issued it retires its group. Write a staging buffer again only after that wait (and a barrier, when "
+         "other threads write it)";
+}
+
+// A write on a thread's behalf (check_async_readers, wgmma.h): not into bytes a bulk store still reads.
+CUDASIM_INTERNAL inline void check_bulk_readers(const Site& s, const unsigned char* p, uint64_t n, const char* what) {
+  if (!in_window(p)) return;
+  uint64_t lo = window_offset(p), at = 0;
+  if (const PendingStore* st = reader_of(lo, lo + n, &at))
+    fail_at(s, std::string(what) + " writes shared memory [" + hex(lo) + ", " + hex(lo + n) + ") that " +
+            still_reading(*st) + " (byte " + hex(at) + "), before cp.async.bulk.wait_group.read retired it: " +
+            reuse_advice());
+}
+
+// The race and bounds check's question for a store of the learner's code into shared memory.
+CUDASIM_INTERNAL inline std::string bulk_write_watch(const void* p, size_t n, const std::string& line) {
+  if (!in_window(p)) return {};
+  uint64_t lo = window_offset(p), at = 0;
+  const PendingStore* st = reader_of(lo, lo + n, &at);
+  if (!st) return {};
+  return "shared memory that a bulk store at " + at_line(st->site) + " is still reading was overwritten at " + line +
+         " before cp.async.bulk.wait_group.read retired it: the store " + std::string(st->site.op) + " (" +
+         group_of(*st) + ") reads byte " + hex(at) + "; " + reuse_advice();
+}
+inline const bool bulk_write_watch_registered = (shared_write_watch = &bulk_write_watch, true);
+
+// The store's reads are retired: its source must still hold what it held at the issue.
+CUDASIM_INTERNAL inline void retire_reads(const Site& s, PendingStore& st) {
+  size_t k = 0;
+  for (const StoreRun& r : st.runs) {
+    for (uint32_t i = 0; i < r.n; ++i)
+      if (arena[r.smem + i] != st.data[k + i]) {
+        char buf[200];
+        std::snprintf(buf, sizeof buf, " (byte %s held 0x%02x when the store was issued and holds 0x%02x now)",
+                      hex(r.smem + i).c_str(), st.data[k + i], arena[r.smem + i]);
+        fail_at(s, "shared memory that the bulk store " + std::string(st.site.op) + " at " + at_line(st.site) +
+                " was still reading was overwritten before this wait retired it" + buf + ": " + reuse_advice() +
+                ". The race and bounds check (kernels.check runs it on small cases) names the line that overwrote "
+                "it");
+      }
+    k += r.n;
+  }
+  st.reading = false;
+  bulk_stores.reading -= 1;
+}
+
+// The store's writes land: its bytes reach global memory now.
+CUDASIM_INTERNAL inline void land_store(const PendingStore& st) {
+  size_t k = 0;
+  for (const StoreRun& r : st.runs) {
+    std::memcpy(r.to, &st.data[k], r.n);
+    k += r.n;
+  }
+}
 
 CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint32_t size) {
   SimScope scope;
@@ -502,22 +664,66 @@ CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint3
   const unsigned char* from = resolve(s, Space::Shared, src, size, 16, "source");
   unsigned char* to = resolve(s, Space::Global, dst, size, 16, "destination");
   note_read(from, size, s.file, s.line);
-  note_write(to, size, s.file, s.line);
-  std::memcpy(to, from, size);
-  bulk_groups.at(static_cast<size_t>(me(s).linear)).open += 1;
+  PendingStore st;
+  add_run(st, window_offset(from), to, size);
+  issue_store(s, std::move(st));
 }
 
 CUDASIM_INTERNAL inline void bulk_commit(const Site& s) {
   SimScope scope;
-  BulkGroups& bg = bulk_groups.at(static_cast<size_t>(me(s).linear));
+  const int self = me(s).linear;
+  BulkGroups& bg = bulk_groups.at(static_cast<size_t>(self));
+  for (PendingStore& st : stores_now())
+    if (st.thread == self && st.group == ~0ull) st.group = bg.committed;
   bg.committed += 1;
   bg.open = 0;
 }
+
+// cp.async.bulk.wait_group{.read} N: every group of the thread but the N most recently committed.
 CUDASIM_INTERNAL inline void bulk_wait(const Site& s, uint32_t n, bool read) {
   SimScope scope;
-  (void)n, (void)read;
-  me(s);
+  const int self = me(s).linear;
+  const unsigned long long committed = bulk_groups.at(static_cast<size_t>(self)).committed,
+                           below = committed > n ? committed - n : 0;
+  auto retired = [&](const PendingStore& st) { return st.thread == self && st.group < below; };
+  bool any = false;
+  for (const PendingStore& st : stores_now()) any |= retired(st) && (st.reading || !read);
+  if (!any) return;
+  yield_thread();  // the other threads run first: what they do meanwhile happens while the stores are in flight
+  auto& all = stores_now();
+  for (PendingStore& st : all)
+    if (retired(st) && st.reading) retire_reads(s, st);
+  if (read) return;
+  size_t kept = 0;
+  for (PendingStore& st : all) {
+    if (retired(st)) {
+      land_store(st);
+      continue;
+    }
+    if (&all[kept] != &st) all[kept] = std::move(st);  // never onto itself: a vector moved onto itself comes out empty
+    ++kept;
+  }
+  all.resize(kept);
 }
+
+// When a block ends, no store may still read its shared memory; the others' global bytes land.
+CUDASIM_INTERNAL inline void bulk_block_end() {
+  if (bulk_stores.gen != g.block_gen) return;
+  for (const PendingStore& st : bulk_stores.all)
+    if (st.reading) {
+      const Site o = st.site;  // a copy: the state goes now
+      const std::string group = group_of(st);
+      bulk_stores.all.clear();
+      bulk_stores.reading = 0;
+      fail_at(o, "the block ended with this bulk store still reading shared memory (" + group + "): its thread "
+              "never retired it with cp.async.bulk.wait_group.read (or wait_group), so on a GPU the block's "
+              "shared memory may be freed and reused while the store still reads it. Wait for every bulk store "
+              "(cp.async.bulk.wait_group.read 0) before the threads that issued them exit");
+    }
+  for (const PendingStore& st : bulk_stores.all) land_store(st);
+  bulk_stores.all.clear();
+}
+inline const bool bulk_block_end_registered = (block_end_checks.push_back(&bulk_block_end), true);
 
 // The swizzle of shared-memory addresses that TMA and wgmma share: bits [4, 4+b) of the address
 // XOR bits [7, 7+b), b = 1, 2, 3 for the 32, 64 and 128-byte modes (a pattern that repeats every
@@ -638,12 +844,11 @@ CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const 
   // (the row's padding up to its stride) are written too. After the last row that is up to 15 bytes past
   // the tensor when no padding follows it, as on the GPU (and inside the allocation's 16-byte granule here).
   const uint64_t dim0_bytes = (m.dims[0] * m.elem + 15) / 16 * 16;
+  PendingStore st;
   box_walk(m, coords, dims, dim0_bytes, [&](uint64_t so, long long go) {
-    if (go < 0) return;
-    note_write(g0 + go, m.elem, s.file, s.line);
-    std::memcpy(g0 + go, arena + swizzle(base + so, bits), m.elem);
+    if (go >= 0) add_run(st, swizzle(base + so, bits), g0 + go, static_cast<uint32_t>(m.elem));
   });
-  bulk_groups.at(static_cast<size_t>(me(s).linear)).open += 1;
+  issue_store(s, std::move(st));
 }
 
 }  // namespace ptx
