@@ -14,7 +14,7 @@ from kernels.lessons.lesson09 import SHAPES as ANY_SHAPES
 from kernels.lessons.lesson09 import check_refusals, matmul_ref
 from kernels.lessons.lesson13 import check_matmul13
 from kernels.sim import knobs
-from planting import plant, self_check, toolkit_beyond
+from planting import checked_in_notebook, plant, self_check, toolkit_beyond
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "13_hopper_matmul" / "ws_matmul.cu"
@@ -37,6 +37,7 @@ def _runs_here(backend: str, name: str) -> bool:
     return have >= need and (name == "matmul13_1" or have[0] == 9)
 
 
+@checked_in_notebook  # in make test-all by the solution notebook's compared cell (tests/planting.py)
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles(ext, backend, name):
     if not _runs_here(backend, name):
@@ -45,6 +46,7 @@ def test_every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles(ext, back
                    raise_on_fail=True)
 
 
+@checked_in_notebook
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_variant_takes_fp16_too(ext, backend, name):
     if not _runs_here(backend, name):
@@ -159,6 +161,7 @@ def test_the_ws_matmul_stub_fails_its_self_check_and_the_first_hint_is_the_full_
     assert fitting_hint(find("13", "ws_matmul")[0], report) == 1
 
 
+@checked_in_notebook
 def test_the_ws_matmul_solution_passes_its_self_check():
     assert check_exercise("13", "ws_matmul", solution=True).passed
 

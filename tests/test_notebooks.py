@@ -13,11 +13,7 @@ import pytest
 from planting import CHECKED_IN_NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
-# A lesson whose kernels, exercise and checks are in but whose notebooks are still to be written (the README's lesson
-# table says "notebook to come"); the notebook tests cover it from the day it has them, when it leaves this set.
-NOTEBOOK_TO_COME = {"13_hopper_matmul"}
-LESSONS = sorted(p.name for p in (ROOT / "lessons").iterdir()
-                 if p.is_dir() and p.name[:2].isdigit() and p.name not in NOTEBOOK_TO_COME)
+LESSONS = sorted(p.name for p in (ROOT / "lessons").iterdir() if p.is_dir() and p.name[:2].isdigit())
 # what a path on one machine looks like: it must not land in a committed notebook
 MACHINE_PATH = re.compile(r"(/(home|Users|root|tmp|work)/|site-packages|[A-Z]:\\\\)")
 # the Colab link and set-up cell: each names its own notebook, so a lesson's and its solution's differ
@@ -41,17 +37,6 @@ def outputs_text(cell: dict) -> str:
                 parts.append("".join(value))
         parts.append("\n".join(out.get("traceback", [])))
     return "\n".join(parts)
-
-
-def test_a_lesson_whose_notebook_is_to_come_has_none_yet_and_says_so_in_the_readme():
-    readme = (ROOT / "README.md").read_text()
-    for name in NOTEBOOK_TO_COME:
-        assert (ROOT / "lessons" / name).is_dir(), f"{name} is no lesson folder: take it out of NOTEBOOK_TO_COME"
-        for folder in ("lessons", "solutions"):
-            assert not (ROOT / folder / name / f"{name}.ipynb").exists(), f"{folder}/{name} has its notebook now: " \
-                "take it out of NOTEBOOK_TO_COME"
-        row = next(line for line in readme.splitlines() if line.startswith(f"| {name[:2]} | ["))
-        assert "notebook to come" in row, row
 
 
 def test_every_lesson_has_a_solution_notebook():
