@@ -103,6 +103,11 @@ class Diagnosis(enum.Enum):
     RACE = "results depend on the order of the threads, or the simulator reported a data race"
     OUT_OF_BOUNDS = "an access outside memory, reported by the simulator"
     NOT_DETERMINISTIC = "an output that must be the same bits on every run differs between two runs"
+    MBARRIER = ("an mbarrier's phases or bytes went wrong (the simulator): a wait that can never end (a wrong parity, "
+                "a missing arrival or expect_tx), or copies that bring more bytes than expect_tx announced")
+    WGMMA_IN_FLIGHT = ("a copy into shared memory that a wgmma still in flight reads (the simulator): a stage released "
+                       "or refilled before the wgmma that reads it completed")
+    WGMMA_DESCRIPTOR = "a wgmma matrix descriptor that reaches outside the block's shared memory (the simulator)"
     ACCESS_PATTERN = ("right values, but memory accesses unlike the exercise's design, by the simulator's access "
                       "profile (say, an inner loop that reads global memory instead of the shared-memory tiles)")
     BUILD_FAILED = "the file does not compile (or a Python file does not import)"
@@ -120,6 +125,12 @@ ERROR_DIAGNOSES: tuple[tuple[type, str, Diagnosis], ...] = (
     (RuntimeError, r"^cudasim:.*\bdata race on ", Diagnosis.RACE),
     (RuntimeError, r"^cudasim:.*\bout-of-bounds (?:read|write) at ", Diagnosis.OUT_OF_BOUNDS),
     (RuntimeError, r"^cudasim: illegal memory access\b", Diagnosis.OUT_OF_BOUNDS),  # a fault outside mapped memory
+    # the asynchronous proxy's rules (kernels/sim/README.md, "Rules checked"): the Hopper lesson's protocol bugs
+    (RuntimeError, r"^cudasim: \S*mbarrier\S* at .*: deadlock: this wait for the phase of parity", Diagnosis.MBARRIER),
+    (RuntimeError, r"^cudasim:.* bytes that expect_tx announced", Diagnosis.MBARRIER),
+    (RuntimeError, r"^cudasim:.* that the wgmma\.mma_async issued at \S+ still reads", Diagnosis.WGMMA_IN_FLIGHT),
+    (RuntimeError, r"^cudasim: wgmma\.\S* at .*: the matrix descriptor .* outside the block's shared memory",
+     Diagnosis.WGMMA_DESCRIPTOR),
     (RuntimeError, r"\bwhich has exited \(|\blane \d+ \(thread \([\d,]+\)\) has exited \(", Diagnosis.EXITED_LANE),
     (RuntimeError, r"CUDA error: invalid (argument|configuration argument)\b", Diagnosis.INVALID_LAUNCH),
     (RuntimeError, r"^[\w.\[\]'\" ]+ must (be|have|equal) ", Diagnosis.INPUT_REFUSED),
@@ -587,6 +598,14 @@ HINTS = {
     Diagnosis.INVALID_LAUNCH: RAISED_HINT,
     Diagnosis.INPUT_REFUSED: RAISED_HINT,
     Diagnosis.EXITED_LANE: RAISED_HINT,
+    Diagnosis.MBARRIER: ("an mbarrier phase that never completes, or completes early: each use u of a barrier is its "
+                         "phase of parity u % 2, the arrivals its init counted must all come, and the copies that "
+                         "complete on it must be announced by expect_tx (the failing case names the waits and the "
+                         "barriers' state)"),
+    Diagnosis.WGMMA_IN_FLIGHT: ("a stage was overwritten while a wgmma still read it: hand a stage back (arrive on its "
+                                "empty barrier) only after a wgmma.wait_group that covers the wgmma reading it"),
+    Diagnosis.WGMMA_DESCRIPTOR: ("a wgmma descriptor reaches outside shared memory: check its start address (>> 4), "
+                                 "its leading and stride byte offsets (>> 4) and its swizzle mode"),
     Diagnosis.OUT_OF_BOUNDS: ("an access outside memory the kernel may use (the failing case names the line and how far "
                               "past which tensor): check every index against its bound (`if (i < n)`, not `i <= n`), "
                               "including the ragged edge of a tile"),

@@ -100,6 +100,8 @@ CHECKED_IN_NOTEBOOKS = {
         ("solutions/10_model/10_model.ipynb", "l10-47", 'check_exercise("10"'),
     "tests/test_lesson12.py::test_the_flash_online_solution_passes_its_self_check":
         ("solutions/12_attention/12_attention.ipynb", "l12-25", 'check_exercise("12", "flash_online"'),
+    "tests/test_lesson13.py::test_the_ws_matmul_solution_passes_its_self_check":
+        ("solutions/13_hopper_matmul/13_hopper_matmul.ipynb", "l13-29", 'check_exercise("13", "ws_matmul"'),
 }
 
 
@@ -114,9 +116,9 @@ def passed(name: str) -> str:
 # an entry, whose fourth item is the line that the cell's recorded output holds when every case of that check passed.
 _L01, _L02, _L03 = (f"solutions/{n}/{n}.ipynb" for n in ("01_thread_model", "02_first_kernel", "03_pytorch_op"))
 _L05, _L06, _L09 = (f"solutions/{n}/{n}.ipynb" for n in ("05_fused", "06_reductions", "09_matmul"))
-_L11, _L12 = (f"solutions/{n}/{n}.ipynb" for n in ("11_other_routes", "12_attention"))
+_L11, _L12, _L13 = (f"solutions/{n}/{n}.ipynb" for n in ("11_other_routes", "12_attention", "13_hopper_matmul"))
 _ADD = "torch.add, elementwise(2), out=like(0)"
-_T02, _T05, _T09, _T12 = (f"tests/test_lesson{n}.py::test_" for n in ("02", "05", "09", "12"))
+_T02, _T05, _T09, _T12, _T13 = (f"tests/test_lesson{n}.py::test_" for n in ("02", "05", "09", "12", "13"))
 CHECKED_IN_NOTEBOOKS.update({
     "tests/test_lesson01.py::test_add2_matches_torch_on_ragged_empty_and_single_element_sizes":
         (_L01, "d9202bb1", f"check(ext.add2, {_ADD})", passed("add2")),
@@ -165,6 +167,10 @@ CHECKED_IN_NOTEBOOKS.update({
     **{f"{_T12}every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
        (_L12, "l12-16", "r = check_attention_backward(getattr(ext, name)", passed(v))
        for v in ("attention_backward1", "attention_backward2", "attention_backward3")},
+    # lesson 13's cell checks every variant on SHAPES in bf16 and fp16: the bf16 test's shapes, and the fp16 test's one
+    **{f"{_T13}{test}[{v}]": (_L13, "l13-24", "check_matmul13(getattr(ext, name), SHAPES, quiet=True)", passed(v))
+       for test in ("every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles", "every_variant_takes_fp16_too")
+       for v in (f"matmul13_{k}" for k in range(1, 6))},
 })
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 

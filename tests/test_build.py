@@ -445,6 +445,44 @@ def test_cache_key_changes_with_the_target_gpu_architecture(monkeypatch):
     assert key_of(SourceSet.of(src), "cuda", mod.compile_flags("cuda")) != k80
 
 
+def test_a_file_with_code_for_sm_90a_is_built_for_sm_90a_on_an_h100_and_as_before_elsewhere(monkeypatch):
+    import kernels.build as mod
+    from kernels.paths import reference_file
+
+    hopper, plain = SourceSet.of(reference_file("13")), SourceSet.of(HERE / "vector_add.cu")
+    assert hopper.needs_sm90a and not plain.needs_sm90a  # code under __CUDA_ARCH_FEAT_SM90_ALL, not a comment
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ((9, 0),))
+    h100 = mod.compile_flags("cuda", sm90a=True)
+    # machine code for sm_90a (wgmma, setmaxnreg), and PTX of compute_90, not of 90a, for a newer GPU to JIT
+    assert "-gencode=arch=compute_90a,code=sm_90a" in h100 and "-gencode=arch=compute_90,code=compute_90" in h100
+    assert "-gencode=arch=compute_90,code=sm_90" not in h100
+    assert key_of(hopper, "cuda", h100) != key_of(hopper, "cuda", mod.compile_flags("cuda"))
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ((8, 0), (9, 0)))  # two GPUs: each its own code
+    both = mod.compile_flags("cuda", sm90a=True)
+    assert "-gencode=arch=compute_80,code=sm_80" in both and "-gencode=arch=compute_90a,code=sm_90a" in both
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ((8, 9),))  # an L4: nothing of sm_90a
+    assert not any("90" in f for f in mod.compile_flags("cuda", sm90a=True))
+    monkeypatch.setattr(toolchain, "_visible_gpu_archs", lambda: ())  # no GPU: the compile for sm_90 becomes sm_90a
+    assert "-gencode=arch=compute_90a,code=sm_90a" in mod.compile_flags("cuda", sm90a=True)
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")  # named by the user: taken as it is
+    assert not any("gencode" in f for f in mod.compile_flags("cuda", sm90a=True))
+    named = mod.compile_flags("cuda", archs=("90",), sm90a=True)  # the compile check names its targets itself
+    assert [f for f in named if "gencode" in f] == ["-gencode=arch=compute_90,code=sm_90"]
+
+
+def test_load_and_the_cache_ask_for_sm_90a_where_the_file_has_code_for_it(monkeypatch):
+    import kernels.build as mod
+    from kernels.paths import reference_file
+
+    asked = []
+    monkeypatch.setattr(mod._backend, "resolve", lambda backend: backend)  # no GPU here: only the flags are asked
+    monkeypatch.setattr(mod, "compile_flags", lambda *a, **kw: asked.append(kw.get("sm90a")) or [])
+    mod.is_cached(reference_file("13"), "cuda")
+    mod.is_cached(HERE / "vector_add.cu", "cuda")
+    assert asked == [True, False]
+
+
 def test_sim_builds_take_clang_where_it_is_installed_unless_a_compiler_is_named(monkeypatch):
     import os
     import shutil

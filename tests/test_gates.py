@@ -114,7 +114,7 @@ def test_the_exercises_that_keep_to_a_t4_are_checked_on_its_gpu(gpu):
 
     gated = {ex.name for exs in lessons.modules().values() for ex in getattr(exs, "EXERCISES", [])
              if on_this_gpu(ex, "cuda") == "sim"}
-    assert gated == {"matmul_wmma"}
+    assert gated == {"matmul_wmma", "ws_matmul"}  # lesson 13's exercise needs 9.0 (TMA, wgmma)
 
 
 def test_the_benchmarks_and_nsight_leave_out_what_a_t4_lacks_saying_why(gpu, capsys):
@@ -154,6 +154,8 @@ def test_the_compile_check_leaves_out_at_each_target_the_files_its_gates_keep_fr
     hopper = {f"tests/sim_kernels/{f}.cu" for f in ("ptx_cccl", "ptx_hopper", "ptx_misuse", "ptx_wgmma_matmul", "ptx_ops")}
     ampere = {"tests/sim_kernels/ptx_mma_matmul.cu", "tests/sim_kernels/wmma.cu"}
     exercise = {"lessons/09_matmul/matmul_wmma.cu", "solutions/09_matmul/matmul_wmma.cu"}
+    hopper_exercise = {"lessons/13_hopper_matmul/ws_matmul.cu", "solutions/13_hopper_matmul/ws_matmul.cu"}
+    hopper |= hopper_exercise
     assert names == {T4: exercise | ampere | hopper, A100: hopper, (8, 9): hopper, H100: set()}
     assert compile_check.gated_files(T4)[WMMA_STUB.resolve()] == \
         "`matmul_wmma` needs compute capability 8.0 for bf16 tensor cores"

@@ -58,14 +58,15 @@ def find_source(source: str | os.PathLike) -> Path:
 
 
 def compile_flags(backend: str, extra_cflags: list[str] | None = None, optimise: bool = True,
-                  archs: Sequence[str] = ()) -> list[str]:
+                  archs: Sequence[str] = (), sm90a: bool = False) -> list[str]:
     """The compiler flags of a build: ours, the target GPU architectures (cuda: `archs`, such as "75" or "90a",
-    else those of the GPUs this process sees), the caller's. Without `optimise` (a compile check: only validity
-    matters) host code builds unoptimised, much faster."""
+    else those of the GPUs this process sees, sm_90a for a 9.0 GPU where the file has code for it: `sm90a`,
+    SourceSet.needs_sm90a), the caller's. Without `optimise` (a compile check: only validity matters) host code
+    builds unoptimised, much faster."""
     if backend == "sim":
         from ..sim.build import FLAGS as base
     else:
-        base = CUDA_FLAGS + cuda_arch_flags(archs)
+        base = CUDA_FLAGS + cuda_arch_flags(archs, sm90a)
     flags = base + list(extra_cflags or [])
     return flags if optimise else ["-O0" if f == "-O3" else f for f in flags]
 
@@ -129,8 +130,9 @@ def is_cached(source: str | os.PathLike, backend: str | None = None, extra_cflag
     build needed; link_options: load's extra_cuda_cflags, extra_ldflags, extra_include_paths, extra_objects)."""
     entry, be = find_source(source), _backend.resolve(backend)
     link = LinkOptions.of(**link_options)
-    flags = compile_flags(be, extra_cflags)
-    name = cache.ext_name(entry, be, key_of(SourceSet.of(entry, link.search()), be, flags, link))
+    sources = SourceSet.of(entry, link.search())
+    flags = compile_flags(be, extra_cflags, sm90a=sources.needs_sm90a)
+    name = cache.ext_name(entry, be, key_of(sources, be, flags, link))
     out = build_root() / name
     try:  # read only (cached_library also clears an unfinished build, which another process may be making)
         return name in _loaded or (out / f"{name}.ok").read_text() == cache.stamp(out / f"{name}.so")
@@ -173,7 +175,7 @@ def _load(entry: Path, be: str, *, verbose: bool, extra_cflags: list[str] | None
         _backend.settle_torch_threads()
     link = link or LinkOptions()
     sources = SourceSet.of(entry, link.search())
-    flags = compile_flags(be, extra_cflags, optimise=optimise, archs=archs)
+    flags = compile_flags(be, extra_cflags, optimise=optimise, archs=archs, sm90a=sources.needs_sm90a)
     suffix = namespace_suffix(flags)
     name = cache.ext_name(entry, be, key_of(sources, be, flags, link))
     if name in _loaded:

@@ -164,6 +164,13 @@ class SourceSet:
         return any(t.mask[m.start()] for t in self.texts.values() for m in regex.finditer(t.text))
 
     @functools.cached_property
+    def needs_sm90a(self) -> bool:
+        """Whether the files have a branch for sm_90a's own instructions (wgmma, setmaxnreg: code under
+        __CUDA_ARCH_FEAT_SM90_ALL), which only a build for the target sm_90a compiles: on an H100 the loader builds
+        such a file for sm_90a (toolchain.cuda_arch_flags), and the compile check at 9.0 for both."""
+        return self.uses(r"\b__CUDA_ARCH_FEAT_SM90_ALL\b")
+
+    @functools.cached_property
     def system_includes(self) -> frozenset[str]:
         """The <...> headers the files include in code."""
         return frozenset(m.group(1).strip() for t in self.texts.values() for m in SYSTEM_INCLUDE_RE.finditer(t.text)

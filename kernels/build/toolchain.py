@@ -139,20 +139,23 @@ def gencode(arch: str) -> str:
     return f"-gencode=arch=compute_{arch},code=sm_{arch}"
 
 
-def cuda_arch_flags(archs: Sequence[str] = ()) -> list[str]:
+def cuda_arch_flags(archs: Sequence[str] = (), sm90a: bool = False) -> list[str]:
     """nvcc's -gencode flags for `archs` ("75", "90a"; the compile check's targets), else for the GPUs
     this process sees (sm_90 without a GPU).
 
     Settled before the cache key is computed, so a library built for one GPU is never loaded on
     another. Without `archs`, empty when $TORCH_CUDA_ARCH_LIST names the architectures: cpp_extension
     then reads it, and the key includes it (given flags that name an architecture, it reads nothing).
+    `sm90a`: the file has code for sm_90a's own instructions (SourceSet.needs_sm90a), so a 9.0 GPU gets machine
+    code for sm_90a instead of sm_90 (it runs there only; the PTX for newer GPUs stays compute_90's, since
+    arch-specific PTX runs on no other GPU).
     """
     if archs:
         return [gencode(a) for a in archs]
     if (os.environ.get("TORCH_CUDA_ARCH_LIST") or "native") != "native":
         return []
     archs = _visible_gpu_archs()
-    flags = [f"-gencode=arch=compute_{a}{b},code=sm_{a}{b}" for a, b in archs or [(9, 0)]]
+    flags = [gencode(f"{a}{b}{'a' if sm90a and (a, b) == (9, 0) else ''}") for a, b in archs or [(9, 0)]]
     if archs:  # PTX for the newest, as cpp_extension does, so a newer GPU can still JIT it
         a, b = archs[-1]
         flags.append(f"-gencode=arch=compute_{a}{b},code=compute_{a}{b}")

@@ -293,7 +293,7 @@ def _check_group(job: tuple) -> tuple[list[Path], float, dict[Path, str]]:
 def needs_sm90a(path: Path) -> bool:
     """Whether a file's code has a branch for sm_90a's own instructions (wgmma, setmaxnreg: under
     __CUDA_ARCH_FEAT_SM90_ALL), which only a build for sm_90a compiles."""
-    return SourceSet.of(path).uses(r"\b__CUDA_ARCH_FEAT_SM90_ALL\b")
+    return SourceSet.of(path).needs_sm90a
 
 
 def target_groups(paths: list[Path], target: Capability, count: int) -> list[tuple[list[Path], tuple[str, ...]]]:

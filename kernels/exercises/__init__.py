@@ -120,13 +120,14 @@ def check_exercise(lesson: str, name: str | None = None, *, path: str | Path | N
         src = Path(path) if path else lesson_dir(ex.lesson, solution) / ex.file
         be = on_this_gpu(ex, backend)  # "sim" where the GPU lacks what the exercise needs
         beside = None
-        if src.suffix == ".cu" and resolve(be) == "sim" and race_check_on():
+        races = ex.races and race_check_on()
+        if src.suffix == ".cu" and resolve(be) == "sim" and races:
             from ..sim.instrumented import build_beside
 
             beside = build_beside(src)  # the race check's build, made beside the plain one
         try:
             ext = import_fresh(src) if src.suffix == ".py" else load(src, be)
-            if getattr(ext, "backend", None) == "sim" and race_check_on():  # its race check's build, loaded now
+            if getattr(ext, "backend", None) == "sim" and races:  # its race check's build, loaded now
                 from ..sim.instrumented import prepare
 
                 prepare(ext, beside)

@@ -68,6 +68,9 @@ class Exercise:
     run: Callable          # run(ext, backend) -> Report; ext is the built file, or the imported .py module
     hints: list[str | Hint] = field(default_factory=list)  # a ladder, from a nudge to nearly the answer
     needs: Needs | None = None  # a GPU below it builds and checks the file on the simulator instead
+    # whether check_exercise makes the simulator's race-check build beside the plain one (its `run` passes races= to
+    # check() to match): False where the simulator's own rules already stop what it would find
+    races: bool = True
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,14 @@ def product_shape(out_dtype: torch.dtype | None = None) -> Callable:
 
 def check_matmul(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=(torch.float32,), ref: Callable = matmul_ref,
                  out_dtype: torch.dtype | None = None, name: str | None = None, backend: str | None = None,
-                 quiet: bool = False, raise_on_fail: bool = False, orders: Sequence[str] | None = None) -> Report:
+                 quiet: bool = False, raise_on_fail: bool = False, orders: Sequence[str] | None = None,
+                 races: bool = True) -> Report:
     """check() of an out-variant matmul fn(a, b, c) on (M, N, K) shapes against `ref`; c in out_dtype
-    (default: the inputs' dtype). `orders`: the simulator's thread orders (check()'s default: all)."""
+    (default: the inputs' dtype). `orders`: the simulator's thread orders (check()'s default: all); `races`: the
+    simulator's race check on the small cases (check()'s)."""
     return check(fn, ref, operands, out=product_shape(out_dtype), sizes=list(shapes), dtypes=dtypes,
                  tolerance=MATMUL_TOLERANCE, name=name, backend=backend, quiet=quiet, raise_on_fail=raise_on_fail,
-                 orders=orders)
+                 orders=orders, races=races)
 
 
 def _refused(fn: Callable, args: tuple, expected: str) -> tuple[bool, str]:

@@ -1,0 +1,107 @@
+"""Lesson 13 on the GPU: every Hopper matmul variant against cuBLAS (torch.matmul) and torch.compile, in one run.
+
+bf16 at 4096^3, 8192^3 and 4000^3 (a size that is no multiple of the tiles: ragged edges in M, N and K, and 125
+row bands against 132 SMs), fp16 at 4096^3. FLOPs are 2 M N K; `vs eager` is the fraction of cuBLAS in the same
+dtype. torch.compile is compiled with mode="max-autotune-no-cudagraphs": for a plain matmul Inductor then times its
+Triton templates against cuBLAS and keeps the faster, so it is the strongest PyTorch baseline there is.
+The variants run where this GPU has what they need (kernels/lessons/lesson13.py: matmul13_1 from 8.0, the others on
+9.0); the benchmark checks each one's result against a float64 product before and after the timing.
+
+`python -m kernels.benchmarks.lesson13 --quick` times the rows with bars (matmul13_5 at each bf16 size against
+cuBLAS) and prints PASS or MISS for each; it writes no CSV.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+
+from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
+from ..build import load
+from ..gates import runnable
+from ..lessons import lesson13, op_gates
+from ..paths import reference_file
+from . import Bar, print_quick, quick_main
+
+# (M, N, K, dtype): the issue's sizes
+SIZES = ((4096, 4096, 4096, torch.bfloat16), (8192, 8192, 8192, torch.bfloat16), (4000, 4000, 4000, torch.bfloat16),
+         (4096, 4096, 4096, torch.float16))
+VARIANTS = [v.name for v in lesson13.VARIANTS]
+FINAL = VARIANTS[-1]
+NEEDS = op_gates(reference_file("13"))
+RTOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3}  # relative Frobenius error of the result against float64
+
+
+def _name(m: int, n: int, k: int, dtype: torch.dtype) -> str:
+    size = f"{m}^3" if m == n == k else f"{m}x{n}x{k}"
+    return f"matmul {size} {str(dtype).replace('torch.', '').replace('bfloat16', 'bf16').replace('float16', 'fp16')}"
+
+
+# The issue's bars: the final variant against cuBLAS, 0.9x where the tiles divide C, 0.8x at 4000^3 (ragged edges).
+BARS = [Bar(_name(4096, 4096, 4096, torch.bfloat16), FINAL, "vs_eager", 0.9),
+        Bar(_name(8192, 8192, 8192, torch.bfloat16), FINAL, "vs_eager", 0.9),
+        Bar(_name(4000, 4000, 4000, torch.bfloat16), FINAL, "vs_eager", 0.8)]
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> bool:
+    return ((got.double() - want).norm() / want.norm()).item() < rtol
+
+
+def _one(ext, m: int, n: int, k: int, dtype: torch.dtype, names: list[str], out_dir: Path | None,
+         copy: float) -> list[Row]:
+    """Every variant in `names` on one size and dtype, beside cuBLAS and max-autotuned torch.compile."""
+    names = runnable(names, NEEDS.get, dtype)  # what this GPU lacks is left out, with a line that says why
+    a, b = torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(k, n, device="cuda", dtype=dtype)
+    c = torch.empty(m, n, device="cuda", dtype=dtype)
+    want = a.double() @ b.double()
+
+    def all_correct() -> bool:
+        results = []
+        for name in names:
+            c.fill_(float("nan"))
+            getattr(ext, name)(a, b, c)
+            results.append(_close(c, want, RTOL[dtype]))
+        return all(results)
+
+    if not all_correct():  # a wrong kernel is not timed
+        raise RuntimeError(f"{_name(m, n, k, dtype)}: a variant's result differs from the float64 product")
+    compiled = compile_static(torch.matmul, mode="max-autotune-no-cudagraphs")
+    compiled(a, b)  # the autotuning happens here, not in the timing
+    variants = {"torch.compile": lambda: compiled(a, b)}
+    variants.update({name: (lambda f=getattr(ext, name): f(a, b, c)) for name in names})
+    rows = bench(_name(m, n, k, dtype), variants, flops=2 * m * n * k, torch_fn=torch.matmul, args=(a, b),
+                 compile=False, copy_gbps=copy, check=all_correct,
+                 csv_path=out_dir / "lesson13.csv" if out_dir else None, show=False)
+    del a, b, c, want
+    torch.cuda.empty_cache()
+    return rows
+
+
+def run(out_dir: Path) -> list[Row]:
+    """Every size and dtype; a chart of all rows and the bars into out_dir."""
+    ext = load("13", "cuda")
+    copy = copy_bandwidth()
+    rows = [r for m, n, k, dtype in SIZES for r in _one(ext, m, n, k, dtype, VARIANTS, out_dir, copy)]
+    labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
+    plot(labelled, copy, out_dir / "lesson13_all.png", show=False)
+    print(table(labelled, copy))
+    from . import bar_report
+
+    print(bar_report(rows, BARS))
+    return rows
+
+
+def quick() -> list[Row]:
+    """The rows with bars: the final variant at each bf16 size, beside cuBLAS and torch.compile."""
+    ext = load("13", "cuda")
+    copy = copy_bandwidth()
+    rows = [r for m, n, k, dtype in SIZES if dtype == torch.bfloat16 for r in _one(ext, m, n, k, dtype, [FINAL], None,
+                                                                                      copy)]
+    print_quick(rows, copy, BARS)
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(quick_main(quick))

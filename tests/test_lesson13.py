@@ -1,0 +1,198 @@
+"""Lesson 13: Hopper's tensor cores. Every variant of kernels/reference/13_hopper_matmul.cu against PyTorch on small
+and ragged shapes (the simulator runs mma.sync, TMA, mbarriers and wgmma), the persistent ring across tiles, bad
+inputs refused saying what was expected, down to a GPU too old for the instructions; the exercise (the mbarrier
+hand-off and the wgmma descriptors of a warp-specialised matmul) and the planted bugs its self-check must catch."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import load
+from kernels.exercises import check_exercise, find, fitting_hint
+from kernels.lessons import lesson13
+from kernels.lessons.lesson09 import SHAPES as ANY_SHAPES
+from kernels.lessons.lesson09 import check_refusals, matmul_ref
+from kernels.lessons.lesson13 import check_matmul13
+from kernels.sim import knobs
+from planting import checked_in_notebook, plant, self_check, toolkit_beyond
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "13_hopper_matmul" / "ws_matmul.cu"
+VARIANTS = [v.name for v in lesson13.VARIANTS]
+HOPPER = VARIANTS[1:]  # TMA and wgmma: compute capability 9.0, an sm_90a build
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """The lesson's file; on an H100 load() builds it for sm_90a, where wgmma and setmaxnreg exist."""
+    return load("13")
+
+
+def _runs_here(backend: str, name: str) -> bool:
+    """Whether this backend's GPU runs the variant (the simulator stands in for an H100)."""
+    if backend != "cuda":
+        return True
+    need = (8, 0) if name == "matmul13_1" else (9, 0)
+    have = torch.cuda.get_device_capability()
+    return have >= need and (name == "matmul13_1" or have[0] == 9)
+
+
+@checked_in_notebook  # in make test-all by the solution notebook's compared cell (tests/planting.py)
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles(ext, backend, name):
+    if not _runs_here(backend, name):
+        pytest.skip(f"{name} needs a newer GPU")
+    check_matmul13(getattr(ext, name), lesson13.SHAPES, dtypes=(torch.bfloat16,), name=name, quiet=True,
+                   raise_on_fail=True)
+
+
+@checked_in_notebook
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_variant_takes_fp16_too(ext, backend, name):
+    if not _runs_here(backend, name):
+        pytest.skip(f"{name} needs a newer GPU")
+    check_matmul13(getattr(ext, name), ((200, 136, 72),), dtypes=(torch.float16,), name=name, quiet=True,
+                   raise_on_fail=True)
+
+
+def test_the_mma_sync_variant_takes_any_shape_including_rows_that_are_not_16_byte_aligned(ext, backend):
+    if not _runs_here(backend, "matmul13_1"):
+        pytest.skip("matmul13_1 needs compute capability 8.0")
+    check_matmul13(ext.matmul13_1, ANY_SHAPES, dtypes=(torch.bfloat16,), name="matmul13_1", quiet=True,
+                   raise_on_fail=True)
+
+
+def test_the_persistent_ring_runs_on_across_tiles(ext, backend, dev):
+    """144 tiles of 128 x 256 on 132 blocks: the first 12 blocks take a second tile, whose k-steps (3, the last
+    ragged) continue the 4-stage ring's phases where the first tile left them. matmul13_4 shares the loop."""
+    if not _runs_here(backend, "matmul13_5"):
+        pytest.skip("matmul13_5 needs an H100")
+    a = torch.randint(-3, 4, (1536, 136), device=dev).bfloat16()
+    b = torch.randint(-3, 4, (136, 3072), device=dev).bfloat16()
+    c = torch.full((1536, 3072), float("nan"), device=dev).bfloat16()
+    ext.matmul13_5(a, b, c)
+    assert torch.equal(c, (a.float() @ b.float()).bfloat16())  # small integers: every sum is exact
+
+
+@pytest.mark.parametrize("name", HOPPER)
+def test_k_zero_gives_zeros_and_an_empty_c_is_left_alone(ext, backend, dev, name):
+    if not _runs_here(backend, name):
+        pytest.skip(f"{name} needs an H100")
+    c = torch.full((3, 8), float("nan"), device=dev).bfloat16()
+    getattr(ext, name)(torch.empty(3, 0, device=dev).bfloat16(), torch.empty(0, 8, device=dev).bfloat16(), c)
+    assert torch.equal(c, torch.zeros(3, 8, device=dev).bfloat16())
+    getattr(ext, name)(torch.empty(0, 8, device=dev).bfloat16(), torch.randn(8, 8, device=dev).bfloat16(),
+                       torch.empty(0, 8, device=dev).bfloat16())
+
+
+def test_the_functional_form_matches_torch_on_aligned_and_unaligned_rows(ext, dev):
+    for m, n, k in ((200, 136, 72), (65, 63, 17)):
+        a, b = torch.randn(m, k, device=dev).bfloat16(), torch.randn(k, n, device=dev).bfloat16()
+        torch.testing.assert_close(ext.matmul13(a, b), matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_bad_inputs_are_refused_saying_what_was_expected(ext, dev, name):
+    op = getattr(ext, name)
+    report = check_refusals(op, dev, torch.bfloat16, quiet=True)
+    assert report.passed, str(report)
+    a, b = torch.randn(16, 8, device=dev), torch.randn(8, 16, device=dev)
+    with pytest.raises(RuntimeError, match="a must be bfloat16 or float16.*got Float"):
+        op(a, b, torch.empty(16, 16, device=dev))
+    with pytest.raises(RuntimeError, match="a, b and c must have one dtype"):
+        op(a.half(), b.bfloat16(), torch.empty(16, 16, device=dev).half())
+    with pytest.raises(RuntimeError, match=r"c must have shape \[M, N\] = \[16, 16\], got \[16, 8\]"):
+        op(a.bfloat16(), b.bfloat16(), torch.empty(16, 8, device=dev).bfloat16())
+    with pytest.raises(RuntimeError, match="c must be contiguous"):
+        op(a.bfloat16(), b.bfloat16(), torch.empty(16, 16, device=dev).bfloat16().t())
+
+
+@pytest.mark.parametrize("name", HOPPER)
+def test_the_tma_variants_refuse_rows_that_tma_cannot_read_and_point_to_matmul13_1(ext, backend, dev, name):
+    if not _runs_here(backend, name):
+        pytest.skip(f"{name} needs an H100")
+    op = getattr(ext, name)
+    a, b = torch.randn(16, 12, device=dev).bfloat16(), torch.randn(12, 16, device=dev).bfloat16()
+    with pytest.raises(RuntimeError, match=r"K and N must be multiples of 8, got K = 12, N = 16 \(matmul13_1"):
+        op(a, b, torch.empty(16, 16, device=dev).bfloat16())
+    buf = torch.randn(1 + 16 * 16, device=dev).bfloat16()
+    with pytest.raises(RuntimeError, match="16-byte aligned"):  # K = 16, but every row starts 2 bytes off
+        op(buf[1:].view(16, 16), torch.randn(16, 8, device=dev).bfloat16(), torch.empty(16, 8, device=dev).bfloat16())
+
+
+def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
+    if dev.type == "cpu":
+        pytest.skip("the simulator takes CPU tensors; there is no wrong device to pass")
+    with pytest.raises(RuntimeError, match="a must be a CUDA tensor"):
+        ext.matmul13_1(torch.randn(8, 8).bfloat16(), torch.randn(8, 8, device=dev).bfloat16(),
+                       torch.empty(8, 8, device=dev).bfloat16())
+
+
+@pytest.mark.parametrize("capability, refused", [((7, 5), VARIANTS), ((8, 0), HOPPER), ((8, 9), HOPPER)])
+def test_a_gpu_without_the_instructions_is_refused_naming_what_it_lacks(backend, capability, refused):
+    if backend != "sim":
+        pytest.skip("the simulator stands in for older GPUs (knobs.set(capability=...))")
+    ext = load("13", "sim", quiet=True)
+    a, b = torch.randn(16, 16).bfloat16(), torch.randn(16, 16).bfloat16()
+    shown = f"{capability[0]}.{capability[1]}"
+    with knobs.set(capability=capability):
+        for name in VARIANTS:
+            c = torch.full((16, 16), float("nan")).bfloat16()
+            if name not in refused:
+                getattr(ext, name)(a, b, c)
+                torch.testing.assert_close(c, matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
+                continue
+            need = "8.0 for mma.sync" if name == "matmul13_1" else "9.0 for TMA, mbarrier transactions and wgmma"
+            with pytest.raises(RuntimeError, match=rf"`{name}` needs compute capability {need}.*this GPU has {shown}"):
+                getattr(ext, name)(a, b, c)
+        if capability >= (8, 0):  # the functional form falls back to matmul13_1
+            torch.testing.assert_close(ext.matmul13(a, b), matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The exercise.
+
+# The stub and the planted bugs run on the simulator, wherever the tests run: on a GPU a wait for the wrong phase
+# never ends (the simulator reports the deadlock instead), and a stage read before its bytes land reads what it finds.
+
+def test_the_ws_matmul_stub_fails_its_self_check_and_the_first_hint_is_the_full_barrier():
+    report = self_check("13", "ws_matmul", ROOT / "lessons" / "13_hopper_matmul" / "ws_matmul.cu", backend="sim")
+    assert not report.passed
+    assert fitting_hint(find("13", "ws_matmul")[0], report) == 1
+
+
+@checked_in_notebook
+def test_the_ws_matmul_solution_passes_its_self_check():
+    assert check_exercise("13", "ws_matmul", solution=True).passed
+
+
+# bug: (the solution's text, the planted text, what a failing case says, the hint that fits it)
+PLANTED = {
+    # the consumer waits for the phase of the wrong parity: at its first use a stage's full barrier is in phase 0,
+    # and the wait for parity 1 (the phase "before" it) passes at once; then it waits for a phase no one completes
+    "wrong_parity": ("mbar_wait(&full[stage], s / STAGES % 2);", "mbar_wait(&full[stage], (s / STAGES + 1) % 2);",
+                     "deadlock: this wait for the phase of parity", 1),
+    # a plain arrival instead of arrive.expect_tx: the phase completes before the bytes land (the wgmma reads the
+    # poison), or the copies bring more bytes than the phase announced
+    "no_expect_tx": ("mbar_expect_bytes(&full[stage], STAGE_BYTES);", "mbar_arrive(&full[stage]);",
+                     "bytes that expect_tx announced", 1),
+    # the stage goes back to the producer while step s - 1's wgmma may still read it
+    "early_release": ("      wgmma_wait<1>();  //", "      //", "still reads", 2),
+    # A's descriptor says the 64-byte swizzle, where TMA wrote the tile with the 128-byte one
+    "wrong_swizzle": ("desc(a + kk * 32, 16, 1024, SWIZZLE_128B)", "desc(a + kk * 32, 16, 1024, 2)",
+                      "elements differ", 3),
+    # B's 8-row blocks taken 512 bytes apart: rows of 64 bytes, half the swizzled rows' 128
+    "wrong_stride": ("desc(b + kk * 16 * 128, B_BOX_BYTES, 1024, SWIZZLE_128B)",
+                     "desc(b + kk * 16 * 128, B_BOX_BYTES, 512, SWIZZLE_128B)", "elements differ", 3),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED, keep=("wrong_parity", "early_release")))
+def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_that_fits_it(bug):
+    old, new, said, first_hint = PLANTED[bug]
+    path = plant(SOLUTION, old, new, f"lesson13_ws_matmul_{bug}.cu")
+    load(path, "sim", quiet=True)  # the planted file builds: the check fails on what it does, not on a compile error
+    report = self_check("13", "ws_matmul", path, backend="sim")
+    assert not report.passed
+    assert any(said in f"{c.problem}\n{c.detail}" for c in report.cases if not c.passed), str(report)
+    assert fitting_hint(find("13", "ws_matmul")[0], report) == first_hint
