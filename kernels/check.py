@@ -588,9 +588,11 @@ HINTS = {
                          "number of blocks) or a loop stops early (the ragged tail)",
     Diagnosis.NAN_WHERE_REFERENCE_IS_NOT: ("the kernel wrote a NaN it computed (the element was written: it is not the "
                                            "poison): 0/0, inf - inf (x - max when both are -inf, as a running max that "
-                                           "starts at -inf gives), sqrt or log of a negative number, or arithmetic on a "
-                                           "value read from outside its input; print the intermediate values of the "
-                                           "first failing element"),
+                                           "starts at -inf gives), sqrt or log of a negative number, arithmetic on a "
+                                           "value read from outside its input, or (on the simulator) on shared memory "
+                                           "read before anything wrote it: it starts each block as NaN, and an "
+                                           "asynchronous copy's destination stays NaN until its wait. Print the "
+                                           "intermediate values of the first failing element"),
     Diagnosis.INPUT_MODIFIED: "a kernel must not modify its inputs: write only to the output",
     Diagnosis.WRONG_VALUES: "wrong values: compare your formula and indexing with the reference on a tiny size first",
     Diagnosis.NOT_IMPLEMENTED: "something is not written yet (NotImplementedError): look for FILL ME IN in your files",

@@ -1,9 +1,10 @@
 """Lesson 13 on the GPU: every Hopper matmul variant against cuBLAS (torch.matmul) and torch.compile, in one run.
 
-bf16 at 4096^3, 8192^3 and 4000^3 (a size that is no multiple of the tiles: ragged edges in M, N and K, and 125
-row bands against 132 SMs), fp16 at 4096^3. FLOPs are 2 M N K; `vs eager` is the fraction of cuBLAS in the same
-dtype. torch.compile is compiled with mode="max-autotune-no-cudagraphs": for a plain matmul Inductor then times its
-Triton templates against cuBLAS and keeps the faster, so it is the strongest PyTorch baseline there is.
+bf16 at 4096^3, 8192^3 and 4000^3 (a size that is no multiple of the tiles: ragged edges in M, N and K, and 512
+tiles of 128 x 256 for 132 SMs, the last of four waves not full), fp16 at 4096^3. FLOPs are 2 M N K; `vs eager` is
+the fraction of cuBLAS in the same dtype. torch.compile is compiled with mode="max-autotune-no-cudagraphs": for a
+plain matmul Inductor then times its Triton templates against cuBLAS and keeps the faster, so it is the strongest
+PyTorch baseline there is.
 The variants run where this GPU has what they need (kernels/lessons/lesson13.py: matmul13_1 from 8.0, the others on
 9.0); the benchmark checks each one's result against a float64 product before and after the timing.
 

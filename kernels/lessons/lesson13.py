@@ -66,9 +66,10 @@ EXERCISES = [
         Hint("Start with full[stage]. Its init counts one arrival, the producer's; TMA's bytes complete on it too. "
              "So before the loads, the producer arrives AND announces the bytes the stage's loads bring, in one "
              "instruction (one of the wrappers above the kernel). A consumer must not read the stage before that "
-             "phase has completed: use u = s / STAGES of a stage is the barrier's phase u, and a wait names its "
-             "parity, u % 2. Without the wait the wgmma read the stage before the copy landed (NaN here); without the "
-             "bytes, the phase completes at once, or the copies bring more than was announced.",
+             "phase has completed: step s is use u = s / STAGES of its stage, that use is phase u of the barrier, and "
+             "a wait names the phase's parity, u % 2. Without the wait the wgmma read the stage before the copy "
+             "landed (NaN here); without the bytes, the phase completes at once, or the copies bring more than was "
+             "announced.",
              answers=(Diagnosis.MBARRIER, Diagnosis.NAN_WHERE_REFERENCE_IS_NOT, Diagnosis.UNWRITTEN)),
         Hint("Then empty[stage], the way back: 8 arrivals, lane 0 of each consumer warp. A stage may go back only when "
              "no wgmma of the warp still reads it: after wgmma_wait<1>() the newest group (step s's, on this stage) "
