@@ -67,19 +67,38 @@ def test_files_without_asm_do_not_include_the_ptx_header():
     assert "cudasim_ptx.h" in translate_source("size_t a = __cvta_generic_to_shared(p);\n", "t.cu")
 
 
-@pytest.mark.parametrize("code, ptx", [
-    ('asm volatile("" : "+r"(o[0]));', False),        # a value held in a register (helpers.cuh's keep_packed)
-    ('asm volatile("" ::: "memory");', False),        # a compiler barrier
-    ('asm volatile("" :: "r"(o[0]), "n"(4));', False),
-    ('asm volatile("" : "=r"(o[0]));', True),         # an output with no instruction: poisoned, as a GPU leaves it
-    ('asm volatile("" : "+r"(o[0]));\n  asm volatile("mov.u32 %0, 1;" : "=r"(o[1]));', True),
+@pytest.mark.parametrize("code, ptx, checks", [
+    ('asm volatile("" : "+r"(o[0]));', False,         # a value held in a register (helpers.cuh's keep_packed)
+     ["::cudasim::asm_operand_inout<'r'>(o[0]);"]),
+    ('asm volatile("" ::: "memory");', False, []),  # a compiler barrier
+    ('asm volatile("" :: "l"(o), "n"(4));', False,
+     ["::cudasim::asm_operand_in<'l'>(o);", "std::integral_constant<long long, static_cast<long long>(4)>::value"]),
+    ('asm volatile("" : "=r"(o[0]));', True, []),   # an output with no instruction: poisoned, as a GPU leaves it
+    ('asm volatile("" : "+r"(o[0]));\n  asm volatile("mov.u32 %0, 1;" : "=r"(o[1]));', True, []),
 ])
-def test_an_asm_without_instructions_needs_no_ptx_header(code, ptx):
-    """An empty template with no output to poison only evaluates its operands: the file (every lesson's, through
-    helpers.cuh) compiles without cudasim_ptx.h, about two seconds of each build."""
+def test_an_asm_without_instructions_needs_no_ptx_header(code, ptx, checks):
+    """An empty template with no output to poison becomes nvcc's checks of its operands and nothing else: the file
+    (every lesson's, through helpers.cuh) compiles without cudasim_ptx.h, about two seconds of each build."""
     out = _translate("  " + code)
     assert ("#include <cudasim_ptx.h>" in out) == ptx
-    assert "asm" not in out.split('#line 1 "t.cu"\n')[1]
+    code_part = out.split('#line 1 "t.cu"\n')[1]
+    assert not re.search(r"\basm\b", code_part)
+    for check in checks:
+        assert check in code_part
+
+
+@pytest.mark.parametrize("statement, message", [
+    ('asm volatile("" : "+r"(d));', "type/size does not match"),  # a double in a 4-byte integer register
+    ('asm volatile("" : "+r"(c));', "modifiable lvalue"),         # read and written: not a constant
+    ('asm volatile("" :: "h"(u));', "type/size does not match"),  # a 4-byte integer in a 2-byte register
+    ('asm volatile("" :: "n"(u));', "constant"),                  # an immediate must be a constant expression
+])
+def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, statement, message):
+    src = tmp_path / "empty_asm.cu"
+    src.write_text("#include <cstdint>\n__global__ void k(double d, unsigned u) {\n  const unsigned c = 1;\n"
+                   f"  {statement}\n}}\nvoid run() {{ k<<<1, 1>>>(1.0, 2u); }}\n")
+    with pytest.raises(BuildError, match=message):
+        load(src, "sim", quiet=True)
 
 
 @pytest.mark.parametrize("code, message", [

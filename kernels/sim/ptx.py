@@ -663,8 +663,17 @@ def translate_asm(stmt: AsmStatement, path: str) -> str:
     body = _Parser(toks, path, stmt).block(True)
     if not body.items and not any(o.mode == "=" for o in stmt.operands):
         # no instruction, no output to poison: a compiler barrier or a value held in registers (helpers.cuh's
-        # keep_packed). Its operands are evaluated and nothing else, so the file needs no cudasim_ptx.h.
-        return "do { " + " ".join(f"(void)({o.expr});" for o in stmt.operands if o.letter != "n") + " } while (0);"
+        # keep_packed). Its operands get nvcc's checks (cudasim.h) and nothing else happens, so the file needs no
+        # cudasim_ptx.h.
+        checks = []
+        for o in stmt.operands:
+            if o.letter == "n":
+                checks.append(f"(void)std::integral_constant<long long, static_cast<long long>({o.expr})>::value;")
+            elif o.mode == "+":
+                checks.append(f"::cudasim::asm_operand_inout<'{o.letter}'>({o.expr});")
+            else:
+                checks.append(f"::cudasim::asm_operand_in<'{o.letter}'>({o.expr});")
+        return "do { " + " ".join(checks) + " } while (0);"
     em = Emit(path, stmt)
     code = _emit_block(body, em, ptx_ops.EMITTERS, top=True)
     pre, post = [], []

@@ -86,9 +86,11 @@
 // groups, cp.async's pipelines): objects with constructors and destructors, which every file that includes
 // their header would otherwise compile (about two seconds of each build, with the registrations of their
 // checks at a block's end). The runtime object defines them (and makes the registrations: it includes
-// cudasim_ptx.h); a build that links it sees them extern. Without it they are inline variables.
+// cudasim_ptx.h); a build that links it sees them extern. Without it they are inline variables. The runtime
+// object's are inline too (kept by `used`), so that an object compiled without the runtime (nvcc-sim -c) and
+// linked beside it shares their one guard: each is constructed and destroyed once.
 #if defined(CUDASIM_RUNTIME_OBJECT)
-#define CUDASIM_RT_STATE
+#define CUDASIM_RT_STATE inline __attribute__((used))  // inline: an nvcc-sim object linked beside it shares its guard
 #elif defined(CUDASIM_PREBUILT_RUNTIME)
 #define CUDASIM_RT_STATE extern
 #else
@@ -101,6 +103,46 @@
 #else
 #define CUDASIM_NO_ADDRESS_FAULT (-1)  // other systems have no such si_code: never matches
 #endif
+
+// ---------------------------------------------------------------------------------------------
+// asm operands: nvcc's rules. "h" "r" "l" take an integer, enum (or for "l" a pointer) of exactly
+// 2, 4, 8 bytes; "f" a float; "d" a double. Anything else is the error nvcc gives. Here rather than in
+// cudasim_ptx.h: an asm statement without an instruction (a value held in registers, a compiler barrier)
+// becomes only these checks of its operands, and its file does not need the PTX header (kernels/sim/ptx.py).
+namespace cudasim {
+namespace ptx {
+template <char C>
+using reg_t = std::conditional_t<C == 'h', uint16_t, std::conditional_t<C == 'r', uint32_t,
+              std::conditional_t<C == 'l', uint64_t, std::conditional_t<C == 'f', float, double>>>>;
+
+template <char C, class X>
+constexpr bool operand_ok =
+    (C == 'f') ? std::is_same_v<X, float>
+  : (C == 'd') ? std::is_same_v<X, double>
+  : ((std::is_integral_v<X> && !std::is_same_v<X, bool>) || std::is_enum_v<X> || (C == 'l' && std::is_pointer_v<X>)) &&
+        sizeof(X) == sizeof(reg_t<C>);
+}  // namespace ptx
+
+// The operands of an asm statement without an instruction: "+" ones must be modifiable lvalues, as nvcc says.
+template <char C, class X>
+inline void asm_operand_inout(X&) {
+  static_assert(!std::is_const_v<X>, "an asm operand marked \"+\" (read and written) must be a modifiable lvalue");
+  static_assert(ptx::operand_ok<C, X>, "asm operand type/size does not match the type/size implied by its constraint "
+                "(nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, \"l\" an 8-byte "
+                "integer or a pointer, \"f\" a float, \"d\" a double");
+}
+template <char C, class X>
+inline void asm_operand_in(const X&) {
+  static_assert(ptx::operand_ok<C, std::remove_cv_t<X>>, "asm operand type/size does not match the type/size implied "
+                "by its constraint (nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, "
+                "\"l\" an 8-byte integer or a pointer, \"f\" a float, \"d\" a double");
+}
+}  // namespace cudasim
+
+#define CUDASIM_PTX_OPERAND_CHECK(C, X)                                                                          \
+  static_assert(operand_ok<C, X>, "asm operand type/size does not match the type/size implied by its constraint " \
+                "(nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, \"l\" an 8-byte "    \
+                "integer or a pointer, \"f\" a float, \"d\" a double")
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code. (nvcc-sim -E keeps them in its output, where they say

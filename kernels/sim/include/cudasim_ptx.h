@@ -1,6 +1,6 @@
 // cudasim_ptx.h: the inline PTX the simulator runs. kernels/sim/translate.py includes this header in
-// every file with an asm statement (or a call of __cvta_generic_to_shared) and turns each asm
-// statement into calls of the functions in cudasim_ptx/ (kernels/sim/ptx.py and ptx_ops.py say how):
+// every file with an asm statement that has an instruction or an output (or a call of
+// __cvta_generic_to_shared) and turns each asm statement into calls of the functions in cudasim_ptx/ (kernels/sim/ptx.py and ptx_ops.py say how):
 //   core.h       operands, registers, addresses and state spaces, special registers, errors
 //   alu.h        integer and float arithmetic, comparisons, bit operations, cvt
 //   warp.h       shfl.sync, vote.sync, redux.sync, elect.sync, activemask, named barriers, setmaxnreg

@@ -100,25 +100,8 @@ CUDASIM_INTERNAL inline T poison() {
   return t;
 }
 
-// ---------------------------------------------------------------------------------------------
-// asm operands: nvcc's rules. "h" "r" "l" take an integer, enum (or for "l" a pointer) of exactly
-// 2, 4, 8 bytes; "f" a float; "d" a double. Anything else is the error nvcc gives.
-template <char C>
-using reg_t = std::conditional_t<C == 'h', uint16_t, std::conditional_t<C == 'r', uint32_t,
-              std::conditional_t<C == 'l', uint64_t, std::conditional_t<C == 'f', float, double>>>>;
-
-template <char C, class X>
-constexpr bool operand_ok =
-    (C == 'f') ? std::is_same_v<X, float>
-  : (C == 'd') ? std::is_same_v<X, double>
-  : ((std::is_integral_v<X> && !std::is_same_v<X, bool>) || std::is_enum_v<X> || (C == 'l' && std::is_pointer_v<X>)) &&
-        sizeof(X) == sizeof(reg_t<C>);
-
-#define CUDASIM_PTX_OPERAND_CHECK(C, X)                                                                          \
-  static_assert(operand_ok<C, X>, "asm operand type/size does not match the type/size implied by its constraint " \
-                "(nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, \"l\" an 8-byte "    \
-                "integer or a pointer, \"f\" a float, \"d\" a double")
-
+// asm operands: nvcc's rules (reg_t, operand_ok and CUDASIM_PTX_OPERAND_CHECK are in cudasim.h, which an asm
+// without an instruction needs alone).
 template <char C, class X>
 CUDASIM_INTERNAL inline reg_t<C> reg_in(const X& x) {
   using D = std::remove_cv_t<X>;
@@ -139,7 +122,6 @@ CUDASIM_INTERNAL inline void reg_out(X& x, reg_t<C> v) {
   if constexpr (std::is_pointer_v<X>) x = reinterpret_cast<X>(v);
   else x = static_cast<X>(v);
 }
-#undef CUDASIM_PTX_OPERAND_CHECK
 
 // ---------------------------------------------------------------------------------------------
 // Reading and writing registers as an instruction's type.
