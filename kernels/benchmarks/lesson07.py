@@ -7,7 +7,7 @@ left out at 2048x65536: 2048 threads striding through 512 MiB take seconds per c
 The fused scale + causal mask + softmax (softmax7), at 8192x8192 and on attention-shaped scores (64 heads of
 1024x1024, lesson 10's rows), counts the kept half read and the whole output written. Then both backward variants at 8192x8192 and 65536x1024 (y and dy read, dx written) and a
 training-style step, forward and backward through autograd, against eager autograd and torch.compile.
-`python -m kernels.benchmarks.lesson07 --quick` times only the rows that carry the issue's bars
+`python -m kernels.benchmarks.lesson07 --quick` times only the rows that carry the lesson's bars
 (softmax6 at every bar shape, softmax7, the backwards and the training step; about a minute), adds two
 rows that split the training step's time between the GPU (the same kernels without autograd) and the
 CPU (the step on a 64x64 input), and prints PASS or MISS for each bar. It writes no CSV: `make bench`
@@ -208,7 +208,7 @@ def run(out_dir: Path) -> list[Row]:
     return rows
 
 
-# The issue's bars for the final kernels (H100, side by side in one run).
+# The lesson's bars for the final kernels (H100, side by side in one run).
 BARS = [
     *(Bar(f"softmax {r}x{c} {s}", "softmax6", "vs_compile", 1.1 if c == 65536 else 1.0)
       for s in ("fp32", "bf16") for r, c in SHAPES),

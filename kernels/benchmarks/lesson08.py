@@ -8,7 +8,7 @@ times shows it as a lower GB/s. The thread-per-row variants (layernorm1 to 3) ar
 Then the backward at 8192x8192 (x and dy read, dx written; dweight and dbias are one row), both ways
 of summing dweight and dbias (atomics, and per-block partials with a second pass), and a training-style
 step, forward and backward through autograd, against eager autograd and torch.compile.
-`python -m kernels.benchmarks.lesson08 --quick` times only the rows that carry the issue's bars
+`python -m kernels.benchmarks.lesson08 --quick` times only the rows that carry the lesson's bars
 (layernorm6 at every bar shape and its layouts at 8192 columns, the backwards and their layouts, the
 training step; about a minute), adds two rows that split the training step's time between the GPU
 (the same kernels without autograd) and the CPU (the step on a 64x64 input), and prints PASS or MISS
@@ -51,7 +51,7 @@ def _params(c: int, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     return (1 + 0.1 * torch.randn(c, device="cuda")).to(dt), (0.1 * torch.randn(c, device="cuda")).to(dt)
 
 
-# The bars for the final kernels (H100, side by side in one run).
+# The lesson's bars for the final kernels (H100, side by side in one run).
 BARS = [
     *(Bar(f"layernorm {r}x{c} {s}", "layernorm6", "vs_compile", 1.1 if c == 65536 else 1.0)
       for s in ("fp32", "bf16") for r, c in SHAPES),

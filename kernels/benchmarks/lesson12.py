@@ -301,7 +301,7 @@ def run(out_dir: Path) -> list[Row]:
     return rows
 
 
-# The bars: the final kernels against SDPA's flash backend, bf16, sequences of 2048 and more.
+# The lesson's bars: the final kernels against SDPA's flash backend, bf16, sequences of 2048 and more.
 BARS = [
     *(Bar(_name(t, d, c, "fwd"), "attention3", "vs:torch sdpa flash", 0.8)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),

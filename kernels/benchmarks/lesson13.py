@@ -26,7 +26,7 @@ from ..lessons import lesson13, op_gates
 from ..paths import reference_file
 from . import Bar, print_quick, quick_main
 
-# (M, N, K, dtype): the sizes
+# (M, N, K, dtype): the lesson's sizes
 SIZES = ((4096, 4096, 4096, torch.bfloat16), (8192, 8192, 8192, torch.bfloat16), (4000, 4000, 4000, torch.bfloat16),
          (4096, 4096, 4096, torch.float16))
 VARIANTS = [v.name for v in lesson13.VARIANTS]
@@ -40,7 +40,7 @@ def _name(m: int, n: int, k: int, dtype: torch.dtype) -> str:
     return f"matmul {size} {str(dtype).replace('torch.', '').replace('bfloat16', 'bf16').replace('float16', 'fp16')}"
 
 
-# The bars: the final variant against cuBLAS, 0.9x where the tiles divide C, 0.8x at 4000^3 (ragged edges).
+# The lesson's bars: the final variant against cuBLAS, 0.9x where the tiles divide C, 0.8x at 4000^3 (ragged edges).
 BARS = [Bar(_name(4096, 4096, 4096, torch.bfloat16), FINAL, "vs_eager", 0.9),
         Bar(_name(8192, 8192, 8192, torch.bfloat16), FINAL, "vs_eager", 0.9),
         Bar(_name(4000, 4000, 4000, torch.bfloat16), FINAL, "vs_eager", 0.8)]

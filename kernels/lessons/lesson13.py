@@ -18,9 +18,9 @@ from .lesson09 import SHAPES as ANY_SHAPES
 from .lesson09 import check_matmul
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
-# (M, N, K), K and N multiples of 8: one value; one whole 128 x 128 tile of matmul13_1 and half of a 128 x 256 one;
+# (M, N, K), K and N multiples of 8: one row of C; one whole 128 x 128 tile of matmul13_1 and half of a 128 x 256 one;
 # edges that cross every tile (M past 128 and 64, N past 128 and 64 but short of 256, K past 64 and 32 but short of
-# two steps); five 64-deep steps, the last ragged, so that a 4-stage ring wraps and its barriers reach their second
+# two steps); six 64-deep steps, the last 8 deep, so that a 4-stage ring wraps and its barriers reach their second
 # phase; K = 0 (C is all zeros); an empty C.
 SHAPES = ((1, 8, 8), (128, 128, 128), (200, 136, 72), (65, 264, 328), (5, 8, 0), (0, 8, 8))
 # The reference variants run in one thread order: each order is a whole run of every case, and the order of the
@@ -29,7 +29,7 @@ ONE_ORDER = ("forward",)
 
 # What the variants need beyond a T4 (compute capability 7.5). The launchers in kernels/reference/13_hopper_matmul.cu
 # refuse a GPU below these with the same words (check_capability); the Hopper ones refuse a 10.x GPU too (sm_90a code
-# runs on 9.x only), which a gate, a lower bound, cannot say.
+# runs on 9.0 only), which a gate, a lower bound, cannot say.
 MMA_SYNC = Needs((8, 0), "mma.sync m16n8k16 on bf16/fp16 and cp.async")
 HOPPER = Needs((9, 0), "TMA, mbarrier transactions and wgmma")
 
@@ -51,7 +51,7 @@ def check_matmul13(fn: Callable, shapes: Iterable = SHAPES, *, dtypes: Sequence[
 # The exercise: ws_matmul.cu, the mbarrier protocol and the descriptors of a warp-specialised bf16 matmul.
 
 # Whole tiles; edges of every tile and six 64-deep steps, so that each of the 2 stages is used three times (phases
-# of parity 0, 1, 0) and a consumer hands stages back while the producer waits for them; one value.
+# of parity 0, 1, 0) and a consumer hands stages back while the producer waits for them; a tiny product inside one tile.
 EXERCISE_SHAPES = ((128, 128, 128), (200, 136, 328), (8, 8, 8))
 
 

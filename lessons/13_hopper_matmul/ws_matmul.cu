@@ -26,7 +26,7 @@ __device__ int ws_kernel_built =
     0;
 #endif
 
-// A block computes 128 x 128 of C: consumer warpgroup c (1 or 2) owns rows 64 (c - 1) .. + 63 as one m64n128
+// A block computes 128 x 128 of C: consumer warpgroup wg (1 or 2) owns rows 64 (wg - 1) .. + 63 as one m64n128
 // accumulator (64 floats a thread). K advances 64 values (128 bytes: one row of the 128-byte swizzle) a stage, through
 // a ring of 2 stages of A (128 rows x 64 k) and B (64 k x 128 columns, as two boxes of 64 columns), 32 KB each.
 constexpr int BM = 128, BN = 128, BK = 64, STAGES = 2, THREADS = 384;
