@@ -104,6 +104,18 @@ class Variant:
         return self.dtypes[0] if self.dtypes else torch.float32
 
 
+def on_the_simulator(ext, op: str, backend: str | None) -> Callable:
+    """The op `op` of an exercise's loaded file, as the simulator runs it: the file built for the simulator too when
+    the exercise runs on a GPU. For the checks only the simulator can make (an access profile's load count), so
+    that a self-check makes them, and prints the same cases, on every backend."""
+    from ..backend import resolve
+    from ..build import load
+
+    if resolve(backend) == "sim":
+        return getattr(ext, op)
+    return getattr(load(ext.path, "sim", quiet=True), op)
+
+
 def lesson_id(lesson: str | int) -> str:
     """'6', 6 and '06' all name lesson 06."""
     try:

@@ -11,7 +11,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from ..check import HINTS, Case, Diagnosis, Report, TOLERANCE, check, merge, profile_raised, random_tensor
-from . import Exercise, Hint, Needs, Probe, Variant
+from . import Exercise, Hint, Needs, Probe, Variant, on_the_simulator
 
 # (M, N, K): 1s, sizes just past a 64-wide tile and an 8-deep step, K = 0 (C is all zeros), empty C
 SHAPES = ((1, 1, 1), (1, 64, 8), (64, 1, 9), (64, 64, 8), (65, 65, 9), (63, 130, 17), (7, 3, 200), (130, 70, 1000),
@@ -129,23 +129,24 @@ def check_tile_reuse(fn: Callable, name: str = "tile reuse") -> Report:
     return report
 
 
-def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: torch.dtype, reuse: bool = False,
-                         **kw) -> Report:
-    """The exercise's check: values on SHAPES, then the refusal of transposed inputs, and with `reuse`, on the
-    simulator and once the values are right, check_tile_reuse; one printed report."""
+def _values_and_refusals(fn: Callable, name: str, backend: str | None, dtype: torch.dtype,
+                         reuse: Callable[[], Callable] | None = None, **kw) -> Report:
+    """The exercise's check: values on SHAPES, then the refusal of transposed inputs, and with `reuse` (which gives
+    the op as the simulator runs it), once the values are right, check_tile_reuse; one printed report."""
     from ..backend import device, resolve
 
     values = check_matmul(fn, dtypes=(dtype,), name=name, backend=backend, quiet=True, **kw)
     refusals = check_refusals(fn, device(resolve(backend)), dtype, name=f"{name} refusals", quiet=True,
                               out_dtype=kw.get("out_dtype"))
     parts = [values, refusals]
-    if reuse and values.passed and resolve(backend) == "sim":
-        parts.append(check_tile_reuse(fn, name=f"{name} tile reuse"))
+    if reuse is not None and values.passed:  # the simulator's access profile, on a GPU too
+        parts.append(check_tile_reuse(reuse(), name=f"{name} tile reuse"))
     return merge(name, parts, quiet=False)
 
 
 def _run_blocktile(ext, backend) -> Report:
-    return _values_and_refusals(ext.matmul_blocktile, "matmul_blocktile", backend, torch.float32, reuse=True)
+    return _values_and_refusals(ext.matmul_blocktile, "matmul_blocktile", backend, torch.float32,
+                                reuse=lambda: on_the_simulator(ext, "matmul_blocktile", backend))
 
 
 def _run_wmma(ext, backend) -> Report:

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from ..check import HINTS, TOLERANCE, Case, Diagnosis, Report, check, merge, profile_raised, random_tensor
-from . import Exercise, Hint, Needs, Variant
+from . import Exercise, Hint, Needs, Variant, on_the_simulator
 
 # (B, Hq, Hkv, Tq, Tk, D). One query and one key; ragged lengths past a tile of 32 or 64; more queries than keys
 # (causal: the first Tq - Tk rows attend to nothing); fewer queries than keys (a decode-like step); grouped heads;
@@ -330,12 +330,11 @@ def check_causal_tiles(fn: Callable, name: str = "causal tiles") -> Report:
 
 
 def _run_flash_online(ext, backend) -> Report:
-    from ..backend import resolve
-
     values = check_attention(ext.flash_online, name="flash_online", backend=backend, quiet=True)
     parts = [values]
-    if values.passed and resolve(backend) == "sim":
-        parts.append(check_causal_tiles(ext.flash_online, name="flash_online causal tiles"))
+    if values.passed:  # the load count is the simulator's, on a GPU too
+        simulated = on_the_simulator(ext, "flash_online", backend)
+        parts.append(check_causal_tiles(simulated, name="flash_online causal tiles"))
     return merge("flash_online", parts, quiet=False)
 
 
