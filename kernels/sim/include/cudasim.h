@@ -122,27 +122,25 @@ constexpr bool operand_ok =
   : ((std::is_integral_v<X> && !std::is_same_v<X, bool>) || std::is_enum_v<X> || (C == 'l' && std::is_pointer_v<X>)) &&
         sizeof(X) == sizeof(reg_t<C>);
 }  // namespace ptx
+}  // namespace cudasim
 
+#define CUDASIM_PTX_OPERAND_CHECK(C, X)                                                                          \
+  static_assert(::cudasim::ptx::operand_ok<C, X>, "asm operand type/size does not match the type/size implied by " \
+                "its constraint (nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, \"l\" "  \
+                "an 8-byte integer or a pointer, \"f\" a float, \"d\" a double")
+
+namespace cudasim {
 // The operands of an asm statement without an instruction: "+" ones must be modifiable lvalues, as nvcc says.
 template <char C, class X>
 inline void asm_operand_inout(X&) {
   static_assert(!std::is_const_v<X>, "an asm operand marked \"+\" (read and written) must be a modifiable lvalue");
-  static_assert(ptx::operand_ok<C, X>, "asm operand type/size does not match the type/size implied by its constraint "
-                "(nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, \"l\" an 8-byte "
-                "integer or a pointer, \"f\" a float, \"d\" a double");
+  CUDASIM_PTX_OPERAND_CHECK(C, X);
 }
 template <char C, class X>
 inline void asm_operand_in(const X&) {
-  static_assert(ptx::operand_ok<C, std::remove_cv_t<X>>, "asm operand type/size does not match the type/size implied "
-                "by its constraint (nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, "
-                "\"l\" an 8-byte integer or a pointer, \"f\" a float, \"d\" a double");
+  CUDASIM_PTX_OPERAND_CHECK(C, std::remove_cv_t<X>);
 }
 }  // namespace cudasim
-
-#define CUDASIM_PTX_OPERAND_CHECK(C, X)                                                                          \
-  static_assert(operand_ok<C, X>, "asm operand type/size does not match the type/size implied by its constraint " \
-                "(nvcc refuses it too): \"h\" takes a 2-byte integer, \"r\" a 4-byte integer, \"l\" an 8-byte "    \
-                "integer or a pointer, \"f\" a float, \"d\" a double")
 
 // ---------------------------------------------------------------------------------------------
 // Qualifiers: on the CPU every function is host code. (nvcc-sim -E keeps them in its output, where they say
