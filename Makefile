@@ -53,18 +53,21 @@ PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.
 	     /^Successfully installed/ { print "  installed " NF - 2 (NF == 3 ? " package" : " packages"); fflush() } \
 	     /^ERROR/ { print; fflush() }'; \
 	status=$$(cat $(VENV)/.pip-status); test "$$status" = 0 || \
-	  { echo "pip install failed (exit $$status): the last lines of $(VENV)/pip-install.log:"; tail -n 15 $(VENV)/pip-install.log; exit 1; }
+	  { echo "pip install failed (exit $$status): the last lines of $(VENV)/pip-install.log:"; tail -n 15 $(VENV)/pip-install.log; \
+	    ! grep -q "No space left on device" $(VENV)/pip-install.log || \
+	      echo "the disk is full: free some space (df -h $(VENV)), rm -rf $(VENV) and run make setup again"; exit 1; }
 
 # A venv that sees the base interpreter's packages, so a torch that is already there is kept. Otherwise
 # kernels/dev/torch_choice.py picks the torch and says why: PyTorch's CPU-only wheels (a fraction of the CUDA
 # build's size) on a Linux x86-64 machine with no NVIDIA driver and no nvcc, else the default; TORCH=cpu or
-# TORCH=cuda decides instead (a torch already there is kept either way: rm -rf .venv to switch).
+# TORCH=cuda decides instead (a torch already there is kept either way: rm -rf .venv to switch). It stops first when the
+# disk has too little room for that torch (SPACE_CHECK=0 tries anyway).
 $(VENV)/.installed: pyproject.toml
 	@test -x $(VENV)/bin/python || $(BASE_PYTHON) -m venv --system-site-packages $(VENV)
 	@echo "setting up $(VENV): torch is large, so the first time takes a few minutes (log: $(VENV)/pip-install.log)"
 	@$(VENV)/bin/python -m pip install -q --upgrade pip >>$(VENV)/pip-install.log 2>&1 || \
 	  echo "  (pip could not be upgraded; going on with the one there)"
-	@choice=$$($(VENV)/bin/python kernels/dev/torch_choice.py $(TORCH)) || exit 2; echo "  $${choice#*	}"; \
+	@choice=$$($(VENV)/bin/python kernels/dev/torch_choice.py $(TORCH) --venv $(VENV)) || exit 2; echo "  $${choice#*	}"; \
 	  if [ "$${choice%%	*}" = cpu ]; then echo "  from $(TORCH_CPU_INDEX)"; $(call PIP_INSTALL,torch --index-url $(TORCH_CPU_INDEX)); fi
 	@$(call PIP_INSTALL,-e .)
 	@touch $@

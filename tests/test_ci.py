@@ -488,7 +488,7 @@ esac
     for torch_arg, cpu_install in (("TORCH=cpu", True), ("TORCH=cuda", False)):
         log.write_text("")
         (venv / ".installed").unlink(missing_ok=True)
-        r = subprocess.run(["make", "-s", f"VENV={venv}", str(venv / ".installed"), torch_arg,
+        r = subprocess.run(["make", "-s", f"VENV={venv}", str(venv / ".installed"), torch_arg, "SPACE_CHECK=0",
                             "TORCH_CPU_INDEX=https://example.invalid/cpu"], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -499,3 +499,24 @@ esac
         assert f"torch: {said}" in r.stdout and f"({torch_arg} asked for it" in r.stdout
     r = subprocess.run(["make", "-s", f"VENV={venv}", "setup", "TORCH=gpu"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode != 0 and "expected TORCH=cpu" in r.stderr
+
+
+def test_setup_stops_before_the_download_when_the_disk_is_too_small(tmp_path, monkeypatch, capsys):
+    """A full disk is said before pip downloads gigabytes and fails with "No space left on device"."""
+    choice = _torch_choice()
+    gb = 2**30
+    venv, cache = tmp_path / "new" / ".venv", tmp_path / "cache"
+    assert choice.space_problem("cuda", venv, cache, free=lambda p: 20 * gb) == ""
+    short = choice.space_problem("cuda", venv, cache, free=lambda p: 5 * gb)
+    assert "5.0 GB free" in short and "9.5 GB" in short and "TORCH=cpu" in short and str(tmp_path) in short
+    assert choice.space_problem("cpu", venv, cache, free=lambda p: 5 * gb) == ""  # the CPU build fits there
+    assert "1.8 GB" in choice.space_problem("cpu", venv, cache, free=lambda p: 1 * gb)
+    # the route make setup takes: exit 3 and the reason on stderr; SPACE_CHECK=0 goes on
+    monkeypatch.setattr(choice.shutil, "disk_usage", lambda p: type("U", (), {"free": 1 * gb})())
+    monkeypatch.setattr(choice.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setenv("PIP_CACHE_DIR", str(cache))
+    assert choice.main(["cpu", "--venv", str(venv)]) == 3
+    assert "not enough disk space" in capsys.readouterr().err
+    monkeypatch.setenv("SPACE_CHECK", "0")
+    assert choice.main(["cpu", "--venv", str(venv)]) == 0
+    assert capsys.readouterr().out.startswith("cpu\t")

@@ -1,6 +1,6 @@
 """Which torch `make setup` installs, and why: one line for the Makefile to act on and print.
 
-    python kernels/dev/torch_choice.py [cpu|cuda|]      ->  "cpu<TAB>torch: the CPU-only build (why; ...)"
+    python kernels/dev/torch_choice.py [cpu|cuda|] [--venv DIR]   ->  "cpu<TAB>torch: the CPU-only build (why; ...)"
 
 Run as a file, with only the standard library (torch is not installed yet). `cpu` means PyTorch's CPU-only wheels
 (a few hundred MB), `cuda` the default torch, which on Linux x86-64 is the CUDA build (about 5 GB with its CUDA
@@ -8,6 +8,10 @@ libraries), `keep` a torch that the interpreter already has. Without a choice (T
 x86-64 machine with neither an NVIDIA driver nor nvcc gets the CPU-only build: nothing there could use the CUDA
 libraries (nvcc needs the CUDA build for `make compile-check`, so a machine with nvcc keeps it). Elsewhere
 (macOS, arm64 Linux) the default torch has no CUDA libraries to spare.
+
+With --venv, the disk that will hold the venv (and pip's download cache, if that is another disk) must have room for
+the choice, or it stops with exit 3 and says how much it needs: pip would otherwise fail minutes into the download
+with "No space left on device" and leave a half-installed venv. SPACE_CHECK=0 in the environment skips this.
 """
 from __future__ import annotations
 
@@ -58,7 +62,51 @@ def choose(asked: str, has_torch: bool, system: str, machine: str, driver: str, 
     return "cpu", "no NVIDIA driver and no nvcc here: kernels run on the simulator"
 
 
+# What pip needs free while it installs, in GB: the wheels it downloads (held until the end of the install) and what
+# they unpack to. The CUDA build's wheels come to about 3.5 GB and unpack to about 5.5 GB; the CPU build's about 0.3
+# and 1; notebook and test packages about 0.3 GB more in every case.
+NEEDS_GB = {"cuda": 9.5, "cpu": 1.8, "keep": 0.5}
+
+
+def existing(path: Path) -> Path:
+    """path or the nearest of its parents that exists (the venv's directory may not exist yet)."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def pip_cache() -> Path:
+    """Where pip keeps its downloads by default (PIP_CACHE_DIR, else the user's cache directory)."""
+    if os.environ.get("PIP_CACHE_DIR"):
+        return Path(os.environ["PIP_CACHE_DIR"])
+    if platform.system() == "Darwin":
+        return Path.home() / "Library" / "Caches" / "pip"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip"
+
+
+def space_problem(choice: str, venv: Path, cache: Path, free=lambda p: shutil.disk_usage(p).free) -> str:
+    """'' when the venv's disk (and the cache's, if another) has room for the install, else what is short, in words."""
+    need = NEEDS_GB[choice] * 2**30
+    places = {existing(venv): need}
+    cache_at = existing(cache)
+    if cache_at.stat().st_dev != next(iter(places)).stat().st_dev:  # the downloads land on another disk
+        places = {existing(venv): need * 0.6, cache_at: need * 0.4}
+    short = [(where, want, free(where)) for where, want in places.items() if free(where) < want]
+    if not short:
+        return ""
+    where, want, have = short[0]
+    smaller = "" if choice != "cuda" else f"; {OTHER['cuda']}"
+    return (f"not enough disk space for the install: {where} has {have / 2**30:.1f} GB free, and installing "
+            f"{'the CUDA build of torch' if choice == 'cuda' else 'the packages'} needs about {want / 2**30:.1f} GB "
+            f"there{smaller}; free some space, or run with SPACE_CHECK=0 to try anyway")
+
+
 def main(argv: list[str]) -> int:
+    venv = None
+    if "--venv" in argv:
+        at = argv.index("--venv")
+        venv, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
     asked = (argv[0] if argv else "").strip().lower()
     try:
         choice, why = choose(asked, importlib.util.find_spec("torch") is not None, platform.system(),
@@ -70,6 +118,11 @@ def main(argv: list[str]) -> int:
     what = {"cpu": "the CPU-only build", "cuda": "the CUDA build, PyPI's default" if linux_x86 else "PyPI's default build",
             "keep": "the one already installed"}[choice]
     hint = "" if choice == "keep" else f"; {OTHER[choice]}"
+    if venv is not None and os.environ.get("SPACE_CHECK", "1") != "0":
+        problem = space_problem(choice, venv, pip_cache())
+        if problem:
+            print(problem, file=sys.stderr)
+            return 3
     print(f"{choice}\ttorch: {what} ({why}{hint})")
     return 0
 
