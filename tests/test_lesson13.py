@@ -12,7 +12,7 @@ from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons import lesson13
 from kernels.lessons.lesson09 import SHAPES as ANY_SHAPES
 from kernels.lessons.lesson09 import check_refusals, matmul_ref
-from kernels.lessons.lesson13 import check_matmul13
+from kernels.lessons.lesson13 import check_linear13, check_matmul13, column_major, in_layout
 from kernels.sim import knobs
 from planting import checked_in_notebook, plant, self_check, toolkit_beyond
 
@@ -94,8 +94,9 @@ def test_the_functional_form_matches_torch_on_aligned_and_unaligned_rows(ext, de
 @pytest.mark.parametrize("name", VARIANTS)
 def test_bad_inputs_are_refused_saying_what_was_expected(ext, dev, name):
     op = getattr(ext, name)
-    report = check_refusals(op, dev, torch.bfloat16, quiet=True)
-    assert report.passed, str(report)
+    if name != "matmul13_5":  # the one that takes column-major operands (tested below)
+        report = check_refusals(op, dev, torch.bfloat16, quiet=True)
+        assert report.passed, str(report)
     a, b = torch.randn(16, 8, device=dev), torch.randn(8, 16, device=dev)
     with pytest.raises(RuntimeError, match="a must be bfloat16 or float16.*got Float"):
         op(a, b, torch.empty(16, 16, device=dev))
@@ -105,6 +106,95 @@ def test_bad_inputs_are_refused_saying_what_was_expected(ext, dev, name):
         op(a.bfloat16(), b.bfloat16(), torch.empty(16, 8, device=dev).bfloat16())
     with pytest.raises(RuntimeError, match="c must be contiguous"):
         op(a.bfloat16(), b.bfloat16(), torch.empty(16, 16, device=dev).bfloat16().t())
+
+
+# ---------------------------------------------------------------------------------------------
+# Column-major operands and the fused epilogue.
+
+@checked_in_notebook
+@pytest.mark.parametrize("layout", lesson13.LAYOUTS, ids=[label.replace(" ", "_") for label, _, _ in lesson13.LAYOUTS])
+def test_the_tma_store_variant_takes_column_major_operands(ext, backend, layout):
+    """Only the tensor maps, the boxes and the wgmma's transpose immediates change: the same values, laid out the
+    other way, must give the same product."""
+    if not _runs_here(backend, "matmul13_5"):
+        pytest.skip("matmul13_5 needs an H100")
+    label, a_col, b_col = layout
+    check_matmul13(in_layout(ext.matmul13_5, a_col, b_col), lesson13.LAYOUT_SHAPES, name=f"matmul13_5 ({label})",
+                   quiet=True, raise_on_fail=True)
+
+
+def test_column_major_operands_are_taken_by_the_functional_form_and_refused_where_they_do_not_fit(ext, backend, dev):
+    for m, n, k in ((200, 136, 72), (65, 63, 17)):  # the second runs matmul13_1 on row-major copies
+        a, b = torch.randn(m, k, device=dev).bfloat16(), torch.randn(k, n, device=dev).bfloat16()
+        torch.testing.assert_close(ext.matmul13(column_major(a), column_major(b)), matmul_ref(a, b), rtol=1.6e-2,
+                                   atol=1e-2)
+    a, b, c = torch.randn(16, 16, device=dev).bfloat16(), torch.randn(16, 16, device=dev).bfloat16(), None
+    c = torch.empty(16, 16, device=dev).bfloat16()
+    with pytest.raises(RuntimeError, match=r"a must be contiguous \(row-major\) or the transpose of a contiguous"):
+        ext.matmul13_5(torch.randn(16, 32, device=dev).bfloat16()[:, ::2], b, c)  # every other column: neither
+    with pytest.raises(RuntimeError, match=r"a must be contiguous \(row-major\), got strides"):
+        ext.matmul13_1(column_major(a), b, c)  # the other variants take row-major operands only
+    with pytest.raises(RuntimeError, match="c must be contiguous"):
+        ext.matmul13_5(a, b, c.t())
+    if not _runs_here(backend, "matmul13_5"):
+        return
+    a65 = torch.randn(65, 16, device=dev).bfloat16()
+    with pytest.raises(RuntimeError, match=r"M and N must be multiples of 8 \(a is column-major: its rows are M long\)"
+                                           r", got M = 65, N = 16"):
+        ext.matmul13_5(column_major(a65), b, torch.empty(65, 16, device=dev).bfloat16())
+    with pytest.raises(RuntimeError, match=r"K and N must be multiples of 8 \(b is column-major"):
+        ext.matmul13_5(torch.randn(16, 12, device=dev).bfloat16(), column_major(torch.randn(12, 16, device=dev)
+                                                                                .bfloat16()), c)
+
+
+@checked_in_notebook
+@pytest.mark.parametrize("act", lesson13.ACTIVATIONS)
+def test_linear13_fuses_the_bias_and_the_activation(ext, backend, act):
+    if not _runs_here(backend, "matmul13_5"):
+        pytest.skip("linear13 needs an H100")
+    check_linear13(ext.linear13, act, quiet=True, raise_on_fail=True)
+
+
+def test_linear13_without_a_bias_and_its_bad_inputs(ext, backend, dev):
+    if not _runs_here(backend, "matmul13_5"):
+        pytest.skip("linear13 needs an H100")
+    x, w = torch.randn(200, 72, device=dev).bfloat16(), torch.randn(136, 72, device=dev).bfloat16()
+    torch.testing.assert_close(ext.linear13(x, w), matmul_ref(x, w.t()), rtol=1.6e-2, atol=1e-2)
+    torch.testing.assert_close(ext.linear13(x, w, None, "relu"), matmul_ref(x, w.t()).relu(), rtol=1.6e-2, atol=1e-2)
+    bias = torch.randn(136, device=dev).bfloat16()
+    for args, said in [((x, w, bias, "tanh"), r'act must be "none", "relu" or "gelu", got "tanh"'),
+                       ((x, w, bias[:100]), r"bias must have shape \[N\] = \[136\], got \[100\]"),
+                       ((x, w, bias.float()), r"bias must have x's dtype \(BFloat16\), got Float"),
+                       ((x, w, torch.randn(272, device=dev).bfloat16()[::2]), "bias must be contiguous"),
+                       ((x, w[:, :64]), r"x: \[M, K\] and w: \[N, K\] must have one K"),
+                       ((column_major(x), w), "x and w must be contiguous"),
+                       ((x[:, :70].contiguous(), w[:, :70].contiguous()), "K and N must be multiples of 8")]:
+        with pytest.raises(RuntimeError, match=said):
+            ext.linear13(*args)
+
+
+# Bugs in the reference file's new parts, each planted in a copy built for the simulator (on every backend): the
+# checks above must fail on them.
+REFERENCE = ROOT / "kernels" / "reference" / "13_hopper_matmul.cu"
+PLANTED_REFERENCE = {
+    # B column-major read with the row-major B's transpose immediate: the tile is taken as [k][n] rows, not [n][k]
+    "b_transpose_immediate": ("wgmma_m64n256<T, a_mn ? 1 : 0, b_k ? 0 : 1>", "wgmma_m64n256<T, a_mn ? 1 : 0, 1>",
+                              lambda ext: check_matmul13(in_layout(ext.matmul13_5, False, True), ((128, 256, 64),),
+                                                         dtypes=(torch.bfloat16,), backend="sim", quiet=True)),
+    # the even column of each pair given its odd neighbour's bias
+    "bias_of_the_next_column": ("lo += to_float(bias[n0 + BOX * j + col]);",
+                                "lo += to_float(bias[n0 + BOX * j + col + 1]);",
+                                lambda ext: check_linear13(ext.linear13, "none", ((128, 256, 64),),
+                                                           dtypes=(torch.bfloat16,), backend="sim",
+                                                           quiet=True)),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED_REFERENCE, keep=()))
+def test_the_checks_of_layouts_and_the_epilogue_fail_on_a_planted_bug(bug):
+    old, new, run = PLANTED_REFERENCE[bug]
+    report = run(load(plant(REFERENCE, old, new, f"lesson13_reference_{bug}.cu"), "sim", quiet=True))
+    assert not report.passed and any("elements differ" in c.problem for c in report.cases if not c.passed), str(report)
 
 
 @pytest.mark.parametrize("name", HOPPER)
@@ -147,6 +237,8 @@ def test_a_gpu_without_the_instructions_is_refused_naming_what_it_lacks(backend,
                 getattr(ext, name)(a, b, c)
         if capability >= (8, 0):  # the functional form falls back to matmul13_1
             torch.testing.assert_close(ext.matmul13(a, b), matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
+        with pytest.raises(RuntimeError, match=rf"`linear13` needs compute capability 9.0 .*this GPU has {shown}"):
+            ext.linear13(a, b)  # matmul13_5's kernel only
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ PyTorch baseline there is.
 The variants run where this GPU has what they need (kernels/lessons/lesson13.py: matmul13_1 from 8.0, the others on
 9.0); the benchmark checks each one's result against a float64 product before and after the timing.
 
+Then nn.Linear with a GELU, y = gelu(x @ w.T + bias) in bf16 at 4096^3 (w: [N, K], nn.Linear's weight, so B = w.t()
+is column-major): eager PyTorch (cuBLAS's addmm, then a GELU kernel), torch.compile (max-autotune, which may fuse the
+GELU into a Triton template's epilogue), matmul13_5 on w.t() followed by PyTorch's bias and GELU, and linear13 with
+the bias and the GELU in matmul13_5's epilogue.
+
 `python -m kernels.benchmarks.lesson13 --quick` times the rows with bars (matmul13_5 at each bf16 size against
 cuBLAS) and prints PASS or MISS for each; it writes no CSV.
 """
@@ -18,6 +23,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
 from ..build import load
@@ -80,11 +86,51 @@ def _one(ext, m: int, n: int, k: int, dtype: torch.dtype, names: list[str], out_
     return rows
 
 
+LINEAR_SIZE = (4096, 4096, 4096)
+
+
+def linear_gelu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.gelu(F.linear(x, w, bias))
+
+
+def _linear(ext, out_dir: Path | None, copy: float, size: tuple[int, int, int] = LINEAR_SIZE) -> list[Row]:
+    """gelu(x @ w.T + bias) in bf16: eager, torch.compile, matmul13_5 then the epilogue in PyTorch, linear13 fused."""
+    if not runnable([FINAL], NEEDS.get, torch.bfloat16):
+        return []
+    m, n, k = size
+    x, w = (torch.randn(rows, k, device="cuda", dtype=torch.bfloat16) for rows in (m, n))
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    want = F.gelu(x.double() @ w.double().t() + bias.double())
+    y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def unfused():
+        getattr(ext, FINAL)(x, w.t(), y)  # w.t(): a column-major B, read as it lies
+        return F.gelu(y.add_(bias))
+
+    fns = {f"{FINAL} + PyTorch's bias and GELU": unfused, "linear13": lambda: ext.linear13(x, w, bias, "gelu")}
+
+    def all_correct() -> bool:
+        return all(_close(fn(), want, RTOL[torch.bfloat16]) for fn in fns.values())
+
+    if not all_correct():
+        raise RuntimeError("linear+GELU: a variant's result differs from the float64 result")
+    compiled = compile_static(linear_gelu, mode="max-autotune-no-cudagraphs")
+    compiled(x, w, bias)
+    variants = {"torch.compile": lambda: compiled(x, w, bias), **fns}
+    rows = bench(f"linear+GELU {m}x{n}x{k} bf16", variants, flops=2 * m * n * k, torch_fn=linear_gelu,
+                 args=(x, w, bias), compile=False, copy_gbps=copy, check=all_correct,
+                 csv_path=out_dir / "lesson13.csv" if out_dir else None, show=False)
+    del x, w, bias, want, y
+    torch.cuda.empty_cache()
+    return rows
+
+
 def run(out_dir: Path) -> list[Row]:
     """Every size and dtype; a chart of all rows and the bars into out_dir."""
     ext = load("13", "cuda")
     copy = copy_bandwidth()
     rows = [r for m, n, k, dtype in SIZES for r in _one(ext, m, n, k, dtype, VARIANTS, out_dir, copy)]
+    rows += _linear(ext, out_dir, copy)
     labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson13_all.png", show=False)
     print(table(labelled, copy))

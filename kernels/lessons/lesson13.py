@@ -4,7 +4,9 @@ warp-specialised matmul (full and empty mbarriers, expect_tx, phase parity) and 
 
 Shapes are (M, N, K) for A: [M, K] and B: [K, N]. The reference multiplies in float64 and rounds once to the
 inputs' dtype; the kernels accumulate in fp32 and round once, so bf16 and fp16 outputs differ from it by about one
-unit in the last place. The TMA variants read rows of 16-byte multiples: K and N multiples of 8.
+unit in the last place. The TMA variants read rows of 16-byte multiples: K and N multiples of 8 (M too for a
+column-major A). matmul13_5 takes either operand column-major (the transpose of a contiguous tensor, such as
+w.t()); linear13 is nn.Linear's product with the bias and an activation fused into matmul13_5's epilogue.
 """
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import Diagnosis, Report
+from ..check import Diagnosis, Report, check, random_tensor
 from . import Exercise, Hint, Needs, Variant
+from .lesson09 import MATMUL_TOLERANCE
 from .lesson09 import SHAPES as ANY_SHAPES
 from .lesson09 import check_matmul
 
@@ -45,6 +48,54 @@ def check_matmul13(fn: Callable, shapes: Iterable = SHAPES, *, dtypes: Sequence[
     without its fence. The kernels' global stores go to disjoint tiles of C."""
     return check_matmul(fn, shapes, dtypes=dtypes, name=name, backend=backend, quiet=quiet,
                         raise_on_fail=raise_on_fail, orders=orders, races=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Column-major operands (matmul13_5) and the fused epilogue (linear13).
+
+# (M, N, K) with M, N and K multiples of 8, which every layout's rows in memory need: whole tiles, edges in every
+# direction, six k-steps (the ring's second phase); one small tile; K = 0 (zeros, and for linear13 the bias and the
+# activation alone); an empty C.
+LAYOUT_SHAPES = ((128, 256, 64), (200, 136, 72), (72, 264, 328), (8, 8, 8), (8, 16, 0), (0, 8, 8))
+LAYOUTS = (("a column-major", True, False), ("b column-major", False, True), ("both column-major", True, True))
+ACTIVATIONS = ("none", "relu", "gelu")
+
+
+def column_major(t: torch.Tensor) -> torch.Tensor:
+    """The same values as t, laid out column-major: the transpose of a contiguous copy of t.t()."""
+    return t.t().contiguous().t()
+
+
+def in_layout(fn: Callable, a_column_major: bool, b_column_major: bool) -> Callable:
+    """An out-variant matmul fn(a, b, c) called with a and/or b column-major: what check_matmul13 hands it (row-major
+    operands) re-laid out, the values unchanged, so the reference stays a @ b."""
+    def call(a, b, c):
+        return fn(column_major(a) if a_column_major else a, column_major(b) if b_column_major else b, c)
+    return call
+
+
+def linear_operands(size: tuple[int, int, int], dtype: torch.dtype, device) -> list[torch.Tensor]:
+    """x: [M, K], w: [N, K] (nn.Linear's weight) and bias: [N] for size (M, N, K), standard normal."""
+    m, n, k = size
+    return [random_tensor((m, k), dtype, device), random_tensor((n, k), dtype, device), random_tensor((n,), dtype, device)]
+
+
+def linear_ref(act: str) -> Callable:
+    """act(x @ w.T + bias) in float64, rounded once to x's dtype (gelu: the exact, erf form)."""
+    def ref(x, w, bias):
+        y = x.double() @ w.double().t() + bias.double()
+        y = {"none": y, "relu": torch.relu(y), "gelu": torch.nn.functional.gelu(y)}[act]
+        return y.to(x.dtype)
+    return ref
+
+
+def check_linear13(fn: Callable, act: str, shapes: Iterable = LAYOUT_SHAPES, *,
+                   dtypes: Sequence[torch.dtype] = HALF_DTYPES, backend: str | None = None, quiet: bool = False,
+                   raise_on_fail: bool = False) -> Report:
+    """check() of fn(x, w, bias, act) (linear13) on (M, N, K) shapes against act(x @ w.T + bias) in float64."""
+    return check(lambda x, w, bias: fn(x, w, bias, act), linear_ref(act), linear_operands, sizes=list(shapes),
+                 dtypes=dtypes, tolerance=MATMUL_TOLERANCE, name=f"linear13 {act}", backend=backend, quiet=quiet,
+                 raise_on_fail=raise_on_fail, orders=ONE_ORDER, races=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,4 +160,5 @@ VARIANTS = [
     *(Variant(f"matmul13_{k}", _matmul_args, HALF_DTYPES, needs=HOPPER) for k in range(2, 6)),
 ]
 # The functional form takes matmul13_5 on an H100 and matmul13_1 elsewhere: it needs what matmul13_1 needs.
-OP_NEEDS = {"matmul13": MMA_SYNC}
+# linear13 runs matmul13_5's kernel only.
+OP_NEEDS = {"matmul13": MMA_SYNC, "linear13": HOPPER}
