@@ -107,8 +107,9 @@ CHECKED_IN_NOTEBOOKS = {
 
 def passed(name: str) -> str:
     """The line of a check's report, or of a cell's summary of one, that says every case passed: the fourth item of
-    an entry of CHECKED_IN_NOTEBOOKS for a check of the lessons' reference ops (a regular expression)."""
-    return rf"{re.escape(name)}: (\d+)/\1 cases passed"
+    an entry of CHECKED_IN_NOTEBOOKS for a check of the lessons' reference ops (a regular expression). At least one
+    case: a check that ran none ("0/0") passed nothing."""
+    return rf"{re.escape(name)}: ([1-9]\d*)/\1 cases passed"
 
 
 # The checks of the lessons' reference ops that a compared cell of the solution notebook runs as the test does (the

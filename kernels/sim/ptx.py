@@ -655,8 +655,9 @@ def imm_expr(text: str) -> str:
     return f"::cudasim::ptx::Imm{{{v}ll}}" if -2**63 <= v < 2**63 else f"::cudasim::ptx::Imm{{{v - 2**64}ll}}"
 
 
-def translate_asm(stmt: AsmStatement, path: str) -> str:
-    """The C++ that runs one asm statement (on one line: the caller keeps the line count)."""
+def translate_asm(stmt: AsmStatement, path: str) -> tuple[str, bool]:
+    """The C++ that runs one asm statement (on one line: the caller keeps the line count), and whether that C++
+    calls the simulator's PTX (cudasim_ptx.h): a statement with no instruction and no output needs only cudasim.h."""
     from . import ptx_ops
 
     toks = tokenize(stmt, path)
@@ -673,7 +674,7 @@ def translate_asm(stmt: AsmStatement, path: str) -> str:
                 checks.append(f"::cudasim::asm_operand_inout<'{o.letter}'>({o.expr});")
             else:
                 checks.append(f"::cudasim::asm_operand_in<'{o.letter}'>({o.expr});")
-        return "do { " + " ".join(checks) + " } while (0);"
+        return "do { " + " ".join(checks) + " } while (0);", False
     em = Emit(path, stmt)
     code = _emit_block(body, em, ptx_ops.EMITTERS, top=True)
     pre, post = [], []
@@ -696,7 +697,7 @@ def translate_asm(stmt: AsmStatement, path: str) -> str:
         head = "__label__ " + ", ".join(em.label_names) + "; "
     sink = "uint64_t cudasim_sink = 0; (void)cudasim_sink; " if em.uses_sink else ""
     text = "do { " + head + " ".join(pre) + " " + sink + " ".join(em.decls) + " " + code + " " + " ".join(post) + " } while (0);"
-    return " ".join(text.split("\n"))
+    return " ".join(text.split("\n")), True
 
 
 def _emit_block(b: Block, em: Emit, emitters: dict, top: bool) -> str:
@@ -764,10 +765,10 @@ def unsupported_message(it: Instr) -> str:
 # ---------------------------------------------------------------------------------------------
 # The hook translate.py calls
 
-def asm_edits(src: str, mask: bytearray, path: str, gpu_only: set[int]) -> list[tuple[int, int, str]]:
-    """(start, end, replacement) for every asm statement in code. One that cannot be translated is a
-    PtxError, except on lines the preprocessor may hide from the simulator (`gpu_only`: inside an #if
-    on __CUDA_ARCH__ or CUDASIM), which are left as they are."""
+def asm_edits(src: str, mask: bytearray, path: str, gpu_only: set[int]) -> list[tuple[int, int, str, bool]]:
+    """(start, end, replacement, whether the replacement needs cudasim_ptx.h) for every asm statement in code.
+    One that cannot be translated is a PtxError, except on lines the preprocessor may hide from the simulator
+    (`gpu_only`: inside an #if on __CUDA_ARCH__ or CUDASIM), which are left as they are."""
     edits = []
     pos = 0
     for m in ASM_RE.finditer(src):
@@ -776,7 +777,7 @@ def asm_edits(src: str, mask: bytearray, path: str, gpu_only: set[int]) -> list[
         line = _line_of(src, m.start())
         try:
             stmt = parse_asm(src, m.start(), path)
-            code = translate_asm(stmt, path)
+            code, needs_ptx = translate_asm(stmt, path)
         except PtxError:
             if line in gpu_only:
                 continue
@@ -784,6 +785,6 @@ def asm_edits(src: str, mask: bytearray, path: str, gpu_only: set[int]) -> list[
         original = src[stmt.start:stmt.end]
         pad = "".join(" \\\n" if original[max(0, k - 1):k] == "\\" else "\n"
                       for k, c in enumerate(original) if c == "\n")
-        edits.append((stmt.start, stmt.end, code + pad))
+        edits.append((stmt.start, stmt.end, code + pad, needs_ptx))
         pos = stmt.end
     return edits

@@ -422,15 +422,17 @@ def _gpu_only_lines(src: str) -> set[int]:
     return lines
 
 
-def _asm_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
+def _asm_edits(src: str, mask: bytearray, path: str) -> tuple[list[_Edit], bool]:
     """Inline PTX (asm statements) becomes calls of the simulator's PTX (kernels/sim/ptx.py); an
     instruction it does not run is an error naming the line, unless the preprocessor may hide the
-    statement from the simulator (an #if on __CUDA_ARCH__ or CUDASIM)."""
+    statement from the simulator (an #if on __CUDA_ARCH__ or CUDASIM). Also whether one of them calls the
+    simulator's PTX (cudasim_ptx.h)."""
     if not any(mask[m.start()] for m in _ASM_RE.finditer(src)):
-        return []
+        return [], False
     from .ptx import asm_edits
 
-    return [_Edit(a, b, text) for a, b, text in asm_edits(src, mask, path, _gpu_only_lines(src))]
+    found = asm_edits(src, mask, path, _gpu_only_lines(src))
+    return [_Edit(a, b, text) for a, b, text, _ in found], any(needs for *_, needs in found)
 
 
 _PTX_NAMES_RE = re.compile(r"\b__cvta_\w+|\b__is(?:Shared|Global)\b|\b__cluster_dims__\b")
@@ -451,7 +453,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     if namespace_suffix:
         src = _renamed_namespaces(src, namespace_suffix)
     mask = code_mask(src)
-    asm = _asm_edits(src, mask, path)
+    asm, asm_ptx = _asm_edits(src, mask, path)
     edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
     edits += _noinline_edits(src, mask)
@@ -470,7 +472,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
         out.append(e.text)
         last = e.end
     out.append(src[last:])
-    ptx = any("::cudasim::ptx::" in e.text for e in asm) or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
+    ptx = asm_ptx or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
     return "#include <cudasim.h>\n" + ("#include <cudasim_ptx.h>\n" if ptx else "") + f'#line 1 "{path}"\n' + "".join(out)
 
 
