@@ -55,7 +55,7 @@ PIP_INSTALL = { $(VENV)/bin/python -m pip install $(1) 2>&1; echo $$? >$(VENV)/.
 	status=$$(cat $(VENV)/.pip-status); test "$$status" = 0 || \
 	  { echo "pip install failed (exit $$status): the last lines of $(VENV)/pip-install.log:"; tail -n 15 $(VENV)/pip-install.log; \
 	    ! grep -q "No space left on device" $(VENV)/pip-install.log || \
-	      echo "the disk is full: free some space (df -h $(VENV)), rm -rf $(VENV) and run make setup again"; exit 1; }
+	      echo "a disk is full: free some space where the venv, pip's cache and the temporary folder are (df -h), rm -rf $(VENV) and run make setup again"; exit 1; }
 
 # A venv that sees the base interpreter's packages, so a torch that is already there is kept. Otherwise
 # kernels/dev/torch_choice.py picks the torch and says why: PyTorch's CPU-only wheels (a fraction of the CUDA

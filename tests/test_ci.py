@@ -505,18 +505,34 @@ def test_setup_stops_before_the_download_when_the_disk_is_too_small(tmp_path, mo
     """A full disk is said before pip downloads gigabytes and fails with "No space left on device"."""
     choice = _torch_choice()
     gb = 2**30
-    venv, cache = tmp_path / "new" / ".venv", tmp_path / "cache"
-    assert choice.space_problem("cuda", venv, cache, free=lambda p: 20 * gb) == ""
-    short = choice.space_problem("cuda", venv, cache, free=lambda p: 5 * gb)
-    assert "5.0 GB free" in short and "9.5 GB" in short and "TORCH=cpu" in short and str(tmp_path) in short
-    assert choice.space_problem("cpu", venv, cache, free=lambda p: 5 * gb) == ""  # the CPU build fits there
-    assert "1.8 GB" in choice.space_problem("cpu", venv, cache, free=lambda p: 1 * gb)
+    venv, cache, temp = tmp_path / "new" / ".venv", tmp_path / "cache", tmp_path / "tmp"
+    one_disk = lambda p: 1  # noqa: E731
+    # on one disk the CUDA build needs its packages and two copies of its wheels (the download, the cache's)
+    assert choice.space_problem("cuda", venv, cache, temp, free=lambda p: 20 * gb, disk=one_disk) == ""
+    short = choice.space_problem("cuda", venv, cache, temp, free=lambda p: 10 * gb, disk=one_disk)
+    assert "10.0 GB free" in short and "13.2 GB" in short and "TORCH=cpu" in short and str(tmp_path) in short
+    assert "the venv, the temporary folder, pip's cache" in short
+    assert choice.space_problem("cuda", venv, None, temp, free=lambda p: 10 * gb, disk=one_disk) == ""  # no cache
+    assert choice.space_problem("cpu", venv, cache, temp, free=lambda p: 5 * gb, disk=one_disk) == ""
+    assert "2.3 GB" in choice.space_problem("cpu", venv, cache, temp, free=lambda p: 1 * gb, disk=one_disk)
+    # each disk holds its share: a small temporary folder on a disk of its own is short by itself
+    disk = lambda p: str(p)  # noqa: E731  (each existing folder a disk of its own)
+    temp.mkdir()
+    cache.mkdir()
+    small_temp = lambda p: 2 * gb if p == temp else 50 * gb  # noqa: E731
+    short = choice.space_problem("cuda", venv, cache, temp, free=small_temp, disk=disk)
+    assert f"{temp} has 2.0 GB free" in short and "3.7 GB" in short and "(the temporary folder)" in short
+    # a path that cannot be read leaves the check out rather than stopping set-up with a traceback
+    def unreadable(p):
+        raise PermissionError(p)
+    assert choice.space_problem("cuda", venv, cache, temp, free=lambda p: 1 * gb, disk=unreadable) == ""
     # the route make setup takes: exit 3 and the reason on stderr; SPACE_CHECK=0 goes on
     monkeypatch.setattr(choice.shutil, "disk_usage", lambda p: type("U", (), {"free": 1 * gb})())
     monkeypatch.setattr(choice.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setenv("PIP_CACHE_DIR", str(cache))
     assert choice.main(["cpu", "--venv", str(venv)]) == 3
     assert "not enough disk space" in capsys.readouterr().err
+    assert choice.main(["cpu", "--venv"]) == 2 and "--venv needs" in capsys.readouterr().err
     monkeypatch.setenv("SPACE_CHECK", "0")
     assert choice.main(["cpu", "--venv", str(venv)]) == 0
     assert capsys.readouterr().out.startswith("cpu\t")

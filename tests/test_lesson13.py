@@ -97,6 +97,9 @@ def test_bad_inputs_are_refused_saying_what_was_expected(ext, dev, name):
     if name != "matmul13_5":  # the one that takes column-major operands (tested below)
         report = check_refusals(op, dev, torch.bfloat16, quiet=True)
         assert report.passed, str(report)
+    with pytest.raises(RuntimeError, match=r"\[6, 4\]"):  # a's columns are not b's rows: both shapes said
+        op(torch.randn(6, 4, device=dev).bfloat16(), torch.randn(5, 5, device=dev).bfloat16(),
+           torch.empty(6, 5, device=dev).bfloat16())
     a, b = torch.randn(16, 8, device=dev), torch.randn(8, 16, device=dev)
     with pytest.raises(RuntimeError, match="a must be bfloat16 or float16.*got Float"):
         op(a, b, torch.empty(16, 16, device=dev))
@@ -128,7 +131,7 @@ def test_column_major_operands_are_taken_by_the_functional_form_and_refused_wher
         a, b = torch.randn(m, k, device=dev).bfloat16(), torch.randn(k, n, device=dev).bfloat16()
         torch.testing.assert_close(ext.matmul13(column_major(a), column_major(b)), matmul_ref(a, b), rtol=1.6e-2,
                                    atol=1e-2)
-    a, b, c = torch.randn(16, 16, device=dev).bfloat16(), torch.randn(16, 16, device=dev).bfloat16(), None
+    a, b = torch.randn(16, 16, device=dev).bfloat16(), torch.randn(16, 16, device=dev).bfloat16()
     c = torch.empty(16, 16, device=dev).bfloat16()
     with pytest.raises(RuntimeError, match=r"a must be contiguous \(row-major\) or the transpose of a contiguous"):
         ext.matmul13_5(torch.randn(16, 32, device=dev).bfloat16()[:, ::2], b, c)  # every other column: neither
@@ -168,6 +171,8 @@ def test_linear13_without_a_bias_and_its_bad_inputs(ext, backend, dev):
                        ((x, w, torch.randn(272, device=dev).bfloat16()[::2]), "bias must be contiguous"),
                        ((x, w[:, :64]), r"x: \[M, K\] and w: \[N, K\] must have one K"),
                        ((column_major(x), w), "x and w must be contiguous"),
+                       ((x.float(), w), "x must be bfloat16 or float16"),
+                       ((x, w.half()), "x and w must have one dtype, got BFloat16 and Half"),
                        ((x[:, :70].contiguous(), w[:, :70].contiguous()), "K and N must be multiples of 8")]:
         with pytest.raises(RuntimeError, match=said):
             ext.linear13(*args)
@@ -190,7 +195,7 @@ PLANTED_REFERENCE = {
 }
 
 
-@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED_REFERENCE, keep=()))
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED_REFERENCE, keep=("b_transpose_immediate",)))
 def test_the_checks_of_layouts_and_the_epilogue_fail_on_a_planted_bug(bug):
     old, new, run = PLANTED_REFERENCE[bug]
     report = run(load(plant(REFERENCE, old, new, f"lesson13_reference_{bug}.cu"), "sim", quiet=True))

@@ -8,10 +8,11 @@ PyTorch baseline there is.
 The variants run where this GPU has what they need (kernels/lessons/lesson13.py: matmul13_1 from 8.0, the others on
 9.0); the benchmark checks each one's result against a float64 product before and after the timing.
 
-Then nn.Linear with a GELU, y = gelu(x @ w.T + bias) in bf16 at 4096^3 (w: [N, K], nn.Linear's weight, so B = w.t()
-is column-major): eager PyTorch (cuBLAS's addmm, then a GELU kernel), torch.compile (max-autotune, which may fuse the
-GELU into a Triton template's epilogue), matmul13_5 on w.t() followed by PyTorch's bias and GELU, and linear13 with
-the bias and the GELU in matmul13_5's epilogue.
+Then nn.Linear's layout in bf16 at 4096^3 (w: [N, K], so B = w.t() is column-major), taken apart: x @ w.t() (cuBLAS
+against matmul13_5 on w.t()); F.linear with its bias (cuBLAS's addmm against linear13 with no activation); and
+gelu(x @ w.T + bias) (eager: addmm, then a GELU kernel; torch.compile with max-autotune, which may fuse the GELU into
+a Triton template's epilogue; matmul13_5 on w.t() followed by PyTorch's bias and GELU; linear13 with the bias and the
+GELU in matmul13_5's epilogue).
 
 `python -m kernels.benchmarks.lesson13 --quick` times the rows with bars (matmul13_5 at each bf16 size against
 cuBLAS) and prints PASS or MISS for each; it writes no CSV.
@@ -93,34 +94,59 @@ def linear_gelu(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.T
     return F.gelu(F.linear(x, w, bias))
 
 
-def _linear(ext, out_dir: Path | None, copy: float, size: tuple[int, int, int] = LINEAR_SIZE) -> list[Row]:
-    """gelu(x @ w.T + bias) in bf16: eager, torch.compile, matmul13_5 then the epilogue in PyTorch, linear13 fused."""
-    if not runnable([FINAL], NEEDS.get, torch.bfloat16):
-        return []
-    m, n, k = size
-    x, w = (torch.randn(rows, k, device="cuda", dtype=torch.bfloat16) for rows in (m, n))
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    want = F.gelu(x.double() @ w.double().t() + bias.double())
-    y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-
-    def unfused():
-        getattr(ext, FINAL)(x, w.t(), y)  # w.t(): a column-major B, read as it lies
-        return F.gelu(y.add_(bias))
-
-    fns = {f"{FINAL} + PyTorch's bias and GELU": unfused, "linear13": lambda: ext.linear13(x, w, bias, "gelu")}
-
+def _timed(name: str, torch_fn, args: tuple, fns: dict, want: torch.Tensor, flops: int, out_dir: Path | None,
+           copy: float) -> list[Row]:
+    """fns (each checked against `want` before and after the timing) beside eager torch_fn and its max-autotuned
+    compile."""
     def all_correct() -> bool:
         return all(_close(fn(), want, RTOL[torch.bfloat16]) for fn in fns.values())
 
     if not all_correct():
-        raise RuntimeError("linear+GELU: a variant's result differs from the float64 result")
-    compiled = compile_static(linear_gelu, mode="max-autotune-no-cudagraphs")
-    compiled(x, w, bias)
-    variants = {"torch.compile": lambda: compiled(x, w, bias), **fns}
-    rows = bench(f"linear+GELU {m}x{n}x{k} bf16", variants, flops=2 * m * n * k, torch_fn=linear_gelu,
-                 args=(x, w, bias), compile=False, copy_gbps=copy, check=all_correct,
-                 csv_path=out_dir / "lesson13.csv" if out_dir else None, show=False)
-    del x, w, bias, want, y
+        raise RuntimeError(f"{name}: a variant's result differs from the float64 result")
+    compiled = compile_static(torch_fn, mode="max-autotune-no-cudagraphs")
+    compiled(*args)
+    variants = {"torch.compile": lambda: compiled(*args), **fns}
+    return bench(name, variants, flops=flops, torch_fn=torch_fn, args=args, compile=False, copy_gbps=copy,
+                 check=all_correct, csv_path=out_dir / "lesson13.csv" if out_dir else None, show=False)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, w, bias)
+
+
+def matmul_wt(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.t()
+
+
+def _linear(ext, out_dir: Path | None, copy: float, size: tuple[int, int, int] = LINEAR_SIZE) -> list[Row]:
+    """nn.Linear's layout in bf16, three benchmarks that take its cost apart: the product with a column-major B
+    (x @ w.t(): cuBLAS against matmul13_5 on w.t()); with the bias (F.linear: cuBLAS's addmm against linear13 with no
+    activation); with the bias and a GELU (against matmul13_5 followed by PyTorch's bias and GELU, and linear13)."""
+    if not runnable([FINAL], NEEDS.get, torch.bfloat16):
+        return []
+    m, n, k = size
+    shown = f"{m}x{n}x{k} bf16"
+    x, w = (torch.randn(rows, k, device="cuda", dtype=torch.bfloat16) for rows in (m, n))
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    product = x.double() @ w.double().t()
+    y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def final_on_wt():
+        getattr(ext, FINAL)(x, w.t(), y)  # w.t(): a column-major B, read as it lies
+        return y
+
+    def unfused():
+        return F.gelu(final_on_wt().add_(bias))
+
+    flops = 2 * m * n * k
+    rows = _timed(f"matmul x @ w.t() {shown}", matmul_wt, (x, w), {f"{FINAL} on w.t()": final_on_wt}, product,
+                  flops, out_dir, copy)
+    rows += _timed(f"linear {shown}", linear, (x, w, bias), {"linear13": lambda: ext.linear13(x, w, bias, "none")},
+                   product + bias.double(), flops, out_dir, copy)
+    rows += _timed(f"linear+GELU {shown}", linear_gelu, (x, w, bias),
+                   {f"{FINAL} + PyTorch's bias and GELU": unfused, "linear13": lambda: ext.linear13(x, w, bias, "gelu")},
+                   F.gelu(product + bias.double()), flops, out_dir, copy)
+    del x, w, bias, product, y
     torch.cuda.empty_cache()
     return rows
 

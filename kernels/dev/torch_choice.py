@@ -9,8 +9,8 @@ x86-64 machine with neither an NVIDIA driver nor nvcc gets the CPU-only build: n
 libraries (nvcc needs the CUDA build for `make compile-check`, so a machine with nvcc keeps it). Elsewhere
 (macOS, arm64 Linux) the default torch has no CUDA libraries to spare.
 
-With --venv, the disk that will hold the venv (and pip's download cache, if that is another disk) must have room for
-the choice, or it stops with exit 3 and says how much it needs: pip would otherwise fail minutes into the download
+With --venv, the disks that will hold the venv, pip's downloads in the temporary folder and pip's cache must have room
+for the choice, or it stops with exit 3 and says how much it needs: pip would otherwise fail minutes into the download
 with "No space left on device" and leave a half-installed venv. SPACE_CHECK=0 in the environment skips this.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 CHOICES = ("cpu", "cuda")
@@ -62,10 +63,11 @@ def choose(asked: str, has_torch: bool, system: str, machine: str, driver: str, 
     return "cpu", "no NVIDIA driver and no nvcc here: kernels run on the simulator"
 
 
-# What pip needs free while it installs, in GB: the wheels it downloads (held until the end of the install) and what
-# they unpack to. The CUDA build's wheels come to about 3.5 GB and unpack to about 5.5 GB; the CPU build's about 0.3
-# and 1; notebook and test packages about 0.3 GB more in every case.
-NEEDS_GB = {"cuda": 9.5, "cpu": 1.8, "keep": 0.5}
+# What pip needs while it installs, in GB: (what the packages unpack to, in the venv; the wheels it downloads). pip
+# keeps the downloads in a temporary folder until the install ends and, unless its cache is off, a copy in its cache.
+# The CUDA build's wheels come to about 3.5 GB and unpack to about 5.5; the CPU build's about 0.3 and 1; the notebook
+# and test packages add about 0.2 and 0.3.
+NEEDS_GB = {"cuda": (5.8, 3.7), "cpu": (1.3, 0.5), "keep": (0.3, 0.2)}
 
 
 def existing(path: Path) -> Path:
@@ -76,8 +78,11 @@ def existing(path: Path) -> Path:
     return path
 
 
-def pip_cache() -> Path:
-    """Where pip keeps its downloads by default (PIP_CACHE_DIR, else the user's cache directory)."""
+def pip_cache() -> Path | None:
+    """Where pip keeps its downloads (PIP_CACHE_DIR, else the user's cache directory); None when PIP_NO_CACHE_DIR
+    turns the cache off (pip takes any value of it as off, as its own --no-cache-dir)."""
+    if os.environ.get("PIP_NO_CACHE_DIR"):
+        return None
     if os.environ.get("PIP_CACHE_DIR"):
         return Path(os.environ["PIP_CACHE_DIR"])
     if platform.system() == "Darwin":
@@ -85,27 +90,41 @@ def pip_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pip"
 
 
-def space_problem(choice: str, venv: Path, cache: Path, free=lambda p: shutil.disk_usage(p).free) -> str:
-    """'' when the venv's disk (and the cache's, if another) has room for the install, else what is short, in words."""
-    need = NEEDS_GB[choice] * 2**30
-    places = {existing(venv): need}
-    cache_at = existing(cache)
-    if cache_at.stat().st_dev != next(iter(places)).stat().st_dev:  # the downloads land on another disk
-        places = {existing(venv): need * 0.6, cache_at: need * 0.4}
-    short = [(where, want, free(where)) for where, want in places.items() if free(where) < want]
+def space_problem(choice: str, venv: Path, cache: Path | None, temp: Path, free=lambda p: shutil.disk_usage(p).free,
+                  disk=lambda p: p.stat().st_dev) -> str:
+    """'' when each disk has room for what the install puts there (the venv's packages; the wheels in the temporary
+    folder and in pip's cache, or no cache), else what is short, in words. A path that cannot be read is left out."""
+    unpacked, wheels = (gb * 2**30 for gb in NEEDS_GB[choice])
+    wants = [(venv, unpacked, "the venv"), (temp, wheels, "the temporary folder")]
+    if cache is not None:
+        wants.append((cache, wheels, "pip's cache"))
+    disks: dict[object, list] = {}  # disk -> [a path on it, bytes wanted, what goes there]
+    try:
+        for path, want, what in wants:
+            at = existing(path)
+            entry = disks.setdefault(disk(at), [at, 0, []])
+            entry[1] += want
+            entry[2].append(what)
+        short = [(at, want, whats, free(at)) for at, want, whats in disks.values() if free(at) < want]
+    except OSError:
+        return ""
     if not short:
         return ""
-    where, want, have = short[0]
+    at, want, whats, have = short[0]
     smaller = "" if choice != "cuda" else f"; {OTHER['cuda']}"
-    return (f"not enough disk space for the install: {where} has {have / 2**30:.1f} GB free, and installing "
-            f"{'the CUDA build of torch' if choice == 'cuda' else 'the packages'} needs about {want / 2**30:.1f} GB "
-            f"there{smaller}; free some space, or run with SPACE_CHECK=0 to try anyway")
+    return (f"not enough disk space for the install: {at} has {have / 2**30:.1f} GB free, and "
+            f"{'the CUDA build of torch' if choice == 'cuda' else 'the packages'} need about {want / 2**30:.1f} GB "
+            f"there while pip installs ({', '.join(whats)}){smaller}; free some space, or run with SPACE_CHECK=0 "
+            f"to try anyway")
 
 
 def main(argv: list[str]) -> int:
     venv = None
     if "--venv" in argv:
         at = argv.index("--venv")
+        if at + 1 >= len(argv):
+            print("--venv needs the venv's directory", file=sys.stderr)
+            return 2
         venv, argv = Path(argv[at + 1]), argv[:at] + argv[at + 2:]
     asked = (argv[0] if argv else "").strip().lower()
     try:
@@ -119,7 +138,7 @@ def main(argv: list[str]) -> int:
             "keep": "the one already installed"}[choice]
     hint = "" if choice == "keep" else f"; {OTHER[choice]}"
     if venv is not None and os.environ.get("SPACE_CHECK", "1") != "0":
-        problem = space_problem(choice, venv, pip_cache())
+        problem = space_problem(choice, venv, pip_cache(), Path(tempfile.gettempdir()))
         if problem:
             print(problem, file=sys.stderr)
             return 3

@@ -281,7 +281,8 @@ constexpr int ROW_MAJOR = 0, A_COLUMN_MAJOR = 1, B_COLUMN_MAJOR = 2;
 // What the TMA-store epilogue does to each fp32 value before rounding: nothing (a plain matmul), or add bias[n] (a
 // vector of N values of T), then maybe an activation. Fused into the matmul, the bias and the activation cost no pass
 // over C in memory. A template argument: as a choice made at run time, in the innermost loop of the epilogue, it made
-// matmul13_5 13% slower at 4096^3 on an H100 (223 us against 197), even with no bias and no activation.
+// matmul13_5 slower at 4096^3 on an H100 even with no bias and no activation (223 us against 197 in the next run:
+// one measurement each).
 enum Epilogue : int { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_RELU = 2, EPI_BIAS_GELU = 3 };
 
 #ifdef HAS_SM90A
@@ -942,7 +943,8 @@ at::Tensor matmul13(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options());
   check_operands(a, b, c, true);
   const int layout = layout_of(a, b);
-  const int64_t a_row = layout & A_COLUMN_MAJOR ? a.size(0) : a.size(1), b_row = layout & B_COLUMN_MAJOR ? b.size(0) : b.size(1);
+  const int64_t a_row = layout & A_COLUMN_MAJOR ? a.size(0) : a.size(1);
+  const int64_t b_row = layout & B_COLUMN_MAJOR ? b.size(0) : b.size(1);
   const bool hopper = device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 && a_row % 8 == 0 && b_row % 8 == 0 &&
                       c.size(1) % 8 == 0 && aligned16(a) && aligned16(b) && hopper_kernels_in_build();
   if (hopper) matmul13_5(a, b, c);
@@ -960,8 +962,21 @@ at::Tensor linear13(const at::Tensor& x, const at::Tensor& w, const std::optiona
               shape_str(x.sizes()), " and ", shape_str(w.sizes()));
   TORCH_CHECK(x.size(1) == w.size(1), "x: [M, K] and w: [N, K] must have one K, got shapes ", shape_str(x.sizes()),
               " and ", shape_str(w.sizes()));
+  for (const at::Tensor* t : {&x, &w}) {
+    const char* name = t == &x ? "x" : "w";
+    TORCH_CHECK(KERNELS_ON_DEVICE(*t), name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t->device());
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 || t->scalar_type() == at::kHalf, name,
+                " must be bfloat16 or float16 (the tensor-core inputs), got ", t->scalar_type());
+  }
+  TORCH_CHECK(w.scalar_type() == x.scalar_type(), "x and w must have one dtype, got ", x.scalar_type(), " and ",
+              w.scalar_type());
   TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "x and w must be contiguous (row-major), got strides ",
               shape_str(x.strides()), " and ", shape_str(w.strides()));
+  TORCH_CHECK(x.size(1) % 8 == 0 && w.size(0) % 8 == 0, "`linear13` reads x and w by TMA and writes y by TMA, whose "
+              "rows must be multiples of 16 bytes: K and N must be multiples of 8, got K = ", std::to_string(x.size(1)),
+              ", N = ", std::to_string(w.size(0)));
+  TORCH_CHECK(aligned16(x) && aligned16(w), "`linear13` needs x and w 16-byte aligned (TMA), got a view that starts "
+              "elsewhere: call .contiguous() on a fresh tensor");
   const int code = act == "none" ? EPI_BIAS : act == "relu" ? EPI_BIAS_RELU : act == "gelu" ? EPI_BIAS_GELU : -1;
   TORCH_CHECK(code >= 0, "act must be \"none\", \"relu\" or \"gelu\", got \"", std::string(act), "\"");
   if (bias) {
@@ -974,11 +989,12 @@ at::Tensor linear13(const at::Tensor& x, const at::Tensor& w, const std::optiona
     TORCH_CHECK(v.is_contiguous(), "bias must be contiguous, got strides ", shape_str(v.strides()));
   }
   at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
+  if (y.numel() == 0) return y;
+  check_hopper("linear13");  // before K = 0's answer too: the op runs where its kernel runs, or nowhere
   const at::Tensor b = w.t();
   // no bias: zeros, so that one kernel per activation serves both (N values: nothing beside the product)
   const at::Tensor v = bias ? *bias : at::zeros({w.size(0)}, x.options());
   if (x.size(1) == 0) {  // K = 0: the product is zeros; the bias and the activation still apply
-    check_operands(x, b, y, true);
     y.copy_(v.expand_as(y));
     if (code == EPI_BIAS_RELU) y.relu_();
     if (code == EPI_BIAS_GELU) y = at::gelu(y);

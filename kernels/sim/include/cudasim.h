@@ -1400,10 +1400,12 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
 // Checks other headers run when a block has finished normally (cudasim_ptx.h: a wgmma still in flight).
 inline std::vector<void (*)()> block_end_checks;
 
-// What a store of the learner's code into shared memory at `line` breaks, asked by the race and bounds
-// check (cudasim_instrument.h): a message, or empty when nothing. cudasim_ptx.h sets it (a bulk store
-// still reading those bytes).
-inline std::string (*shared_write_watch)(const void* p, size_t bytes, const std::string& line) = nullptr;
+// What a store of the learner's code into shared memory breaks, asked by the race and bounds check
+// (cudasim_instrument.h): a message, or empty when nothing. cudasim_ptx.h sets it (a bulk store still
+// reading those bytes). `line(where)` says where the store is, called only for a message: most stores
+// break nothing, and the words cost more than the question.
+inline std::string (*shared_write_watch)(const void* p, size_t bytes, std::string (*line)(const void* where),
+                                         const void* where) = nullptr;
 
 CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};

@@ -71,7 +71,8 @@ CUDASIM_RT void check_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t whe
         check::Access me;
         me.flags = flags;
         me.where = where;
-        std::string broken = shared_write_watch(reinterpret_cast<const void*>(a), n, check::access_line(me));
+        auto line = [](const void* m) { return check::access_line(*static_cast<const check::Access*>(m)); };
+        std::string broken = shared_write_watch(reinterpret_cast<const void*>(a), n, +line, &me);
         if (!broken.empty()) throw std::runtime_error(broken);
       }
     }

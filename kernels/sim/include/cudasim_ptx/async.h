@@ -618,13 +618,14 @@ CUDASIM_INTERNAL inline void check_bulk_readers(const Site& s, const unsigned ch
 }
 
 // The race and bounds check's question for a store of the learner's code into shared memory.
-CUDASIM_INTERNAL inline std::string bulk_write_watch(const void* p, size_t n, const std::string& line) {
+CUDASIM_INTERNAL inline std::string bulk_write_watch(const void* p, size_t n, std::string (*line)(const void*),
+                                                     const void* where) {
   if (!in_window(p)) return {};
   uint64_t lo = window_offset(p), at = 0;
   const PendingStore* st = reader_of(lo, lo + n, &at);
   if (!st) return {};
-  return "shared memory that a bulk store at " + at_line(st->site) + " is still reading was overwritten at " + line +
-         " before cp.async.bulk.wait_group.read retired it: the store " + std::string(st->site.op) + " (" +
+  return "shared memory that a bulk store at " + at_line(st->site) + " is still reading was overwritten at " +
+         line(where) + " before cp.async.bulk.wait_group.read retired it: the store " + std::string(st->site.op) + " (" +
          group_of(*st) + ") reads byte " + hex(at) + "; " + reuse_advice();
 }
 #ifndef CUDASIM_PREBUILT_RUNTIME  // made by the runtime object where a build links it
