@@ -137,8 +137,12 @@ def _available(fns: dict[str, Callable], q, k, v) -> dict[str, Callable]:
     return out
 
 
-def _forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, quick: bool,
-             groups: int = 1) -> list[Row]:
+def time_forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | None, quick: bool,
+                 groups: int = 1) -> list[Row]:
+    """The forward variants at sequence t and head dimension d (one case of the benchmark; quick: the fast variants
+    only), beside eager PyTorch, torch.compile, each SDPA backend and FlexAttention, every result checked against
+    SDPA before and after the timing; rows into out_dir's CSV unless out_dir is None. groups > 1: grouped-query
+    attention, that many query heads per K/V head."""
     q, k, v = _inputs(t, d, groups=groups)
     b, h = q.shape[:2]
     scale = default_scale(q)
@@ -267,13 +271,13 @@ def _all(ext, copy: float, out_dir: Path | None, quick: bool) -> list[Row]:
     for d in HEADS:
         for t in QUICK_SEQUENCES if quick or d != 128 else SEQUENCES:
             for causal in (False, True):
-                rows += _forward(ext, t, d, causal, copy, out_dir, quick)
+                rows += time_forward(ext, t, d, causal, copy, out_dir, quick)
                 torch.cuda.empty_cache()
                 if t in QUICK_SEQUENCES:
                     rows += _backward(ext, t, d, causal, copy, out_dir)
                     torch.cuda.empty_cache()
     if not quick:  # grouped-query heads: 16 query heads share 4 kv heads (as in Llama's larger models, 8 to 1 there)
-        rows += _forward(ext, GQA_SEQUENCE, 128, True, copy, out_dir, quick, groups=GQA_GROUPS)
+        rows += time_forward(ext, GQA_SEQUENCE, 128, True, copy, out_dir, quick, groups=GQA_GROUPS)
         rows += _backward(ext, GQA_SEQUENCE, 128, True, copy, out_dir, groups=GQA_GROUPS)
         torch.cuda.empty_cache()
     for t in MODEL_SEQUENCES:

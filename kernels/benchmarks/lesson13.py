@@ -57,8 +57,8 @@ def _close(got: torch.Tensor, want: torch.Tensor, rtol: float) -> bool:
     return ((got.double() - want).norm() / want.norm()).item() < rtol
 
 
-def _one(ext, m: int, n: int, k: int, dtype: torch.dtype, names: list[str], out_dir: Path | None,
-         copy: float) -> list[Row]:
+def time_size(ext, m: int, n: int, k: int, dtype: torch.dtype, names: list[str], out_dir: Path | None,
+              copy: float) -> list[Row]:
     """Every variant in `names` on one size and dtype, beside cuBLAS and max-autotuned torch.compile."""
     names = runnable(names, NEEDS.get, dtype)  # what this GPU lacks is left out, with a line that says why
     a, b = torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(k, n, device="cuda", dtype=dtype)
@@ -155,7 +155,7 @@ def run(out_dir: Path) -> list[Row]:
     """Every size and dtype; a chart of all rows and the bars into out_dir."""
     ext = load("13", "cuda")
     copy = copy_bandwidth()
-    rows = [r for m, n, k, dtype in SIZES for r in _one(ext, m, n, k, dtype, VARIANTS, out_dir, copy)]
+    rows = [r for m, n, k, dtype in SIZES for r in time_size(ext, m, n, k, dtype, VARIANTS, out_dir, copy)]
     rows += _linear(ext, out_dir, copy)
     labelled = [dataclasses.replace(r, variant=f"{r.bench}: {r.variant}") for r in rows]
     plot(labelled, copy, out_dir / "lesson13_all.png", show=False)
@@ -170,8 +170,8 @@ def quick() -> list[Row]:
     """The rows with bars: the final variant at each bf16 size, beside cuBLAS and torch.compile."""
     ext = load("13", "cuda")
     copy = copy_bandwidth()
-    rows = [r for m, n, k, dtype in SIZES if dtype == torch.bfloat16 for r in _one(ext, m, n, k, dtype, [FINAL], None,
-                                                                                      copy)]
+    rows = [r for m, n, k, dtype in SIZES if dtype == torch.bfloat16
+            for r in time_size(ext, m, n, k, dtype, [FINAL], None, copy)]
     print_quick(rows, copy, BARS)
     return rows
 
