@@ -21,6 +21,7 @@ import pytest
 from kernels import load
 from kernels.check import race_check_limit
 from kernels.exercises import check_exercise
+from kernels.lessons import lesson13
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = ROOT / "build" / "planted"
@@ -173,12 +174,12 @@ CHECKED_IN_NOTEBOOKS.update({
        for test in ("every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles", "every_variant_takes_fp16_too")
        for v in (f"matmul13_{k}" for k in range(1, 6))},
     # and, in one cell, matmul13_5 on column-major operands and linear13's epilogue on LAYOUT_SHAPES in bf16 and fp16
-    **{f"{_T13}the_tma_store_variant_takes_column_major_operands[{label.replace(' ', '_')}]":
+    **{f"{_T13}the_tma_store_variant_takes_column_major_operands[{label}]":
        (_L13, "l13-25a", "check_matmul13(in_layout(ext.matmul13_5, a_col, b_col), LAYOUT_SHAPES",
-        passed(f"matmul13_5 ({label})")) for label in ("a column-major", "b column-major", "both column-major")},
+        passed(f"matmul13_5 ({label})")) for label, _, _ in lesson13.LAYOUTS},
     **{f"{_T13}linear13_fuses_the_bias_and_the_activation[{act}]":
        (_L13, "l13-25a", "check_linear13(ext.linear13, act, quiet=True)", passed(f"linear13 {act}"))
-       for act in ("none", "relu", "gelu")},
+       for act in lesson13.ACTIVATIONS},
 })
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 

@@ -115,7 +115,7 @@ def test_bad_inputs_are_refused_saying_what_was_expected(ext, dev, name):
 # Column-major operands and the fused epilogue.
 
 @checked_in_notebook
-@pytest.mark.parametrize("layout", lesson13.LAYOUTS, ids=[label.replace(" ", "_") for label, _, _ in lesson13.LAYOUTS])
+@pytest.mark.parametrize("layout", lesson13.LAYOUTS, ids=[label for label, _, _ in lesson13.LAYOUTS])
 def test_the_tma_store_variant_takes_column_major_operands(ext, backend, layout):
     """Only the tensor maps, the boxes and the wgmma's transpose immediates change: the same values, laid out the
     other way, must give the same product."""

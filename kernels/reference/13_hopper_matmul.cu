@@ -781,25 +781,32 @@ static void check_hopper(const char* op) {
               "names the targets, so add 9.0a to it");
 }
 
+// Whether the rows TMA reads and writes are multiples of 16 bytes: those in memory, K and N long for a row-major A
+// and B (and C), M long for a column-major A, K long for a column-major B. '' if so, else what is wrong, in words.
+static std::string tma_rows_problem(const at::Tensor& a, const at::Tensor& b) {
+  const int layout = layout_of(a, b);
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  const bool need_m = layout & A_COLUMN_MAJOR, need_k = !(layout & A_COLUMN_MAJOR) || (layout & B_COLUMN_MAJOR);
+  if ((!need_m || M % 8 == 0) && (!need_k || K % 8 == 0) && N % 8 == 0) return {};
+  const std::string dims = need_m && need_k ? "M, K and N" : need_m ? "M and N" : "K and N";
+  const std::string got = (need_m ? "M = " + std::to_string(M) + ", " : std::string()) +
+                          (need_k ? "K = " + std::to_string(K) + ", " : std::string()) + "N = " + std::to_string(N);
+  const char* why = layout == ROW_MAJOR ? "" : layout == A_COLUMN_MAJOR ? " (a is column-major: its rows are M long)" :
+                    layout == B_COLUMN_MAJOR ? " (b is column-major: its rows are K long)" :
+                    " (a and b are column-major: rows of M and of K)";
+  return "whose rows in memory must be multiples of 16 bytes: " + dims + " must be multiples of 8" + why + ", got " +
+         got;
+}
+
 // The TMA variants' preconditions, after the common ones; false when C is empty. K = 0 writes zeros (a tensor map
-// cannot describe an empty matrix). The rows TMA reads are the rows in memory: K and N long for a row-major A and B
-// (and C), M long for a column-major A, K long for a column-major B.
+// cannot describe an empty matrix).
 static bool hopper_args(const char* op, const at::Tensor& a, const at::Tensor& b, at::Tensor& c,
                         bool any_layout = false) {
   check_operands(a, b, c, any_layout);
   if (c.numel() == 0) return false;
   check_hopper(op);
-  const int layout = layout_of(a, b);
-  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  const bool need_m = layout & A_COLUMN_MAJOR, need_k = !(layout & A_COLUMN_MAJOR) || (layout & B_COLUMN_MAJOR);
-  const std::string dims = need_m && need_k ? "M, K and N" : need_m ? "M and N" : "K and N";
-  const std::string got = (need_m ? "M = " + std::to_string(M) + ", " : std::string()) +
-                          (need_k ? "K = " + std::to_string(K) + ", " : std::string()) + "N = " + std::to_string(N);
-  TORCH_CHECK((!need_m || M % 8 == 0) && (!need_k || K % 8 == 0) && N % 8 == 0, "`", op, "` reads A and B by TMA, "
-              "whose rows in memory must be multiples of 16 bytes: ", dims, " must be multiples of 8",
-              layout == ROW_MAJOR ? "" : layout == A_COLUMN_MAJOR ? " (a is column-major: its rows are M long)" :
-              layout == B_COLUMN_MAJOR ? " (b is column-major: its rows are K long)" :
-              " (a and b are column-major: rows of M and of K)", ", got ", got, " (matmul13_1 takes any shape)");
+  const std::string rows = tma_rows_problem(a, b);
+  TORCH_CHECK(rows.empty(), "`", op, "` reads A and B by TMA, ", rows, " (matmul13_1 takes any shape)");
   TORCH_CHECK(aligned16(a) && aligned16(b) && aligned16(c), "`", op, "` needs a, b and c 16-byte aligned (TMA), got "
               "a view that starts elsewhere: call .contiguous() on a fresh tensor (matmul13_1 takes any)");
   if (a.size(1) == 0) {
@@ -942,11 +949,8 @@ at::Tensor matmul13(const at::Tensor& a, const at::Tensor& b) {
               " and ", shape_str(b.sizes()));
   at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options());
   check_operands(a, b, c, true);
-  const int layout = layout_of(a, b);
-  const int64_t a_row = layout & A_COLUMN_MAJOR ? a.size(0) : a.size(1);
-  const int64_t b_row = layout & B_COLUMN_MAJOR ? b.size(0) : b.size(1);
-  const bool hopper = device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 && a_row % 8 == 0 && b_row % 8 == 0 &&
-                      c.size(1) % 8 == 0 && aligned16(a) && aligned16(b) && hopper_kernels_in_build();
+  const bool hopper = device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 && tma_rows_problem(a, b).empty() &&
+                      aligned16(a) && aligned16(b) && hopper_kernels_in_build();
   if (hopper) matmul13_5(a, b, c);
   else matmul13_1(a.contiguous(), b.contiguous(), c);
   return c;
