@@ -113,6 +113,12 @@ def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, s
     ('asm("{\\n .reg .pred p;\\n bra DONE;\\n}" ::);', r"t\.cu:2: bra: the label 'DONE' is not in this asm"),
     ('asm("setmaxnreg.inc.sync.aligned.u32 250;");', r"t\.cu:2: setmaxnreg.*multiple of 8 from 24 to 256, got 250"),
     ('asm("cp.async.cg.shared.global [%0], [%1], 8;" :: "r"(0), "l"(o));', r"cp\.async\.cg copies 16 bytes, got cp-size 8"),
+    ('asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1;"'
+     ' : "+f"(f[0]), "+f"(f[1]), "+f"(f[2]), "+f"(f[3]) : "r"(1), "r"(2), "r"(3), "r"(4), "l"(o));',
+     r"t\.cu:2: wgmma.*e4m3\.e4m3 with A in registers is not run by the simulator"),
+    ('asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, 1, 1, 1;"'
+     ' : "+f"(f[0]), "+f"(f[1]), "+f"(f[2]), "+f"(f[3]) : "l"(o), "l"(o));',
+     r"no such shape for \.e4m3: \.m64n8k16 \(m64nNk32"),
 ])
 def test_an_instruction_or_form_outside_the_set_is_refused_naming_the_line(code, message):
     with pytest.raises(TranslateError, match=message):

@@ -780,14 +780,19 @@ def e_wgmma(ins: Instr, em: Emit) -> str:
     satf = m.take("satfinite") is not None
     m.done()
     want_k = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32, "s8": 32, "u8": 32}[at]
-    if at not in ("f16", "bf16") or bt != at:
-        em.fail(f"the simulator runs wgmma on .f16 and .bf16 inputs (A and B of one type); got .{at}.{bt}")
+    fp8 = at in ("e4m3", "e5m2")
+    if not ((at in ("f16", "bf16") and bt == at) or (fp8 and bt in ("e4m3", "e5m2"))):
+        em.fail(f"the simulator runs wgmma on .f16 and .bf16 inputs (A and B of one type) and on the 8-bit floats "
+                f".e4m3 and .e5m2; got .{at}.{bt}")
     if k != want_k or not (8 <= n <= 256 and n % 8 == 0):
-        em.fail(f"no such shape for .{at}: .{shape} (m64nNk16 with N a multiple of 8 from 8 to 256)")
+        em.fail(f"no such shape for .{at}: .{shape} (m64nNk{want_k} with N a multiple of 8 from 8 to 256)")
     if (at == "bf16" and dt != "f32") or satf:
         em.fail(f"no such wgmma form: .{dt}.{at}.{bt}{'.satfinite' if satf else ''}")
     a_regs = isinstance(ins.operands[1], Vec) if len(ins.operands) > 1 else False
-    nops(ins, em, 7 if a_regs else 8)
+    if fp8 and a_regs:
+        em.fail(f"wgmma .{at}.{bt} with A in registers is not run by the simulator: pass A by a matrix descriptor")
+    # the 8-bit forms have no transpose immediates (both operands are K-major)
+    nops(ins, em, 6 if fp8 else 7 if a_regs else 8)
     nd = n // 2 if dt == "f32" else n // 4
     d = em.vec(ins.operands[0], nd, "accumulator (D)")
     accs = []
@@ -804,7 +809,11 @@ def e_wgmma(ins: Instr, em: Emit) -> str:
         adesc = "0ull"
     else:
         a_expr = "{0u, 0u, 0u, 0u}"
-        adesc_op, bdesc, scale_d, sa, sb, ta, tb = ins.operands[1:8]
+        if fp8:
+            adesc_op, bdesc, scale_d, sa, sb = ins.operands[1:6]
+            ta = tb = Imm("0")
+        else:
+            adesc_op, bdesc, scale_d, sa, sb, ta, tb = ins.operands[1:8]
         adesc = f"{P}as<uint64_t>({em.val(adesc_op)})"
     imms = []
     for x, what, allowed in ((sa, "imm-scale-a", (1, -1)), (sb, "imm-scale-b", (1, -1)), (ta, "imm-trans-a", (0, 1)),
@@ -819,7 +828,8 @@ def e_wgmma(ins: Instr, em: Emit) -> str:
         em.imm(scale_d, "scale-d (a predicate or an immediate)")
         sd = f"({P}as<int32_t>({em.val(scale_d)}) != 0)"
     return (f"{{ {P}Acc cudasim_acc[{nd}] = {{{', '.join(accs)}}}; const uint32_t cudasim_ra[4] = {a_expr}; "
-            f"{P}wgmma_mma({em.site()}, {n}, {P}Ty::{dt}, {P}Ty::{at}, {'true' if a_regs else 'false'}, cudasim_acc, "
+            f"{P}wgmma_mma({em.site()}, {n}, {P}Ty::{dt}, {P}Ty::{at}, {P}Ty::{bt}, {'true' if a_regs else 'false'}, "
+            f"cudasim_acc, "
             f"cudasim_ra, {adesc}, {P}as<uint64_t>({em.val(bdesc)}), {sd}, {', '.join(imms)}); }}")
 
 

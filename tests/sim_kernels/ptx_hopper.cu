@@ -6,9 +6,10 @@
 // needs compute capability: 9.0 for TMA, wgmma and mbarrier transactions
 //
 //   op                 what it runs
-//   wgmma_raw          one warpgroup: wgmma.mma_async m64nNk16 on a shared-memory image, with A and B
-//                      from matrix descriptors (or A from registers), the scale and transpose
-//                      immediates and scale-d; the accumulators come in and go out as registers
+//   wgmma_raw          one warpgroup: wgmma.mma_async m64nNk16 (m64n64k32 on the 8-bit floats) on a
+//                      shared-memory image, with A and B from matrix descriptors (or A from registers),
+//                      the scale and transpose immediates and scale-d; the accumulators come in and go
+//                      out as registers
 //   tma_encode_status  cuTensorMapEncodeTiled's result for the given parameters
 //   tma_load_raw       cp.async.bulk.tensor.Nd (global to shared) with an mbarrier: the shared image
 //   tma_store_raw      cp.async.bulk.tensor.Nd (shared to global, bulk_group): the global tensor after
@@ -191,6 +192,55 @@ __device__ void wgmma_m64n64_f32_bf16_rs(float (&d)[32], const uint32_t (&a)[4],
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "r"(scale_d), "n"(SA), "n"(SB), "n"(TB));
 }
 
+// The 8-bit floats, K = 32 (both operands K-major: no transpose immediates): KIND 4 e4m3 x e4m3, 5 e5m2 x e5m2,
+// 6 e4m3 x e5m2.
+template <int KIND, int SA, int SB>
+__device__ void wgmma_m64n64_f32_fp8(float (&d)[32], uint64_t adesc, uint64_t bdesc, int scale_d) {
+  if constexpr (KIND == 4) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, %35, %36;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(adesc), "l"(bdesc), "r"(scale_d), "n"(SA), "n"(SB));
+  } else if constexpr (KIND == 5) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e5m2 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, %35, %36;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(adesc), "l"(bdesc), "r"(scale_d), "n"(SA), "n"(SB));
+  } else {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "setp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, %35, %36;\n"
+                 "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(adesc), "l"(bdesc), "r"(scale_d), "n"(SA), "n"(SB));
+  }
+}
+
 constexpr int kImageBytes = 32 * 1024;
 
 template <int N, int KIND, int SA, int SB, int TA, int TB>
@@ -227,6 +277,7 @@ __global__ void wgmma_raw_kernel(const uint32_t* image, uint64_t adesc_rel, uint
     if constexpr (KIND == 0 && N == 256) wgmma_m64n256_f32_bf16<SA, SB, TA, TB>(d, adesc, bdesc, scale_d);
     if constexpr (KIND == 1) wgmma_m64n64_f32_f16<SA, SB, TA, TB>(d, adesc, bdesc, scale_d);
     if constexpr (KIND == 3) wgmma_m64n64_f32_bf16_rs<SA, SB, TA, TB>(d, a, bdesc, scale_d);
+    if constexpr (KIND >= 4) wgmma_m64n64_f32_fp8<KIND, SA, SB>(d, adesc, bdesc, scale_d);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     for (int r = 0; r < ND; ++r) d_out[t * ND + r] = __float_as_uint(d[r]);
@@ -238,8 +289,9 @@ __global__ void wgmma_raw_kernel(const uint32_t* image, uint64_t adesc_rel, uint
 }
 
 // kind: 0 f32 += bf16 x bf16 (N = 8, 16, 64, 128, 256), 1 f32 += f16 x f16 (N = 64), 2 f16 += f16 x f16
-// (N = 64), 3 f32 += bf16 x bf16 with A from registers (N = 64). flags: bit 0 trans-a, bit 1 trans-b,
-// bit 2 scale-a -1, bit 3 scale-b -1.
+// (N = 64), 3 f32 += bf16 x bf16 with A from registers (N = 64), 4 f32 += e4m3 x e4m3, 5 f32 += e5m2 x e5m2,
+// 6 f32 += e4m3 x e5m2 (N = 64, K = 32, no transposes). flags: bit 0 trans-a, bit 1 trans-b, bit 2 scale-a -1,
+// bit 3 scale-b -1.
 template <int N, int KIND>
 void launch_wgmma(int flags, const uint32_t* image, uint64_t ad, uint64_t bd, const uint32_t* a, const uint32_t* c,
                   uint32_t* d, int scale_d) {
@@ -278,6 +330,7 @@ at::Tensor wgmma_raw(const at::Tensor& image, int64_t adesc, int64_t bdesc, cons
   auto* dd = reinterpret_cast<uint32_t*>(d.data_ptr<int>());
   const int f = static_cast<int>(flags), sd = static_cast<int>(scale_d);
   const uint64_t ad = static_cast<uint64_t>(adesc), bd = static_cast<uint64_t>(bdesc);
+  const bool fp8_flags = f == 0 || f == 4 || f == 8;  // the scales only: the 8-bit forms have no transposes
   if (kind == 0 && n == 8) launch_wgmma<8, 0>(f, im, ad, bd, ar, cc, dd, sd);
   else if (kind == 0 && n == 16) launch_wgmma<16, 0>(f, im, ad, bd, ar, cc, dd, sd);
   else if (kind == 0 && n == 64) launch_wgmma<64, 0>(f, im, ad, bd, ar, cc, dd, sd);
@@ -286,7 +339,11 @@ at::Tensor wgmma_raw(const at::Tensor& image, int64_t adesc, int64_t bdesc, cons
   else if (kind == 1 && n == 64) launch_wgmma<64, 1>(f, im, ad, bd, ar, cc, dd, sd);
   else if (kind == 2 && n == 64) launch_wgmma<64, 2>(f, im, ad, bd, ar, cc, dd, sd);
   else if (kind == 3 && n == 64) launch_wgmma<64, 3>(f, im, ad, bd, ar, cc, dd, sd);
-  else TORCH_CHECK(false, "no wgmma_raw variant for kind ", std::to_string(kind), " and n ", std::to_string(n));
+  else if (kind == 4 && n == 64 && fp8_flags) launch_wgmma<64, 4>(f, im, ad, bd, ar, cc, dd, sd);
+  else if (kind == 5 && n == 64 && fp8_flags) launch_wgmma<64, 5>(f, im, ad, bd, ar, cc, dd, sd);
+  else if (kind == 6 && n == 64 && fp8_flags) launch_wgmma<64, 6>(f, im, ad, bd, ar, cc, dd, sd);
+  else TORCH_CHECK(false, "no wgmma_raw variant for kind ", std::to_string(kind), ", n ", std::to_string(n),
+                   " and flags ", std::to_string(flags), " (the 8-bit kinds take flags 0, 4 or 8: no transposes)");
   CHECK_LAUNCH();
   return d;
 }

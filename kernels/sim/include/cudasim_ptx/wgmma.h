@@ -1,7 +1,7 @@
-// cudasim_ptx/wgmma.h: Hopper's warpgroup matrix multiply: wgmma.fence, wgmma.mma_async (m64nNk16,
-// f16 and bf16 inputs, f32 or f16 accumulators; A from registers or a shared-memory matrix
-// descriptor, B from a descriptor; the scale and transpose immediates), wgmma.commit_group and
-// wgmma.wait_group.
+// cudasim_ptx/wgmma.h: Hopper's warpgroup matrix multiply: wgmma.fence, wgmma.mma_async (m64nNk16 on
+// f16 and bf16 inputs, f32 or f16 accumulators, A from registers or a shared-memory matrix
+// descriptor, B from a descriptor, the scale and transpose immediates; m64nNk32 on the 8-bit floats
+// e4m3 and e5m2, A and B from K-major descriptors), wgmma.commit_group and wgmma.wait_group.
 //
 // Asynchronous, as on the GPU. At wgmma.mma_async the accumulator registers receive poison (a NaN)
 // and the operation waits in its warp's queue. A wgmma.wait_group that completes a group waits until
@@ -52,13 +52,15 @@ CUDASIM_INTERNAL inline Desc decode_desc(uint64_t d) {
   return x;
 }
 
-// The shared address of element (i along M or N, k along K) of a 16-bit operand: the canonical
-// layouts, then the swizzle of the address.
-CUDASIM_INTERNAL inline uint64_t desc_elem(const Desc& d, bool mn_major, int i, int k) {
+// The shared address of element (i along M or N, k along K) of an operand of `bytes` per element (2,
+// or 1 for the 8-bit floats, which are K-major only): the canonical layouts, then the swizzle of the
+// address. A core matrix is 8 rows of 16 bytes: 8 k of a 16-bit type, 16 k of an 8-bit one.
+CUDASIM_INTERNAL inline uint64_t desc_elem(const Desc& d, bool mn_major, int i, int k, int bytes = 2) {
   uint64_t off;
   if (!mn_major) {
-    off = d.layout == 0 ? (i % 8) * 16 + (i / 8) * d.sbo + (k / 8) * d.lbo + (k % 8) * 2
-                        : (i % 8) * d.width + (i / 8) * d.sbo + k * 2;
+    const int per_core = 16 / bytes;
+    off = d.layout == 0 ? (i % 8) * 16 + (i / 8) * d.sbo + (k / per_core) * d.lbo + (k % per_core) * bytes
+                        : (i % 8) * d.width + (i / 8) * d.sbo + k * bytes;
   } else if (d.layout == 0) {
     off = (i % 8) * 2 + (i / 8) * d.sbo + (k % 8) * 16 + (k / 8) * d.lbo;
   } else {
@@ -72,10 +74,13 @@ struct Range {
   uint64_t lo, hi;
 };
 
+// Bytes per element and the K of one instruction (16 for 16-bit inputs, 32 for 8-bit ones).
+CUDASIM_INTERNAL inline int elem_bytes(Ty t) { return t == Ty::e4m3 || t == Ty::e5m2 ? 1 : 2; }
+
 struct WgOp {
   Site site;
   int n = 0, nd = 0;
-  Ty dt = Ty::f32, at = Ty::bf16;
+  Ty dt = Ty::f32, at = Ty::bf16, bt = Ty::bf16;
   bool a_regs = false, scale_d = true;
   int sa = 1, sb = 1, ta = 0, tb = 0;
   uint64_t adesc = 0, bdesc = 0;
@@ -152,7 +157,7 @@ CUDASIM_INTERNAL inline void wgmma_fence(const Site& s) {
 struct WgJob : WarpJob {
   Site site;
   int n, nd;
-  Ty dt, at;
+  Ty dt, at, bt;
   bool a_regs, scale_d;
   int sa, sb, ta, tb;
   uint64_t adesc, bdesc;
@@ -160,21 +165,22 @@ struct WgJob : WarpJob {
   const uint32_t* a;
 };
 
-CUDASIM_INTERNAL inline void add_reads(const Site& s, WgOp& op, uint64_t desc, bool mn_major, int i0, int rows) {
+CUDASIM_INTERNAL inline void add_reads(const Site& s, WgOp& op, uint64_t desc, bool mn_major, int i0, int rows,
+                                      int bytes) {
   Desc d = decode_desc(desc);
   if (d.base) fail_at(s, "a matrix descriptor with a non-zero base offset (bits 49-51) is not simulated");
   uint64_t lo = ~0ull, hi = 0;
   for (int i = i0; i < i0 + rows; ++i)
-    for (int k = 0; k < 16; ++k) {
-      uint64_t a = desc_elem(d, mn_major, i, k);
-      if (a + 2 > kWindow || !shared_in_use(a, 2))
+    for (int k = 0; k < 32 / bytes; ++k) {
+      uint64_t a = desc_elem(d, mn_major, i, k, bytes);
+      if (a + bytes > kWindow || !shared_in_use(a, bytes))
         fail_at(s, "the matrix descriptor " + hex(desc) + " (start " + hex(d.start) + ", leading byte offset " +
                 std::to_string(d.lbo) + ", stride byte offset " + std::to_string(d.sbo) + ", layout " +
                 std::to_string(d.layout) + ") reaches shared address " + hex(a) + " for element (" +
                 std::to_string(i) + ", k=" + std::to_string(k) + "), outside the block's shared memory: " +
                 shared_layout());
       lo = std::min(lo, a);
-      hi = std::max(hi, a + 2);
+      hi = std::max(hi, a + bytes);
     }
   op.reads.push_back(Range{lo, hi});
 }
@@ -207,6 +213,7 @@ CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
   op.nd = j0->nd;
   op.dt = j0->dt;
   op.at = j0->at;
+  op.bt = j0->bt;
   op.a_regs = j0->a_regs;
   op.scale_d = j0->scale_d;
   op.sa = j0->sa;
@@ -218,8 +225,8 @@ CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
   op.accs.resize(static_cast<size_t>(32 * op.nd));
   op.start.resize(op.accs.size());
   int wq = warp % 4;
-  if (!op.a_regs) add_reads(s, op, op.adesc, op.ta != 0, 16 * wq, 16);
-  add_reads(s, op, op.bdesc, op.tb != 0, 0, op.n);
+  if (!op.a_regs) add_reads(s, op, op.adesc, op.ta != 0, 16 * wq, 16, elem_bytes(op.at));
+  add_reads(s, op, op.bdesc, op.tb != 0, 0, op.n, elem_bytes(op.bt));
   for (int l = 0; l < 32; ++l) {
     auto* j = static_cast<WgJob*>(lanes[l]);
     std::memcpy(op.a[l], j->a, sizeof op.a[l]);
@@ -233,8 +240,9 @@ CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
   w.ops.push_back(std::move(op));
 }
 
-CUDASIM_INTERNAL inline void wgmma_mma(const Site& s, int n, Ty dt, Ty at, bool a_regs, Acc* accs, const uint32_t* a,
-                                       uint64_t adesc, uint64_t bdesc, bool scale_d, int sa, int sb, int ta, int tb) {
+CUDASIM_INTERNAL inline void wgmma_mma(const Site& s, int n, Ty dt, Ty at, Ty bt, bool a_regs, Acc* accs,
+                                       const uint32_t* a, uint64_t adesc, uint64_t bdesc, bool scale_d, int sa, int sb,
+                                       int ta, int tb) {
   SimScope scope;
   if (sa != 1 && sa != -1) fail_at(s, "imm-scale-a must be 1 or -1");
   if (sb != 1 && sb != -1) fail_at(s, "imm-scale-b must be 1 or -1");
@@ -247,6 +255,7 @@ CUDASIM_INTERNAL inline void wgmma_mma(const Site& s, int n, Ty dt, Ty at, bool 
   job.nd = dt == Ty::f32 ? n / 2 : n / 4;
   job.dt = dt;
   job.at = at;
+  job.bt = bt;
   job.a_regs = a_regs;
   job.scale_d = scale_d;
   job.sa = sa;
@@ -283,7 +292,9 @@ CUDASIM_INTERNAL inline void wgmma_commit(const Site& s) {
   warp_collective(job, s.file, s.line);
 }
 
-CUDASIM_INTERNAL inline float elem16(Ty t, const unsigned char* p) {
+// An input element as the tensor core reads it: bf16, f16, or an 8-bit float.
+CUDASIM_INTERNAL inline float elem_value(Ty t, const unsigned char* p) {
+  if (t == Ty::e4m3 || t == Ty::e5m2) return fp8_value(*p, t == Ty::e4m3);
   uint16_t v;
   std::memcpy(&v, p, 2);
   return t == Ty::bf16 ? bf16_bits_to_float(v) : half_bits_to_float(v);
@@ -294,26 +305,29 @@ CUDASIM_INTERNAL inline WgValue* value_of(WgWarp& w, void* home) {
   return it == w.values.end() ? nullptr : &it->second;
 }
 
-// Run one operation for its warp: D (16 rows of this warp x N) = A x B + (scale-d ? D : 0).
+// Run one operation for its warp: D (16 rows of this warp x N) = A x B + (scale-d ? D : 0), with K 16 (16-bit
+// inputs) or 32 (8-bit).
 CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
-  const int n = op.n, wq = warp % 4;
-  std::vector<float> a(16 * 16), b(static_cast<size_t>(16 * n)), d(static_cast<size_t>(16 * n));
+  const int n = op.n, wq = warp % 4, ka = elem_bytes(op.at), kb = elem_bytes(op.bt), K = 32 / ka;
+  std::vector<float> a(static_cast<size_t>(16 * K)), b(static_cast<size_t>(K * n)), d(static_cast<size_t>(16 * n));
   if (op.a_regs) {
     for (int l = 0; l < 32; ++l)
       for (int r = 0; r < 4; ++r)
         for (int e = 0; e < 2; ++e) {
           RC x = a_elem<16, Ty::bf16>(l, r, e);
-          a[static_cast<size_t>(x.r * 16 + x.c)] =
+          a[static_cast<size_t>(x.r * K + x.c)] =
               op.at == Ty::bf16 ? operand_part<Ty::bf16>(op.a[l][r], e) : operand_part<Ty::f16>(op.a[l][r], e);
         }
   } else {
     Desc da = decode_desc(op.adesc);
     for (int m = 0; m < 16; ++m)
-      for (int k = 0; k < 16; ++k) a[static_cast<size_t>(m * 16 + k)] = elem16(op.at, arena + desc_elem(da, op.ta, 16 * wq + m, k));
+      for (int k = 0; k < K; ++k)
+        a[static_cast<size_t>(m * K + k)] = elem_value(op.at, arena + desc_elem(da, op.ta, 16 * wq + m, k, ka));
   }
   Desc db = decode_desc(op.bdesc);
-  for (int k = 0; k < 16; ++k)
-    for (int c = 0; c < n; ++c) b[static_cast<size_t>(k * n + c)] = elem16(op.at, arena + desc_elem(db, op.tb, c, k));
+  for (int k = 0; k < K; ++k)
+    for (int c = 0; c < n; ++c)
+      b[static_cast<size_t>(k * n + c)] = elem_value(op.bt, arena + desc_elem(db, op.tb, c, k, kb));
   for (const Range& r : op.reads) note_read(arena + r.lo, r.hi - r.lo, op.site.file, op.site.line);
   // gather D (16 x n) from the lanes: f32 register r of lane l is (row gid + 8 * ((r >> 1) & 1),
   // column 8 * (r >> 2) + 2 * tig + (r & 1)); an f16 register holds two such elements
@@ -335,8 +349,8 @@ CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
     }
   const float sab = static_cast<float>(op.sa * op.sb);
   for (int m = 0; m < 16; ++m)
-    for (int k = 0; k < 16; ++k) {
-      const float av = a[static_cast<size_t>(m * 16 + k)] * sab;
+    for (int k = 0; k < K; ++k) {
+      const float av = a[static_cast<size_t>(m * K + k)] * sab;
       float* drow = &d[static_cast<size_t>(m * n)];
       const float* brow = &b[static_cast<size_t>(k * n)];
       for (int c = 0; c < n; ++c) drow[c] += av * brow[c];
