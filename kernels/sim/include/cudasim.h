@@ -467,6 +467,18 @@ CUDASIM_RT std::string where() {
 
 [[noreturn]] CUDASIM_RT void fail(const std::string& what) { throw std::runtime_error("cudasim: " + what + where()); }
 
+// The mbarrier trace (cudasim_trace.h; kernels.barrier_trace): off unless Python asks for it. `blocks`: how many
+// blocks of each launch to record (0: none); `block`: whether the running block is recorded; `step`: its clock,
+// the rounds of its run queue so far (run_block). The scheduler and the mbarrier functions test `block` only.
+struct Tracing {
+  unsigned blocks = 0;
+  bool block = false;
+  long long step = 0;
+};
+inline Tracing tracing;
+}  // namespace cudasim
+#include "cudasim_trace.h"
+namespace cudasim {
 
 // The instrumented build's events (cudasim_instrument.h): what the hooks need to know besides the
 // learner's loads and stores. Nothing in a plain build.
@@ -536,6 +548,7 @@ CUDASIM_RT void to_scheduler() {
   g.warp_done[t->linear / 32] |= 1u << (t->linear & 31);
   g.idle_yields = 0;
   g.progress += 1;
+  if (tracing.block) trace::thread_done();
   to_scheduler();
   __builtin_trap();  // a finished fiber is never resumed
 }
@@ -1428,8 +1441,14 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   }
   queue_in_order(all);
   CUDASIM_EVENT(block_begin());
+  if (tracing.blocks) trace::block_begin();
+  size_t round_end = 0;  // the trace's clock: where the run queue's current round ends
   for (;;) {
     while (g.runq_head < g.runq.size()) {
+      if (tracing.block && g.runq_head >= round_end) {  // a round: the threads queued when it began, one turn each
+        round_end = g.runq.size();
+        tracing.step += 1;
+      }
       int id = g.runq[g.runq_head++];
       Thread& t = g.threads[id];
       if (t.state != State::Ready) continue;
@@ -1445,6 +1464,7 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
     }
     g.runq.clear();
     g.runq_head = 0;
+    round_end = 0;
     if (complete_pending_warps()) continue;
     bool done = true;
     for (auto& t : g.threads) done &= t.state == State::Done;
@@ -1453,6 +1473,7 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
     if (g.runq.empty()) fail("deadlock: no thread can run");
   }
   CUDASIM_EVENT(block_end());
+  if (tracing.block) trace::block_end();
   for (size_t i = 0; i < kCanary; ++i)
     if (g.smem[g.dyn_bytes + i] != kPoison) {
       char buf[200];
@@ -1533,6 +1554,7 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
   install_fault_guard();
   try {
     CUDASIM_EVENT(launch_begin());
+    if (tracing.blocks) trace::launch();
     for (unsigned long long b = 0; b < nblocks; ++b) {
       unsigned long long lin = g.shuffle_blocks ? blocks[b] : b;
       run_block(static_cast<unsigned>(lin % gr.x), static_cast<unsigned>((lin / gr.x) % gr.y),

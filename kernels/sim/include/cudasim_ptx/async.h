@@ -12,6 +12,9 @@
 // so a kernel that reads a tile before its barrier says so computes with NaN. Sources are read
 // when the copy is issued. Bulk stores to global memory are pending until their thread's
 // cp.async.bulk.wait_group{.read} (see "Bulk stores" below).
+//
+// While a block is traced (cudasim_trace.h, kernels.barrier_trace), every mbarrier operation is reported there too:
+// init, arrive, expect_tx, each poll of a wait, a copy issued and landed, a phase completed.
 #pragma once
 #include "mma.h"
 #include "tensormap.h"
@@ -175,6 +178,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
     for (auto& d : b.inflight)
       if (d.dst) {
         land(s, d);
+        if (tracing.block) trace::on_land(b.off, static_cast<long long>(b.phase), d.bytes);
         b.tx -= d.bytes;
         b.delivered += d.bytes;
         b.copy = d.site;
@@ -188,6 +192,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
               (b.expect.file ? " at " + at_line(b.expect) : std::string()) +
               ": the transaction count went below zero (" + describe(b) + ")");
     if (b.tx == 0) {
+      if (tracing.block) trace::on_complete(b.off, static_cast<long long>(b.phase));
       b.phase += 1;
       b.pending = b.count;
       b.expected = b.delivered = 0;
@@ -224,6 +229,7 @@ CUDASIM_INTERNAL inline void mbar_init(const Site& s, Space sp, Addr a, uint32_t
   b->count = b->pending = count;
   b->init = s;
   stamp(*b);
+  if (tracing.block) trace::on_init(off, count, s.file, s.line, s.stmt_line);
   note_write(p, 8, s.file, s.line);
   moved_on();
 }
@@ -257,6 +263,7 @@ CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, ui
     fail_at(s, "an arrival of " + std::to_string(count) + " on an mbarrier that expects only " +
             std::to_string(b.pending) + " more in this phase (" + describe(b) + ")");
   if (tx) add_tx(s, b, tx);
+  if (tracing.block) trace::on_arrive(b.off, static_cast<long long>(b.phase), count, tx, s.file, s.line, s.stmt_line);
   uint64_t token = kTokenTag | (b.phase & 0xFFFFFFFFFFFFull);
   ordering_point(b);
   b.pending -= count;
@@ -274,6 +281,7 @@ CUDASIM_INTERNAL inline void mbar_expect_tx(const Site& s, Space sp, Addr a, uin
   MBarrier& b = find_barrier(s, sp, a);
   ordering_point(b);
   add_tx(s, b, tx);
+  if (tracing.block) trace::on_expect_tx(b.off, static_cast<long long>(b.phase), tx, s.file, s.line, s.stmt_line);
   stamp(b);
 }
 CUDASIM_INTERNAL inline void mbar_complete_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
@@ -340,6 +348,11 @@ CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool par
   }
   Thread& self = me(s);
   PollState& ps = polls.at(static_cast<size_t>(self.linear));
+  if (tracing.block) {  // the phase waited for: a parity wait's is the current phase, or if done the one before it
+    const long long phase = parity ? static_cast<long long>(b.phase) - done
+                                   : static_cast<long long>(value & 0xFFFFFFFFFFFFull);
+    trace::on_wait(b.off, phase, parity, done, s.file, s.line, s.stmt_line);
+  }
   if (done) {
     ps.idle = 0;
     ps.waiting = false;
@@ -474,6 +487,7 @@ CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned cha
   uint32_t n = static_cast<uint32_t>(data.size());
   check_async_readers(s, dst, n, "this copy");
   std::memset(dst, kPoison, n);  // not there until the barrier's phase completes
+  if (tracing.block) trace::on_copy(b.off, static_cast<long long>(b.phase), tx ? tx : n, s.file, s.line, s.stmt_line);
   b.inflight.push_back(Delivery{dst, std::move(data), tx ? tx : n, 0, s, false});
   stamp(b);
   moved_on();
