@@ -17,7 +17,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import torch
 
@@ -105,16 +105,22 @@ def compile_static(fn: Callable, **options) -> Callable:
     return torch.compile(wrapper, dynamic=False, **options)
 
 
+# The note of a row that times another route beside the lesson's kernels (bench's `routes`).
+OTHER_ROUTE = "another route than the lesson's kernels"
+
+
 def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | None = None,
           flops: int | None = None, torch_fn: Callable | None = None, args: tuple = (),
           compile: bool = True, copy_gbps: float | None = None, check: Callable[[], bool] | None = None,
           csv_path: str | os.PathLike | None = None, plot_path: str | os.PathLike | None = None,
-          show: bool = True, backend: str | None = None) -> list[Row]:
+          show: bool = True, backend: str | None = None, routes: Collection[str] = ()) -> list[Row]:
     """Time each variant, eager `torch_fn(*args)` and torch.compile of it; print a table, plot, write CSV.
 
     bytes: the fewest bytes one call must move (each input read once, each output written once).
     flops: the floating-point operations of one call (for compute-bound kernels).
     check: run after timing (a second correctness check); a False result marks the rows.
+    routes: the variants that are another route set beside the lesson's kernels (a library, another language):
+    their rows' note says so (OTHER_ROUTE), and the README's table does not count them as the lesson's kernels.
     """
     if _backend.resolve(backend) != "cuda":
         print(NO_GPU)
@@ -134,11 +140,11 @@ def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | 
     for label, ms in timed.items():
         gbps = bytes / ms / 1e6 if bytes else None
         tflops = flops / ms / 1e9 if flops else None
-        note = ""
+        note = OTHER_ROUTE if label in routes else ""
         # Reads alone can run a few percent faster than a copy (which also writes), so only a
         # figure well above it is flagged.
         if gbps and gbps > 1.10 * copy:
-            note = "10% ABOVE COPY BANDWIDTH: the byte count or the timing is wrong"
+            note = (note + "; " if note else "") + "10% ABOVE COPY BANDWIDTH: the byte count or the timing is wrong"
         if not ok:
             note = (note + "; " if note else "") + "FAILED the check after timing"
         rows.append(Row(name, label, ms, gbps, tflops, gbps / copy if gbps else None,

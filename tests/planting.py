@@ -180,6 +180,8 @@ CHECKED_IN_NOTEBOOKS.update({
     **{f"{_T13}linear13_fuses_the_bias_and_the_activation[{act}]":
        (_L13, "l13-25a", "check_linear13(ext.linear13, act, quiet=True)", passed(f"linear13 {act}"))
        for act in lesson13.ACTIVATIONS},
+    f"{_T13}scaled_mm13_multiplies_e4m3_operands_with_their_scales_into_bf16":
+        (_L13, "l13-25d", "check_scaled_mm13(ext.scaled_mm13, quiet=True)", passed("scaled_mm13")),
 })
 checked_in_notebook = pytest.mark.toolkit  # the mark of the tests above (see CHECKED_IN_NOTEBOOKS)
 

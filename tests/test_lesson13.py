@@ -12,7 +12,7 @@ from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons import lesson13
 from kernels.lessons.lesson09 import SHAPES as ANY_SHAPES
 from kernels.lessons.lesson09 import check_refusals, matmul_ref
-from kernels.lessons.lesson13 import check_linear13, check_matmul13, column_major, in_layout
+from kernels.lessons.lesson13 import check_linear13, check_matmul13, check_scaled_mm13, column_major, in_layout
 from kernels.sim import knobs
 from planting import checked_in_notebook, plant, self_check, toolkit_beyond
 
@@ -178,12 +178,45 @@ def test_linear13_without_a_bias_and_its_bad_inputs(ext, backend, dev):
             ext.linear13(*args)
 
 
+@checked_in_notebook
+def test_scaled_mm13_multiplies_e4m3_operands_with_their_scales_into_bf16(ext, backend):
+    if not _runs_here(backend, "matmul13_5"):
+        pytest.skip("scaled_mm13 needs an H100")
+    check_scaled_mm13(ext.scaled_mm13, quiet=True, raise_on_fail=True)
+
+
+def test_scaled_mm13_gives_what_torch_scaled_mm_gives_and_refuses_what_it_cannot_take(ext, backend, dev):
+    if not _runs_here(backend, "matmul13_5"):
+        pytest.skip("scaled_mm13 needs an H100")
+    fp8 = torch.float8_e4m3fn
+    a, w = torch.randn(200, 144, device=dev).to(fp8), torch.randn(160, 144, device=dev).to(fp8)
+    sa, sb = torch.tensor(0.75 / 12, device=dev), torch.tensor(1.5, device=dev)  # sums of 144 products, about 12
+    got = ext.scaled_mm13(a, w.t(), sa, sb)
+    assert got.dtype == torch.bfloat16 and got.shape == (200, 160)
+    if backend == "cuda":  # PyTorch's own (cuBLASLt's) fp8 product, where it runs (N and K multiples of 16 there)
+        for fast in (False, True):  # sums in fp32 along K, or in the tensor cores' accumulators as scaled_mm13's
+            torch.testing.assert_close(got, torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                             use_fast_accum=fast), rtol=1.6e-2, atol=1e-2)
+    for args, said in [((a.float(), w.t(), sa, sb), "a must be float8_e4m3fn, got Float"),
+                       ((a, w.t().contiguous(), sa, sb), "b must be column-major"),
+                       ((a, w.t(), sa.double(), sb), "scale_a must be a float32 tensor of one value"),
+                       ((a, w.t(), sa, torch.ones(2, device=dev)), "scale_b must be a float32 tensor of one value"),
+                       ((a[:, :128], w[:, :128].t(), sa, sb), "a must be contiguous"),
+                       ((a[:, :136].contiguous(), w[:, :136].contiguous().t(), sa, sb),
+                        "K must be a multiple of 16 .* got K = 136, N = 160"),
+                       ((a, w[:132].t(), sa, sb), "got K = 144, N = 132"),
+                       ((a, w[:, :128].t(), sa, sb), r"a's columns must equal b's rows")]:
+        with pytest.raises(RuntimeError, match=said):
+            ext.scaled_mm13(*args)
+
+
 # Bugs in the reference file's new parts, each planted in a copy built for the simulator (on every backend): the
 # checks above must fail on them.
 REFERENCE = ROOT / "kernels" / "reference" / "13_hopper_matmul.cu"
 PLANTED_REFERENCE = {
     # B column-major read with the row-major B's transpose immediate: the tile is taken as [k][n] rows, not [n][k]
-    "b_transpose_immediate": ("wgmma_m64n256<T, a_mn ? 1 : 0, b_k ? 0 : 1>", "wgmma_m64n256<T, a_mn ? 1 : 0, 1>",
+    # (in bf16 and fp16; e4m3 has no transpose)
+    "b_transpose_immediate": ("wgmma_m64n256<T, a_mn ? 1 : 0, b_k ? 0 : 1>", "wgmma_m64n256<T, a_mn ? 1 : 0, b_k && sizeof(T) == 1 ? 0 : 1>",
                               lambda ext: check_matmul13(in_layout(ext.matmul13_5, False, True), ((128, 256, 64),),
                                                          dtypes=(torch.bfloat16,), backend="sim", quiet=True)),
     # the even column of each pair given its odd neighbour's bias
@@ -192,14 +225,23 @@ PLANTED_REFERENCE = {
                                 lambda ext: check_linear13(ext.linear13, "none", ((128, 256, 64),),
                                                            dtypes=(torch.bfloat16,), backend="sim",
                                                            quiet=True)),
+    # the fp8 product scaled by scale_a alone
+    "one_scale": ("scale = *scale_a * *scale_b;", "scale = *scale_a;",
+                  lambda ext: check_scaled_mm13(ext.scaled_mm13, ((128, 256, 128),), backend="sim", quiet=True)),
+    # a stage of e4m3 taken as 64 values deep, as bf16's is: TMA boxes of 64 bytes a row, which bring fewer bytes than
+    # the stage's expect_tx announces (the simulator stops at the wait that can never end)
+    "fp8_stage_depth": ("constexpr int kStageK = HBK * 2 / static_cast<int>(sizeof(T));", "constexpr int kStageK = HBK;",
+                        lambda ext: check_scaled_mm13(ext.scaled_mm13, ((72, 264, 656),), backend="sim", quiet=True),
+                        "announced 49152 bytes this phase, copies delivered 24576"),
 }
 
 
 @pytest.mark.parametrize("bug", toolkit_beyond(PLANTED_REFERENCE, keep=("b_transpose_immediate",)))
 def test_the_checks_of_layouts_and_the_epilogue_fail_on_a_planted_bug(bug):
-    old, new, run = PLANTED_REFERENCE[bug]
+    old, new, run, *problem = PLANTED_REFERENCE[bug]
     report = run(load(plant(REFERENCE, old, new, f"lesson13_reference_{bug}.cu"), "sim", quiet=True))
-    assert not report.passed and any("elements differ" in c.problem for c in report.cases if not c.passed), str(report)
+    said = problem[0] if problem else "elements differ"
+    assert not report.passed and any(said in c.problem + c.detail for c in report.cases if not c.passed), str(report)
 
 
 @pytest.mark.parametrize("name", HOPPER)
@@ -244,6 +286,9 @@ def test_a_gpu_without_the_instructions_is_refused_naming_what_it_lacks(backend,
             torch.testing.assert_close(ext.matmul13(a, b), matmul_ref(a, b), rtol=1.6e-2, atol=1e-2)
         with pytest.raises(RuntimeError, match=rf"`linear13` needs compute capability 9.0 .*this GPU has {shown}"):
             ext.linear13(a, b)  # matmul13_5's kernel only
+        a8, one = a.to(torch.float8_e4m3fn), torch.tensor(1.0)
+        with pytest.raises(RuntimeError, match=rf"`scaled_mm13` needs compute capability 9.0 .*this GPU has {shown}"):
+            ext.scaled_mm13(a8, a8.t(), one, one)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,3 +338,44 @@ def test_the_self_check_catches_a_planted_bug_with_its_diagnosis_and_the_hint_th
     assert not report.passed
     assert any(said in f"{c.problem}\n{c.detail}" for c in report.cases if not c.passed), str(report)
     assert fitting_hint(find("13", "ws_matmul")[0], report) == first_hint
+
+
+def test_the_benchmarks_cutlass_row_says_how_to_get_cutlass_when_its_headers_are_missing(monkeypatch, tmp_path):
+    from kernels.benchmarks import lesson13 as bench13
+
+    monkeypatch.setattr(bench13.importlib.util, "find_spec", lambda name: None)
+    folders, why = bench13.cutlass_headers()
+    assert folders == [] and "pip install nvidia-cutlass" in why
+    # a package without the headers (another distribution of the name) is not taken either
+    spec = type("Spec", (), {"submodule_search_locations": [str(tmp_path)]})()
+    monkeypatch.setattr(bench13.importlib.util, "find_spec", lambda name: spec)
+    assert bench13.cutlass_headers()[0] == []
+    for sub in ("include/cutlass", "tools/util/include/cutlass"):
+        (tmp_path / "source" / sub).mkdir(parents=True)
+    folders, why = bench13.cutlass_headers()
+    assert why == "" and folders == [tmp_path / "source" / "include", tmp_path / "source" / "tools/util/include"]
+
+
+def test_the_benchmarks_cutlass_route_matches_torch_and_refuses_what_it_cannot_run(backend):
+    """kernels/benchmarks/cutlass13.cu, the benchmark's CUTLASS row: an H100 with CUTLASS's headers only."""
+    from kernels.benchmarks import lesson13 as bench13
+
+    if backend != "cuda" or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("CUTLASS's kernel is built for sm_90a, which only a 9.0 GPU runs")
+    if bench13.cutlass_headers()[1]:
+        pytest.skip(bench13.cutlass_headers()[1])
+    cutlass13 = bench13.others()[bench13.CUTLASS]
+    for (m, n, k), dtype in [((256, 256, 256), torch.bfloat16), ((1000, 520, 264), torch.bfloat16),
+                             ((130, 8, 72), torch.float16)]:
+        a, b = torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(k, n, device="cuda", dtype=dtype)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+        cutlass13(a, b, c)
+        want = a.double() @ b.double()
+        assert ((c.double() - want).norm() / want.norm()).item() < bench13.RTOL[dtype], (m, n, k, dtype)
+    a, b = torch.randn(64, 60, device="cuda").bfloat16(), torch.randn(60, 64, device="cuda").bfloat16()
+    with pytest.raises(RuntimeError, match="K and N must be multiples of 8"):
+        cutlass13(a, b, torch.empty(64, 64, device="cuda").bfloat16())
+    with pytest.raises(RuntimeError, match="must be contiguous"):
+        cutlass13(a[:, :56], b[:56], torch.empty(64, 64, device="cuda").bfloat16())
+    with pytest.raises(RuntimeError, match="bfloat16 or float16"):
+        cutlass13(a.float()[:, :56].contiguous(), b.float()[:56], torch.empty(64, 64, device="cuda"))

@@ -256,6 +256,18 @@ def test_readme_results_table_is_generated_between_markers(tmp_path):
     assert "Measured by `make bench` on H100," in text
 
 
+def test_the_results_table_does_not_count_another_route_as_the_lessons_kernel(tmp_path):
+    from kernels.bench import OTHER_ROUTE
+    from kernels.benchmarks import results_table
+
+    (tmp_path / "lesson13.csv").write_text(
+        BENCH_HEADER + "mm,eager,0.2,,700,,1.0,1.0,,3000,H100\n"
+                       "mm,matmul13_5,0.21,,660,,0.95,0.95,,3000,H100\n"
+                       f"mm,Triton (lesson 11),0.19,,720,,1.05,1.05,{OTHER_ROUTE},3000,H100\n")
+    table = results_table(tmp_path)
+    assert "| matmul13_5 | 660.0 TFLOP/s |" in table and "Triton" not in table
+
+
 def test_the_results_table_names_every_gpu_its_csvs_come_from(tmp_path):
     from kernels.benchmarks import results_table
 

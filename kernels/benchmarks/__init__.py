@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from ..backend import gpu_available
+from ..bench import OTHER_ROUTE
 from ..paths import BUILD, RECORDED, ROOT
 from ..tables import markdown_table, text_table
 
@@ -67,7 +68,8 @@ def results_table(out_dir: Path = OUT) -> str:
              "`build/bench/lessonNN.csv` and the plots next to it.", ""]
     for (lesson, name), rows in groups.items():
         by = {r["variant"]: r for r in rows}
-        kernels = [r for r in rows if not r["variant"].startswith(("eager", "torch"))]
+        kernels = [r for r in rows if not r["variant"].startswith(("eager", "torch"))
+                   and OTHER_ROUTE not in r.get("note", "")]
         if not kernels:
             continue
         best = min(kernels, key=lambda r: float(r["ms"]))

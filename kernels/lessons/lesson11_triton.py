@@ -159,7 +159,7 @@ def _matmul_configs() -> list:
 
     if interpreting():
         return [triton.Config({"BM": 32, "BN": 16, "BK": 32, "GROUP_SIZE_M": 3}, num_warps=1, num_stages=1)]
-    shapes = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (128, 128, 32, 4, 4),
+    shapes = [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (128, 128, 32, 4, 4),
               (64, 128, 64, 4, 4), (128, 64, 32, 4, 4)]  # a config whose tiles overflow shared memory is skipped
     return [triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP_SIZE_M": GROUP_SIZE_M}, num_stages=st, num_warps=w)
             for bm, bn, bk, st, w in shapes]

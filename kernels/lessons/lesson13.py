@@ -6,7 +6,8 @@ Shapes are (M, N, K) for A: [M, K] and B: [K, N]. The reference multiplies in fl
 inputs' dtype; the kernels accumulate in fp32 and round once, so bf16 and fp16 outputs differ from it by about one
 unit in the last place. The TMA variants read rows of 16-byte multiples: K and N multiples of 8 (M too for a
 column-major A). matmul13_5 takes either operand column-major (the transpose of a contiguous tensor, such as
-w.t()); linear13 is nn.Linear's product with the bias and an activation fused into matmul13_5's epilogue.
+w.t()); linear13 is nn.Linear's product with the bias and an activation fused into matmul13_5's epilogue;
+scaled_mm13 is torch._scaled_mm's fp8 product (e4m3 in, per-tensor scales, bf16 out) on the same kernel.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from ..check import Diagnosis, Report, check, random_tensor
+from ..check import TOLERANCE, Diagnosis, Report, check, random_tensor
 from . import Exercise, Hint, Needs, Variant
 from .lesson09 import MATMUL_TOLERANCE
 from .lesson09 import SHAPES as ANY_SHAPES
@@ -99,6 +100,44 @@ def check_linear13(fn: Callable, act: str, shapes: Iterable = LAYOUT_SHAPES, *,
 
 
 # ---------------------------------------------------------------------------------------------
+# fp8 (scaled_mm13): torch._scaled_mm's product of e4m3 operands with per-tensor scales, in bf16.
+
+FP8 = torch.float8_e4m3fn
+# (M, N, K), K a multiple of 16 (rows of 16 bytes of e4m3) and N of 8: one whole 128 x 256 tile, one 128-deep step;
+# edges in M and N and a second step 16 deep; six steps, the ring's second phase; a tiny product; K = 0; an empty C.
+FP8_SHAPES = ((128, 256, 128), (200, 136, 144), (72, 264, 656), (8, 8, 16), (8, 16, 0), (0, 8, 16))
+# The product of two e4m3 values is exact in fp32. The H100's tensor cores add the 32 products of one fp8 wgmma with
+# fewer bits than fp32 (tests/ptx_cases.py records it: about 3e-3 off sums of 10), and scaled_mm13 accumulates in the
+# wgmma's registers all along K, as torch._scaled_mm(use_fast_accum=True) does; the scales below bring the products'
+# sums to about 1, where that is well inside bf16's tolerance, which the output's rounding needs anyway.
+FP8_TOLERANCE = {FP8: TOLERANCE[torch.bfloat16]}
+
+
+def fp8_operands(size: tuple[int, int, int], dtype: torch.dtype, device) -> list[torch.Tensor]:
+    """a: [M, K] and w: [N, K] in e4m3 (standard normal values, rounded); scale_a in [0.25, 0.5) / sqrt(K) and scale_b
+    in [2, 4): float32 scalars, each far enough from 1 that a kernel which leaves one out fails, and together bringing
+    the sums of K products (about sqrt(K) in size) to about 1, as scales do in a model."""
+    m, n, k = size
+    scales = [(torch.rand((), device=device) * span + low).float() for low, span in ((0.25, 0.25), (2.0, 2.0))]
+    scales[0] /= max(k, 1) ** 0.5
+    return [random_tensor((m, k), dtype, device), random_tensor((n, k), dtype, device), *scales]
+
+
+def scaled_mm_ref(a: torch.Tensor, w: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
+    """(a @ w.T) * scale_a * scale_b in float64, rounded once to bf16: torch._scaled_mm(a, w.t(), ...)'s answer."""
+    return (a.double() @ w.double().t() * scale_a.double() * scale_b.double()).to(torch.bfloat16)
+
+
+def check_scaled_mm13(fn: Callable, shapes: Iterable = FP8_SHAPES, *, backend: str | None = None, quiet: bool = False,
+                      raise_on_fail: bool = False) -> Report:
+    """check() of fn(a, b, scale_a, scale_b) (scaled_mm13, or torch._scaled_mm with out_dtype=torch.bfloat16) on (M,
+    N, K) shapes, b = w.t() column-major as both require, against the float64 product."""
+    return check(lambda a, w, sa, sb: fn(a, w.t(), sa, sb), scaled_mm_ref, fp8_operands, sizes=list(shapes),
+                 dtypes=(FP8,), tolerance=FP8_TOLERANCE, name="scaled_mm13", backend=backend, quiet=quiet,
+                 raise_on_fail=raise_on_fail, orders=ONE_ORDER, races=False)
+
+
+# ---------------------------------------------------------------------------------------------
 # The exercise: ws_matmul.cu, the mbarrier protocol and the descriptors of a warp-specialised bf16 matmul.
 
 # Whole tiles; edges of every tile and six 64-deep steps, so that each of the 2 stages is used three times (phases
@@ -160,5 +199,5 @@ VARIANTS = [
     *(Variant(f"matmul13_{k}", _matmul_args, HALF_DTYPES, needs=HOPPER) for k in range(2, 6)),
 ]
 # The functional form takes matmul13_5 on an H100 and matmul13_1 elsewhere: it needs what matmul13_1 needs.
-# linear13 runs matmul13_5's kernel only.
-OP_NEEDS = {"matmul13": MMA_SYNC, "linear13": HOPPER}
+# linear13 and scaled_mm13 run matmul13_5's kernel only.
+OP_NEEDS = {"matmul13": MMA_SYNC, "linear13": HOPPER, "scaled_mm13": HOPPER}

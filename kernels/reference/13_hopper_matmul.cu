@@ -21,6 +21,8 @@
 //               16-byte multiples), else matmul13_1
 //   linear13    act(x @ w.T + bias), nn.Linear's layout, with the bias and a ReLU or GELU applied in matmul13_5's
 //               epilogue (H100 only)
+//   scaled_mm13 torch._scaled_mm's fp8 product: e4m3 A (row-major) and B (column-major), per-tensor scales, bf16 out;
+//               matmul13_5's kernel with e4m3 wgmma (H100 only)
 //
 // Conventions: A is [M, K], B is [K, N], C is [M, N], row-major and contiguous (matmul13_5 also takes A and B
 // column-major), one dtype (bfloat16 or float16);
@@ -43,6 +45,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -279,11 +282,28 @@ constexpr int B_STAGE_BYTES = HBN * HBK * 2;  // 32 KB
 constexpr int ROW_MAJOR = 0, A_COLUMN_MAJOR = 1, B_COLUMN_MAJOR = 2;
 
 // What the TMA-store epilogue does to each fp32 value before rounding: nothing (a plain matmul), or add bias[n] (a
-// vector of N values of T), then maybe an activation. Fused into the matmul, the bias and the activation cost no pass
+// vector of N values of T), then maybe an activation, or multiply by scale_a * scale_b (scaled_mm13's fp8 product). Fused into the matmul, the bias and the activation cost no pass
 // over C in memory. A template argument: as a choice made at run time, in the innermost loop of the epilogue, it made
 // matmul13_5 slower at 4096^3 on an H100 even with no bias and no activation (223 us against 197 in the next run:
 // one measurement each).
-enum Epilogue : int { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_RELU = 2, EPI_BIAS_GELU = 3 };
+enum Epilogue : int { EPI_NONE = 0, EPI_BIAS = 1, EPI_BIAS_RELU = 2, EPI_BIAS_GELU = 3, EPI_SCALE = 4 };
+constexpr bool has_bias(int epi) { return epi == EPI_BIAS || epi == EPI_BIAS_RELU || epi == EPI_BIAS_GELU; }
+
+// The input types: bf16 and fp16, and the 8-bit float e4m3 (scaled_mm13), whose products come out in bf16. A stage
+// holds rows of 128 bytes of K whatever the type: 64 values of a 16-bit type, 128 of e4m3, and 4 wgmma each.
+using fp8 = __nv_fp8_e4m3;
+template <typename T>
+struct OutType {
+  using type = T;
+};
+template <>
+struct OutType<fp8> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+using Out = typename OutType<T>::type;
+template <typename T>
+constexpr int kStageK = HBK * 2 / static_cast<int>(sizeof(T));
 
 #ifdef HAS_SM90A
 // A fresh mbarrier expects `count` arrivals per phase.
@@ -358,8 +378,8 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
-// d (64 x 256, fp32, spread over the warpgroup) += A (64 x 16) B (16 x 256), both read from shared memory through
-// their descriptors; asynchronous until wgmma_wait. The immediates TRANS_A and TRANS_B say each tile's layout: 0 is
+// d (64 x 256, fp32, spread over the warpgroup) += A (64 x 16) B (16 x 256) (64 x 32 and 32 x 256 for e4m3), both
+// read from shared memory through their descriptors; asynchronous until wgmma_wait. The immediates TRANS_A and TRANS_B say each tile's layout: 0 is
 // K-major (rows of k: A row-major, B column-major), 1 MN-major (A column-major, B row-major). Register r of lane l of
 // warp w holds row 16 w + l / 4 + 8 ((r / 2) % 2), column 8 (r / 4) + 2 (l % 4) + r % 2.
 template <typename T, int TRANS_A, int TRANS_B>
@@ -395,7 +415,7 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t adesc, u
                    "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
                    "+f"(d[126]), "+f"(d[127])
                  : "l"(adesc), "l"(bdesc), "n"(TRANS_A), "n"(TRANS_B));
-  } else {
+  } else if constexpr (std::is_same<T, __half>::value) {
     asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -426,6 +446,38 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t adesc, u
                    "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
                    "+f"(d[126]), "+f"(d[127])
                  : "l"(adesc), "l"(bdesc), "n"(TRANS_A), "n"(TRANS_B));
+  } else {  // e4m3: K = 32 a wgmma; both operands K-major, so no transpose immediates
+    static_assert(TRANS_A == 0 && TRANS_B == 0, "wgmma on 8-bit floats reads A and B K-major only");
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, 1, 1, 1;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+                   "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+                   "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+                   "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+                   "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+                   "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+                   "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+                   "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+                   "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
+                   "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+                   "+f"(d[126]), "+f"(d[127])
+                 : "l"(adesc), "l"(bdesc));
   }
 }
 
@@ -581,15 +633,16 @@ __device__ __forceinline__ int2 tile_at(int t, int tiles_m, int tiles_n, int gro
 template <typename T, bool PERSISTENT, bool TMA_STORE, int LAYOUT = ROW_MAJOR, int EPI = EPI_NONE>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     matmul13_ws_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                       const __grid_constant__ CUtensorMap map_c, T* __restrict__ C, int M, int N, int K, int group,
-                       const T* __restrict__ bias) {
+                       const __grid_constant__ CUtensorMap map_c, Out<T>* __restrict__ C, int M, int N, int K,
+                       int group, const Out<T>* __restrict__ bias, const float* __restrict__ scale_a,
+                       const float* __restrict__ scale_b) {
 #ifdef HAS_SM90A
   extern __shared__ __align__(16) unsigned char smem_ws[];
   unsigned char* ring = align1024(smem_ws);
   __shared__ alignas(8) uint64_t full[STAGES];   // the stage's bytes have landed
   __shared__ alignas(8) uint64_t empty[STAGES];  // both consumers' wgmma have read the stage
   const int wg = threadIdx.x / 128, tiles_m = (M + WS_BM - 1) / WS_BM, tiles_n = (N + HBN - 1) / HBN;
-  const int tiles = tiles_m * tiles_n, steps = (K + HBK - 1) / HBK;
+  const int tiles = tiles_m * tiles_n, steps = (K + kStageK<T> - 1) / kStageK<T>;
   auto tile_of = [&](int t) {
     return PERSISTENT ? tile_at(t, tiles_m, tiles_n, group) : make_int2(t / tiles_n, t % tiles_n);
   };
@@ -612,13 +665,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
           const int stage = it % STAGES, use = it / STAGES;
           if (use > 0) mbar_wait(&empty[stage], (use - 1) % 2);  // the consumers released the stage's last use
           load_stage<WS_BM, LAYOUT>(ring + stage * STAGE_WS_BYTES, &map_a, &map_b, tile.x * WS_BM, tile.y * HBN,
-                                    s * HBK, &full[stage]);
+                                    s * kStageK<T>, &full[stage]);
         }
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");  // ... and the consumers many: 128 x (40 + 2 x 232) <= 65536
     const int c = wg - 1, lane = threadIdx.x % 32;
+    float scale = 1.f;  // EPI_SCALE: the product's scale, read once (two device scalars, as torch._scaled_mm takes)
+    if constexpr (EPI == EPI_SCALE) scale = *scale_a * *scale_b;
     float d[128];
     int it = 0;
     bool other_stored = true;  // TMA_STORE: no store is in flight yet, so either wait is right
@@ -639,7 +694,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
       if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
 
       if constexpr (!TMA_STORE) {
-        store_direct<T>(d, C, M, N, row0, n0);
+        store_direct<Out<T>>(d, C, M, N, row0, n0);
       } else {
         // Four 64 x 64 tiles of C through two 8 KB buffers: while TMA stores one, the threads fill the other.
         // Lane l writes its pairs at row l / 4 (+ 8), chunk n / 8 XOR row % 8: one 16-byte chunk of 8 different
@@ -660,13 +715,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
           for (int r = 32 * j; r < 32 * j + 32; r += 2) {
             const int row = 16 * w + lane / 4 + 8 * (r / 2 % 2), col = 8 * (r / 4 % 8) + 2 * (lane % 4);
             float lo = d[r], hi = d[r + 1];
-            if constexpr (EPI != EPI_NONE) {
+            if constexpr (EPI == EPI_SCALE) {
+              lo *= scale;
+              hi *= scale;
+            }
+            if constexpr (has_bias(EPI)) {
               if (n0 + BOX * j + col < N) {  // a pair is all in or all out: N is a multiple of 8
                 lo += to_float(bias[n0 + BOX * j + col]);
                 hi += to_float(bias[n0 + BOX * j + col + 1]);
               }
             }
-            const uint32_t v = pack2<T>(activate<EPI>(lo), activate<EPI>(hi));
+            const uint32_t v = pack2<Out<T>>(activate<EPI>(lo), activate<EPI>(hi));
             memcpy(buf + row * 128 + ((col / 8) ^ (row % 8)) * 16 + (col % 8) * 2, &v, 4);
           }
           fence_async_shared();       // this thread's stores are visible to the TMA engine ...
@@ -682,7 +741,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     if (TMA_STORE && threadIdx.x % 128 == 0) tma_store_wait_read<0>();  // shared memory must outlive the reads
   }
 #else
-  (void)M, (void)N, (void)K, (void)C, (void)group, (void)bias;
+  (void)M, (void)N, (void)K, (void)C, (void)group, (void)bias, (void)scale_a, (void)scale_b;
   __trap();  // built without sm_90a: the launcher refuses to start it
 #endif
 }
@@ -834,14 +893,16 @@ static EncodeTiled tensor_map_encoder() {
   return fn;
 }
 
-// A tensor map of a 2-D row-major bf16/fp16 tensor (rows x cols), read or written in boxes of box_cols x box_rows
-// with the 128-byte swizzle; elements outside the tensor read as zeros.
+// A tensor map of a 2-D row-major bf16/fp16/e4m3 tensor (rows x cols), read or written in boxes of box_cols x box_rows
+// with the 128-byte swizzle; elements outside the tensor read as zeros. (TMA moves bytes: e4m3 values are UINT8 to it.)
 static CUtensorMap tensor_map(const at::Tensor& t, uint32_t box_cols, uint32_t box_rows) {
   CUtensorMap map;
   const cuuint64_t dims[2] = {(cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};
-  const cuuint64_t strides[1] = {(cuuint64_t)t.size(1) * 2};  // bytes from one row to the next
+  const cuuint64_t strides[1] = {(cuuint64_t)(t.size(1) * t.element_size())};  // bytes from one row to the next
   const cuuint32_t box[2] = {box_cols, box_rows}, unit[2] = {1, 1};
-  const auto dtype = t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const auto dtype = t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                     : t.scalar_type() == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const CUresult r = tensor_map_encoder()(&map, dtype, 2, t.data_ptr(), dims, strides, box, unit,
                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -873,20 +934,22 @@ void matmul13_2(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
 // PERSISTENT: one block per SM (fewer for a small C); else one per tile. A column-major operand's tensor map
 // describes the row-major tensor it is the transpose of (a.t(): [K, M]; b.t(): [N, K]), in the boxes load_stage reads.
 template <typename T, bool PERSISTENT, bool TMA_STORE, int LAYOUT, int EPI = EPI_NONE>
-static void launch_ws(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int group, const T* bias = nullptr) {
+static void launch_ws(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int group, const Out<T>* bias = nullptr,
+                      const float* scale_a = nullptr, const float* scale_b = nullptr) {
   const int M = a.size(0), K = a.size(1), N = b.size(1);
   const int64_t tiles = ceil_div((int64_t)M, (int64_t)WS_BM) * ceil_div((int64_t)N, (int64_t)HBN);
   TORCH_CHECK(tiles < (int64_t(1) << 31), "C has too many tiles for this kernel: ", std::to_string(tiles));
   const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
   const int64_t blocks = PERSISTENT ? std::min<int64_t>(tiles, sms) : tiles;
-  const CUtensorMap map_a = LAYOUT & A_COLUMN_MAJOR ? tensor_map(a.t(), 64, HBK) : tensor_map(a, HBK, WS_BM);
-  const CUtensorMap map_b = LAYOUT & B_COLUMN_MAJOR ? tensor_map(b.t(), HBK, HBN) : tensor_map(b, BOX, HBK);
+  constexpr int KS = kStageK<T>;  // a box's K: 128 bytes of it
+  const CUtensorMap map_a = LAYOUT & A_COLUMN_MAJOR ? tensor_map(a.t(), 64, KS) : tensor_map(a, KS, WS_BM);
+  const CUtensorMap map_b = LAYOUT & B_COLUMN_MAJOR ? tensor_map(b.t(), KS, HBN) : tensor_map(b, BOX, KS);
   const CUtensorMap map_c = TMA_STORE ? tensor_map(c, BOX, 64) : map_b;  // unused without TMA stores
   constexpr int shared = TMA_STORE ? SHARED_WS_STORE : SHARED_WS;
   auto kernel = matmul13_ws_kernel<T, PERSISTENT, TMA_STORE, LAYOUT, EPI>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-  kernel<<<(unsigned)blocks, WS_THREADS, shared, c10::cuda::getCurrentCUDAStream()>>>(map_a, map_b, map_c, mut<T>(c),
-                                                                                      M, N, K, group, bias);
+  kernel<<<(unsigned)blocks, WS_THREADS, shared, c10::cuda::getCurrentCUDAStream()>>>(
+      map_a, map_b, map_c, mut<Out<T>>(c), M, N, K, group, bias, scale_a, scale_b);
   CHECK_LAUNCH();
 }
 
@@ -1010,6 +1073,46 @@ at::Tensor linear13(const at::Tensor& x, const at::Tensor& w, const std::optiona
   return y;
 }
 
+// C = (A @ B) * scale_a * scale_b in bf16 from e4m3 inputs, as torch._scaled_mm(a, b, scale_a, scale_b,
+// out_dtype=torch.bfloat16) computes it: a [M, K] row-major, b [K, N] column-major (b = w.t() of a row-major
+// w [N, K]: wgmma reads 8-bit operands K-major only, and so does cuBLAS), scale_a and scale_b float32 scalars on the
+// device (one value each: per-tensor scaling). matmul13_5's kernel with e4m3 wgmma (K = 32 an instruction, twice
+// the values per byte and per cycle of bf16) and the scales applied in the epilogue.
+at::Tensor scaled_mm13(const at::Tensor& a, const at::Tensor& b, const at::Tensor& scale_a, const at::Tensor& scale_b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "a and b must have 2 dimensions (a: [M, K], b: [K, N]), got shapes ",
+              shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  TORCH_CHECK(a.size(1) == b.size(0), "a's columns must equal b's rows (a: [M, K], b: [K, N]), got shapes ",
+              shape_str(a.sizes()), " and ", shape_str(b.sizes()));
+  for (const at::Tensor* t : {&a, &b, &scale_a, &scale_b}) {
+    const char* name = t == &a ? "a" : t == &b ? "b" : t == &scale_a ? "scale_a" : "scale_b";
+    TORCH_CHECK(KERNELS_ON_DEVICE(*t), name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t->device());
+    if (t == &a || t == &b) {
+      TORCH_CHECK(t->scalar_type() == at::kFloat8_e4m3fn, name, " must be float8_e4m3fn, got ", t->scalar_type());
+      TORCH_CHECK(t->size(0) < (int64_t(1) << 31) && t->size(1) < (int64_t(1) << 31), name,
+                  " must have fewer than 2^31 rows and columns, got shape ", shape_str(t->sizes()));
+    } else {
+      TORCH_CHECK(t->scalar_type() == at::kFloat && t->numel() == 1, name, " must be a float32 tensor of one value "
+                  "(a per-tensor scale), got ", t->scalar_type(), " of shape ", shape_str(t->sizes()));
+    }
+  }
+  TORCH_CHECK(a.is_contiguous(), "a must be contiguous (row-major), got strides ", shape_str(a.strides()));
+  TORCH_CHECK(b.t().is_contiguous(), "b must be column-major (the transpose of "
+              "a contiguous [N, K] tensor, such as w.t()): wgmma reads 8-bit operands K-major only; got strides ",
+              shape_str(b.strides()), " for shape ", shape_str(b.sizes()));
+  at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kBFloat16));
+  if (c.numel() == 0) return c;
+  check_hopper("scaled_mm13");
+  TORCH_CHECK(a.size(1) % 16 == 0 && b.size(1) % 8 == 0, "`scaled_mm13` reads a and b by TMA and writes C by TMA, "
+              "whose rows must be multiples of 16 bytes: K must be a multiple of 16 (rows of a and of b.t()) and N of "
+              "8 (rows of C in bf16), got K = ", std::to_string(a.size(1)), ", N = ", std::to_string(b.size(1)));
+  TORCH_CHECK(aligned16(a) && aligned16(b), "`scaled_mm13` needs a and b 16-byte aligned (TMA), got a view that starts "
+              "elsewhere: call .contiguous() on a fresh tensor");
+  if (a.size(1) == 0) return c.zero_();
+  launch_ws<fp8, true, true, B_COLUMN_MAJOR, EPI_SCALE>(a, b, c, GROUP, nullptr, ptr<float>(scale_a),
+                                                        ptr<float>(scale_b));
+  return c;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration.
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
@@ -1023,6 +1126,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
 #endif
   m.def("matmul13(Tensor a, Tensor b) -> Tensor");
   m.def("linear13(Tensor x, Tensor w, Tensor? bias=None, str act='none') -> Tensor");
+  m.def("scaled_mm13(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -1036,4 +1140,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
 #endif
   m.impl("matmul13", &matmul13);
   m.impl("linear13", &linear13);
+  m.impl("scaled_mm13", &scaled_mm13);
 }
