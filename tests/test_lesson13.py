@@ -13,6 +13,7 @@ from kernels.lessons import lesson13
 from kernels.lessons.lesson09 import SHAPES as ANY_SHAPES
 from kernels.lessons.lesson09 import check_refusals, matmul_ref
 from kernels.lessons.lesson13 import check_linear13, check_matmul13, check_scaled_mm13, column_major, in_layout
+from kernels.lessons.lesson13 import scaled_mm_ref
 from kernels.sim import knobs
 from planting import checked_in_notebook, plant, self_check, toolkit_beyond
 
@@ -193,6 +194,7 @@ def test_scaled_mm13_gives_what_torch_scaled_mm_gives_and_refuses_what_it_cannot
     sa, sb = torch.tensor(0.75 / 12, device=dev), torch.tensor(1.5, device=dev)  # sums of 144 products, about 12
     got = ext.scaled_mm13(a, w.t(), sa, sb)
     assert got.dtype == torch.bfloat16 and got.shape == (200, 160)
+    torch.testing.assert_close(got, scaled_mm_ref(a, w, sa, sb), rtol=1.6e-2, atol=1e-2)
     if backend == "cuda":  # PyTorch's own (cuBLASLt's) fp8 product, where it runs (N and K multiples of 16 there)
         for fast in (False, True):  # sums in fp32 along K, or in the tensor cores' accumulators as scaled_mm13's
             torch.testing.assert_close(got, torch._scaled_mm(a, w.t(), sa, sb, out_dtype=torch.bfloat16,

@@ -7,6 +7,7 @@ The kernels are in tests/sim_kernels/ptx_*.cu (valid CUDA for nvcc; the Hopper o
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -219,7 +220,9 @@ def test_instruction_matches_the_ptx_isa_and_the_h100(request, name):
     _same(got, reference(name, case), case, "simulator vs the PTX ISA")
     if recorded is not None:
         assert "error" not in recorded, recorded.get("error")
-        _same(got, recorded["out"], case, "simulator vs the H100")
+        # where the H100 is less exact than the PTX ISA's answer (an fp8 wgmma's sums), the case says by how much
+        at_gpu = dataclasses.replace(case, atol=case.notes.get("gpu_atol", case.atol))
+        _same(got, recorded["out"], at_gpu, "simulator vs the H100")
 
 
 def test_cp_async_groups_in_a_ring_give_the_column_sums(ops):

@@ -5,7 +5,6 @@ hand-off through one barrier (tests/sim_kernels/barrier_trace.cu). Barriers are 
 mbarrier.init, read from the source."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -39,8 +38,16 @@ def _line(path: Path, marker: str, last_before: str | None = None) -> str:
 
 # A barrier's name is the line that called the helper around its mbarrier.init: GNU addr2line (2.40) leaves that
 # inlined caller out of its answer, LLVM's keeps it (clang's package brings it).
-needs_llvm_addr2line = pytest.mark.skipif(not shutil.which("llvm-addr2line"),
+needs_llvm_addr2line = pytest.mark.skipif(not trace.llvm_addr2line(),
                                           reason="naming a barrier by its caller's line needs llvm-addr2line (LLVM)")
+
+
+@pytest.fixture(autouse=True)
+def _default_order():
+    """The tests' expectations are the default thread order's, blocks in order, whatever CUDASIM_ORDER or
+    CUDASIM_SHUFFLE_BLOCKS the run was started with (a test that wants another order sets it inside)."""
+    with knobs.set(order="forward", shuffle_blocks=False):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +140,7 @@ def test_the_recording_is_off_unless_asked_for(lesson13, handoff):
     assert lib.cudasim_trace_events(None, 0) == 0 and lib.cudasim_trace_blocks(None, 0) == 0
 
 
+@needs_llvm_addr2line
 def test_a_warp_waits_on_a_barrier_a_step_for_each_step_of_the_work_of_the_warp_that_arrives(handoff):
     init, arrive, wait = (_line(HANDOFF, m) for m in ("// INIT", "// ARRIVE", "// WAIT"))
     blocked = {}
@@ -150,6 +158,7 @@ def test_a_warp_waits_on_a_barrier_a_step_for_each_step_of_the_work_of_the_warp_
     assert blocked[8] - blocked[2] == 6  # one step a __syncwarp of warp 0
 
 
+@needs_llvm_addr2line
 def test_a_wait_that_never_ends_is_in_the_trace_the_deadlock_error_carries(handoff):
     init, wait = _line(HANDOFF, "// INIT"), _line(HANDOFF, "// WAIT")
     with pytest.raises(RuntimeError, match="deadlock") as caught:

@@ -362,7 +362,7 @@ __device__ __forceinline__ uint64_t desc128(uint32_t addr, uint32_t lbo, uint32_
          (1ull << 62);
 }
 // A K-major tile (rows of 64 k, 128 bytes; A row-major) or B K-major (rows of 64 k for each n; B column-major, as
-// nn.Linear's weight is): 8-row groups 1024 bytes apart (SBO); k16 step kk is 32 bytes on.
+// nn.Linear's weight is): 8-row groups 1024 bytes apart (SBO); wgmma step kk (k16, or k32 of e4m3) is 32 bytes on.
 __device__ __forceinline__ uint64_t k_major_desc(uint32_t t, int kk) { return desc128(t + kk * 32, 16, 1024); }
 // An MN-major tile (B row-major: the [K, N] rows of B; or A column-major): k-rows of 128 bytes (64 n, or 64 m); the
 // next 64 columns one box (8 KB) on (LBO); 8 k-rows 1024 bytes apart (SBO); k16 step kk is 16 rows on.
@@ -504,7 +504,8 @@ __device__ __forceinline__ void load_stage(unsigned char* stage, const CUtensorM
   }
 }
 
-// A stage's 4 k16 steps of wgmma for one consumer: its 64 rows of A (at shared address a), all 256 columns of B.
+// A stage's 4 wgmma steps (k16, or k32 of e4m3) for one consumer: its 64 rows of A (at shared address a), all 256
+// columns of B.
 template <typename T, int LAYOUT = ROW_MAJOR>
 __device__ __forceinline__ void wgmma_stage(float (&d)[128], uint32_t a, uint32_t b) {
   constexpr bool a_mn = LAYOUT & A_COLUMN_MAJOR, b_k = LAYOUT & B_COLUMN_MAJOR;
@@ -636,6 +637,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                        const __grid_constant__ CUtensorMap map_c, Out<T>* __restrict__ C, int M, int N, int K,
                        int group, const Out<T>* __restrict__ bias, const float* __restrict__ scale_a,
                        const float* __restrict__ scale_b) {
+  static_assert(TMA_STORE || EPI == EPI_NONE, "the bias, the activation and the scales are applied by the TMA-store "
+                "epilogue only");
 #ifdef HAS_SM90A
   extern __shared__ __align__(16) unsigned char smem_ws[];
   unsigned char* ring = align1024(smem_ws);
@@ -900,9 +903,12 @@ static CUtensorMap tensor_map(const at::Tensor& t, uint32_t box_cols, uint32_t b
   const cuuint64_t dims[2] = {(cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};
   const cuuint64_t strides[1] = {(cuuint64_t)(t.size(1) * t.element_size())};  // bytes from one row to the next
   const cuuint32_t box[2] = {box_cols, box_rows}, unit[2] = {1, 1};
-  const auto dtype = t.scalar_type() == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                     : t.scalar_type() == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                        : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const at::ScalarType st = t.scalar_type();
+  TORCH_CHECK(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat8_e4m3fn, "tensor_map: no TMA data type for ",
+              st, " here (float16, bfloat16 or float8_e4m3fn)");
+  const auto dtype = st == at::kHalf       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                     : st == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                           : CU_TENSOR_MAP_DATA_TYPE_UINT8;
   const CUresult r = tensor_map_encoder()(&map, dtype, 2, t.data_ptr(), dims, strides, box, unit,
                                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import shutil
 import subprocess
 from collections import defaultdict
@@ -256,6 +257,9 @@ class BarrierTrace:
 
     def __str__(self) -> str:
         text = "\n\n".join(str(b) for b in self.blocks) or "no block was recorded"
+        if self.blocks and not llvm_addr2line():
+            text += ("\n(barriers are named by the asm line that initialised them, inside a helper if that is where it "
+                     "is: install LLVM's llvm-addr2line to name them by the lines that called the helper)")
         if self.dropped:
             text += f"\n({self.dropped} events past the trace's limit were not recorded)"
         return text
@@ -435,15 +439,31 @@ def _site_lines(so: Path, base: int, sites: list, own: dict[str, Path]) -> tuple
     return lines, kernels
 
 
+def llvm_addr2line() -> str | None:
+    """LLVM's addr2line (llvm-addr2line, or a versioned llvm-addr2line-NN as Debian's LLVM packages install it), or
+    None. GNU addr2line (2.40) leaves out some of the inlined calls that clang's line tables hold (a helper's caller),
+    so without LLVM's a barrier is named by the asm line in the helper that initialised it."""
+    found = shutil.which("llvm-addr2line")
+    if found:
+        return found
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        versions = sorted(Path(folder).glob("llvm-addr2line-[0-9]*"), key=lambda p: p.name) if folder else []
+        if versions:
+            return str(versions[-1])
+    return None
+
+
 def _addr2line(so: Path, pcs: list[int]) -> dict[int, list[tuple[str, str]]]:
     """For each offset of a return address in the library: its chain of inlined calls, innermost first, as
-    (function, "file:NN") with file names only. llvm-addr2line where it is installed: GNU addr2line 2.40 leaves
-    out some of the inlined calls that clang's line tables hold (a helper's caller)."""
-    tool = shutil.which("llvm-addr2line") or shutil.which("addr2line")
-    if not pcs or not tool:  # without one (binutils), lines are the asm statements' own
+    (function, "file:NN") with file names only; {} when no tool answers (then lines are the asm statements' own)."""
+    tool = llvm_addr2line() or shutil.which("addr2line")
+    if not pcs or not tool:
         return {}
-    run = subprocess.run([tool, "-a", "-i", "-f", "-C", "-e", str(so), *[hex(pc - 1) for pc in pcs]],
-                         capture_output=True, text=True, check=True)
+    try:
+        run = subprocess.run([tool, "-a", "-i", "-f", "-C", "-e", str(so), *[hex(pc - 1) for pc in pcs]],
+                             capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return {}
     chains: dict[int, list[tuple[str, str]]] = {}
     current: list[tuple[str, str]] = []
     it = iter(pcs)

@@ -30,7 +30,7 @@ namespace trace {
 // What an event records; kernels/sim/trace.py reads the same numbers.
 enum Kind : int { kInit = 0, kWait, kArrive, kExpectTx, kCopy, kLand, kComplete, kExit };
 constexpr int kFrames = 12;                       // return addresses kept per site
-constexpr size_t kMaxEvents = size_t(1) << 22;    // beyond it events are dropped (and counted)
+constexpr size_t kMaxEvents = size_t(1) << 20;    // about 100 MB; beyond it events are dropped (and counted)
 
 // One event, as cudasim_trace_events hands it to Python (trace.py mirrors it with ctypes).
 struct Event {
