@@ -55,12 +55,15 @@ CUDASIM_INTERNAL inline Desc decode_desc(uint64_t d) {
 // The shared address of element (i along M or N, k along K) of an operand of `bytes` per element (2,
 // or 1 for the 8-bit floats, which are K-major only): the canonical layouts, then the swizzle of the
 // address. A core matrix is 8 rows of 16 bytes: 8 k of a 16-bit type, 16 k of an 8-bit one.
-CUDASIM_INTERNAL inline uint64_t desc_elem(const Desc& d, bool mn_major, int i, int k, int bytes = 2) {
+// The element size is a template argument: this runs once per element read, and a size known at compile time
+// keeps the divisions shifts.
+template <int BYTES>
+CUDASIM_INTERNAL inline uint64_t desc_elem_of(const Desc& d, bool mn_major, int i, int k) {
+  constexpr int per_core = 16 / BYTES;
   uint64_t off;
   if (!mn_major) {
-    const int per_core = 16 / bytes;
-    off = d.layout == 0 ? (i % 8) * 16 + (i / 8) * d.sbo + (k / per_core) * d.lbo + (k % per_core) * bytes
-                        : (i % 8) * d.width + (i / 8) * d.sbo + k * bytes;
+    off = d.layout == 0 ? (i % 8) * 16 + (i / 8) * d.sbo + (k / per_core) * d.lbo + (k % per_core) * BYTES
+                        : (i % 8) * d.width + (i / 8) * d.sbo + k * BYTES;
   } else if (d.layout == 0) {
     off = (i % 8) * 2 + (i / 8) * d.sbo + (k % 8) * 16 + (k / 8) * d.lbo;
   } else {
@@ -165,14 +168,15 @@ struct WgJob : WarpJob {
   const uint32_t* a;
 };
 
-CUDASIM_INTERNAL inline void add_reads(const Site& s, WgOp& op, uint64_t desc, bool mn_major, int i0, int rows,
-                                      int bytes) {
+template <int BYTES>
+CUDASIM_INTERNAL inline void add_reads_of(const Site& s, WgOp& op, uint64_t desc, bool mn_major, int i0, int rows) {
+  constexpr int bytes = BYTES;
   Desc d = decode_desc(desc);
   if (d.base) fail_at(s, "a matrix descriptor with a non-zero base offset (bits 49-51) is not simulated");
   uint64_t lo = ~0ull, hi = 0;
   for (int i = i0; i < i0 + rows; ++i)
     for (int k = 0; k < 32 / bytes; ++k) {
-      uint64_t a = desc_elem(d, mn_major, i, k, bytes);
+      uint64_t a = desc_elem_of<BYTES>(d, mn_major, i, k);
       if (a + bytes > kWindow || !shared_in_use(a, bytes))
         fail_at(s, "the matrix descriptor " + hex(desc) + " (start " + hex(d.start) + ", leading byte offset " +
                 std::to_string(d.lbo) + ", stride byte offset " + std::to_string(d.sbo) + ", layout " +
@@ -183,6 +187,11 @@ CUDASIM_INTERNAL inline void add_reads(const Site& s, WgOp& op, uint64_t desc, b
       hi = std::max(hi, a + bytes);
     }
   op.reads.push_back(Range{lo, hi});
+}
+CUDASIM_INTERNAL inline void add_reads(const Site& s, WgOp& op, uint64_t desc, bool mn_major, int i0, int rows,
+                                      int bytes) {
+  if (bytes == 1) add_reads_of<1>(s, op, desc, mn_major, i0, rows);
+  else add_reads_of<2>(s, op, desc, mn_major, i0, rows);
 }
 
 CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
@@ -292,12 +301,37 @@ CUDASIM_INTERNAL inline void wgmma_commit(const Site& s) {
   warp_collective(job, s.file, s.line);
 }
 
-// An input element as the tensor core reads it: bf16, f16, or an 8-bit float.
-CUDASIM_INTERNAL inline float elem_value(Ty t, const unsigned char* p) {
-  if (t == Ty::e4m3 || t == Ty::e5m2) return fp8_value(*p, t == Ty::e4m3);
-  uint16_t v;
-  std::memcpy(&v, p, 2);
-  return t == Ty::bf16 ? bf16_bits_to_float(v) : half_bits_to_float(v);
+// The values of `count` rows (along M or N, from i0) x K of an operand of type t, read through descriptor d, as the
+// tensor core reads them (bf16, f16 or an 8-bit float): element (i0 + r, k) goes to out[r * row_step + k * k_step].
+// The type is decided once, outside the loops.
+template <int BYTES, class Value>
+CUDASIM_INTERNAL inline void gather_rows(float* out, const Desc& d, bool mn_major, int i0, int count, int K,
+                                         int row_step, int k_step, Value value) {
+  for (int r = 0; r < count; ++r)
+    for (int k = 0; k < K; ++k)
+      out[static_cast<size_t>(r * row_step + k * k_step)] = value(arena + desc_elem_of<BYTES>(d, mn_major, i0 + r, k));
+}
+CUDASIM_INTERNAL inline void gather_operand(float* out, Ty t, const Desc& d, bool mn_major, int i0, int count, int K,
+                                            int row_step, int k_step) {
+  auto bits16 = [](const unsigned char* p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  };
+  switch (t) {
+    case Ty::e4m3:
+      return gather_rows<1>(out, d, mn_major, i0, count, K, row_step, k_step,
+                            [](const unsigned char* p) { return fp8_value(*p, true); });
+    case Ty::e5m2:
+      return gather_rows<1>(out, d, mn_major, i0, count, K, row_step, k_step,
+                            [](const unsigned char* p) { return fp8_value(*p, false); });
+    case Ty::bf16:
+      return gather_rows<2>(out, d, mn_major, i0, count, K, row_step, k_step,
+                            [&](const unsigned char* p) { return bf16_bits_to_float(bits16(p)); });
+    default:
+      return gather_rows<2>(out, d, mn_major, i0, count, K, row_step, k_step,
+                            [&](const unsigned char* p) { return half_bits_to_float(bits16(p)); });
+  }
 }
 
 CUDASIM_INTERNAL inline WgValue* value_of(WgWarp& w, void* home) {
@@ -308,7 +342,7 @@ CUDASIM_INTERNAL inline WgValue* value_of(WgWarp& w, void* home) {
 // Run one operation for its warp: D (16 rows of this warp x N) = A x B + (scale-d ? D : 0), with K 16 (16-bit
 // inputs) or 32 (8-bit).
 CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
-  const int n = op.n, wq = warp % 4, ka = elem_bytes(op.at), kb = elem_bytes(op.bt), K = 32 / ka;
+  const int n = op.n, wq = warp % 4, K = 32 / elem_bytes(op.at);
   std::vector<float> a(static_cast<size_t>(16 * K)), b(static_cast<size_t>(K * n)), d(static_cast<size_t>(16 * n));
   if (op.a_regs) {
     for (int l = 0; l < 32; ++l)
@@ -320,14 +354,10 @@ CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
         }
   } else {
     Desc da = decode_desc(op.adesc);
-    for (int m = 0; m < 16; ++m)
-      for (int k = 0; k < K; ++k)
-        a[static_cast<size_t>(m * K + k)] = elem_value(op.at, arena + desc_elem(da, op.ta, 16 * wq + m, k, ka));
+    gather_operand(a.data(), op.at, da, op.ta, 16 * wq, 16, K, K, 1);  // a[m * K + k]
   }
   Desc db = decode_desc(op.bdesc);
-  for (int k = 0; k < K; ++k)
-    for (int c = 0; c < n; ++c)
-      b[static_cast<size_t>(k * n + c)] = elem_value(op.bt, arena + desc_elem(db, op.tb, c, k, kb));
+  gather_operand(b.data(), op.bt, db, op.tb, 0, n, K, 1, n);  // b[k * n + c]
   for (const Range& r : op.reads) note_read(arena + r.lo, r.hi - r.lo, op.site.file, op.site.line);
   // gather D (16 x n) from the lanes: f32 register r of lane l is (row gid + 8 * ((r >> 1) & 1),
   // column 8 * (r >> 2) + 2 * tig + (r & 1)); an f16 register holds two such elements
