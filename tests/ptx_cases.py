@@ -9,7 +9,8 @@ swizzles, rounding), written here independently of the simulator. On a GPU machi
     python tests/ptx_cases.py --out DIR
 
 runs every case on the GPU (in a child process; after a case that faults, the rest go on in a new one) and saves
-{case: {"digest" of its inputs, "out" or "error"}} in one file per source file; copied to tests/ptx_vectors/,
+{case: {"digest" of its inputs, "out" or "error"}} in one file per source file (the interleaved tensor maps' cases
+in ptx_tma_interleave.pt; `--files ptx_tma_interleave` records that file alone); copied to tests/ptx_vectors/,
 the simulator's test then also compares itself with the GPU's answers (bit for bit, or within the stated
 tolerance for float sums whose order the hardware chooses and .approx functions), and expects an error where
 the GPU stopped the kernel.
@@ -39,6 +40,8 @@ class Case:
     atol: float = 0.0
     notes: dict = field(default_factory=dict)
     faults: str = ""          # the GPU stops the kernel: the simulator must raise an error matching this
+    sim_refuses: str = ""     # the GPU runs it, past what the simulator can do: it raises an error matching this
+    vectors: str = ""         # the vector file that holds its recorded answer, when not the .cu file's stem
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -786,13 +789,26 @@ def wgmma_cases() -> dict[str, Case]:
 DTYPES = {0: (torch.uint8, 1), 7: (torch.float32, 4), 9: (torch.bfloat16, 2), 6: (torch.float16, 2)}
 
 
-def tma_params(dtype: int, dims, strides, box, estride=None, swizzle: int = 0, oob: int = 0) -> torch.Tensor:
-    """rank, dtype, swizzle, oob fill, dims[5], strides[4] (bytes, dims 1..), box[5], elementStrides[5]."""
+def tma_params(dtype: int, dims, strides, box, estride=None, swizzle: int = 0, oob: int = 0,
+               interleave: int = 0) -> torch.Tensor:
+    """rank, dtype, swizzle, oob fill, dims[5], strides[4] (bytes, dims 1..), box[5], elementStrides[5], and
+    for an interleaved map (1: 16B, 2: 32B) the interleave last (the other maps' 23 values, and so their
+    recorded answers, stay as they were)."""
     rank = len(dims)
     pad = lambda v, n, fill: list(v) + [fill] * (n - len(v))  # noqa: E731
     estride = estride or [1] * rank
     return torch.tensor([rank, dtype, swizzle, oob] + pad(dims, 5, 1) + pad(strides, 4, 0) + pad(box, 5, 1) +
-                        pad(estride, 5, 1), dtype=torch.long)
+                        pad(estride, 5, 1) + ([interleave] if interleave else []), dtype=torch.long)
+
+
+def _slice(p: torch.Tensor) -> int:
+    """An interleaved map's slice (16 or 32 bytes), or 0 for a plain map."""
+    v = p.tolist()
+    return {1: 16, 2: 32}.get(v[23], 0) if len(v) == 24 else 0
+
+
+def _swizzled(so: int, swizzle: int) -> int:
+    return so ^ (((so >> 7) & ((1 << swizzle) - 1)) << 4)
 
 
 def _tma_walk(p: torch.Tensor, coords, store: bool = False):
@@ -814,8 +830,7 @@ def _tma_walk(p: torch.Tensor, coords, store: bool = False):
     total = math.prod(n)
     idx = [0] * rank
     for e in range(total):
-        so = e // n[0] * pitch + idx[0] * es
-        so ^= ((so >> 7) & ((1 << swizzle) - 1)) << 4
+        so = _swizzled(e // n[0] * pitch + idx[0] * es, swizzle)
         go = 0
         for d in range(rank):
             cd = coords[d] + idx[d] * est[d]
@@ -831,6 +846,45 @@ def _tma_walk(p: torch.Tensor, coords, store: bool = False):
             idx[d] = 0
 
 
+def _interleaved_lines(p: torch.Tensor) -> tuple[int, int, list[int], list[int]]:
+    """An interleaved box's slices per line, the line's bytes, the walked dimensions and their steps (see
+    _interleaved_walk)."""
+    v = p.tolist()
+    rank, box, est = v[0], v[13:13 + v[0]], v[18:18 + v[0]]
+    n0 = (box[0] + est[0] - 1) // est[0]
+    walked = [d for d in range(1, rank) if d != rank - 2]
+    return n0, n0 * _slice(p), walked, [(box[d] + est[d] - 1) // est[d] for d in walked]
+
+
+def _interleaved_walk(p: torch.Tensor, coords):
+    """An interleaved map (CU_TENSOR_MAP_INTERLEAVE_16B/32B) as the H100 copies it (its recorded answers:
+    tests/ptx_vectors/ptx_tma_interleave.pt), for each 16 bytes of the box in shared-memory order: (shared byte
+    offset after the swizzle, global byte offset or None outside the tensor).
+
+    Dimension 0 counts whole slices (16 or 32 bytes), whatever the data type: its coordinate, boxDim[0] and
+    globalDim[0] are slices, and a line of the box is boxDim[0] slices back to back in global memory from byte
+    coordinate * slice of its row, elementStrides[0] slices apart (the step is recorded, the count with a step
+    above 1 is not). Dimension rank - 2 is not walked: its coordinate places the box, its box size is not used
+    (recorded for ranks 3 and 4). The other dimensions are walked as in a plain box, and a line with a coordinate
+    outside the tensor in one of them is outside whole. In shared memory the lines lie back to back in the
+    order of the walk, the map's swizzle applied."""
+    v = p.tolist()
+    rank, swizzle, dims, strides = v[0], v[2], v[4:4 + v[0]], v[9:8 + v[0]]
+    sl = _slice(p)
+    n0, line, walked, counts = _interleaved_lines(p)
+    est = v[18:18 + rank]
+    for i in range(math.prod(counts)):
+        co, rest = list(coords[:rank]), i
+        for d, c in zip(walked, counts):
+            co[d] += rest % c * est[d]
+            rest //= c
+        inside = all(0 <= co[d] < dims[d] for d in range(1, rank))
+        go = coords[0] * sl + sum(co[d] * strides[d - 1] for d in range(1, rank))
+        for j in range(n0):
+            for b in range(0, sl, 16):
+                yield _swizzled(i * line + j * sl + b, swizzle), go + j * est[0] * sl + b if inside else None
+
+
 def _box_rows(p: torch.Tensor) -> tuple[list[int], int]:
     """A box's elements along each dim (ceil(box / elementStride); dim 0's stride is always 1) and the
     shared-memory bytes from one row's start to the next (see _tma_walk)."""
@@ -842,9 +896,74 @@ def _box_rows(p: torch.Tensor) -> tuple[list[int], int]:
 
 
 def tma_footprint(p: torch.Tensor) -> int:
-    """The shared-memory bytes of a box (see _tma_walk's rows)."""
+    """The shared-memory bytes of a box as the H100 lays it out (see _tma_walk's rows and _interleaved_walk's
+    lines)."""
+    if _slice(p):
+        _, line, _, counts = _interleaved_lines(p)
+        return math.prod(counts) * line
     n, pitch = _box_rows(p)
     return math.prod(n[1:]) * pitch
+
+
+def tma_buffer(p: torch.Tensor) -> int:
+    """The shared memory ptx_hopper.cu's kernels give a box (MapParams::footprint), the size of a store's image and
+    of a load's answer: the footprint, but for an interleaved map ceil(box / elementStride) elements of the data
+    type along every dimension (rows padded to the swizzle's span), the size its recorded answers were made with."""
+    if not _slice(p):
+        return tma_footprint(p)
+    v = p.tolist()
+    rank, es = v[0], DTYPES[v[1]][1]
+    n = [(b + s - 1) // s for b, s in zip(v[13:13 + rank], v[18:18 + rank])]
+    row, span = n[0] * es, 16 << v[2] if v[2] else 0
+    return math.prod(n[1:]) * max(row, span)
+
+
+def _h100_room(buffer: int, static_bytes: int) -> int:
+    """The shared memory after a test kernel's 1024-aligned buffer on the H100 (ptx_hopper.cu, smem_for)."""
+    start = 1024 + (static_bytes + 15) // 16 * 16
+    return (start + buffer + 1024 + 127) // 128 * 128 - (start + 1023) // 1024 * 1024
+
+
+def _tensor_end(p: torch.Tensor) -> int:
+    """The bytes of the tensor a map describes, globalDim[0] taken as elements of the data type."""
+    v = p.tolist()
+    rank = v[0]
+    return v[4] * DTYPES[v[1]][1] + sum((v[4 + d] - 1) * v[8 + d] for d in range(1, rank))
+
+
+def interleaved_outcome(p: torch.Tensor, coords, store: bool) -> tuple[bool, str]:
+    """For a copy through an interleaved map in ptx_hopper.cu's kernels: whether the H100 stops the kernel, and
+    the simulator's error (a pattern of its message, "" when it runs the copy), checked in the simulator's order.
+    The H100 stops a store with a negative coordinate (an illegal instruction) and a load whose box runs past the
+    kernel's shared memory (an illegal memory access; see tma_buffer). It ran the one store whose box did (rank 5,
+    every line but the first outside the tensor), so a store is not taken to stop there. The simulator refuses
+    besides a box past the shared memory, what the recorded answers leave open, and a line that reaches past the
+    tensor's end (the H100 reads or writes there)."""
+    v = p.tolist()
+    rank, est, box, dims = v[0], v[18:18 + v[0]], v[13:13 + v[0]], v[4:4 + v[0]]
+    c = coords.tolist()[:rank]
+    skip, (_, line, walked, _) = rank - 2, _interleaved_lines(p)
+    span = 16 << v[2] if v[2] else 0
+    fits = tma_footprint(p) <= _h100_room(tma_buffer(p), 0 if store else 8)
+    faults = min(c) < 0 if store else not fits
+    open_ = [(rank > 4, "rank 5"), (est[0] != 1, r"elementStrides\[0\]"),
+             (any(est[d] != 1 for d in walked), "on a walked dimension"), (box[skip] > 8, rf"boxDim\[{skip}\]"),
+             (c[0] < 0 or c[0] + box[0] > dims[0], "of dimension 0, not all inside"),
+             (span and line % span, "not a multiple of its span")]
+    for problem, pattern in open_:
+        if problem:
+            return faults, pattern + ".*not recorded"
+    if store and min(c) < 0:
+        return faults, "must not be negative"
+    if not fits:
+        return faults, r"the interleaved box takes \d+ bytes of shared memory"
+    end = _tensor_end(p)
+    for _, go in _interleaved_walk(p, c):
+        if go is None and not store and v[3]:
+            return faults, "NaN out-of-bounds fill.*not recorded"
+        if go is not None and go + 16 > end:
+            return faults, "past its end"
+    return faults, ""
 
 
 def tma_load_reference(glob: torch.Tensor, p: torch.Tensor, coords: torch.Tensor) -> list[torch.Tensor]:
@@ -853,19 +972,52 @@ def tma_load_reference(glob: torch.Tensor, p: torch.Tensor, coords: torch.Tensor
     es = DTYPES[dtype][1]
     g = glob.tolist()
     fill = [0xF7, 0x7F] * (es // 2) if oob else [0] * es  # the H100's NaN fill: 0x7ff7 in every 16 bits
-    out = [0] * tma_footprint(p)  # the test kernel zeroes the gaps between narrow rows
+    out = [0] * tma_buffer(p)  # the test kernel zeroes the gaps between narrow rows
+    if _slice(p):  # the kernel's answer is its buffer: the first bytes of the box (see tma_buffer)
+        for so, go in _interleaved_walk(p, coords.tolist()):
+            if so < len(out):
+                if go is None and oob:
+                    raise ValueError("the H100's NaN fill of an interleaved line is not recorded")
+                if go is not None and go + 16 > len(g):
+                    raise ValueError("the H100 reads past the tensor here: its answer is not known")
+                out[so:so + 16] = g[go:go + 16] if go is not None else [0] * 16
+        return [torch.tensor([0]), torch.tensor(out, dtype=torch.uint8)]
     for so, go, _ in _tma_walk(p, coords.tolist()):
         out[so:so + es] = g[go:go + es] if go is not None else fill
     return [torch.tensor([0]), torch.tensor(out, dtype=torch.uint8)]
 
 
 def tma_store_reference(glob: torch.Tensor, p: torch.Tensor, coords: torch.Tensor, image: torch.Tensor):
+    if _slice(p):
+        return _interleaved_store(glob, p, coords, image)[0]
     g = glob.clone()
     img = image.tolist()
     for so, go, es in _tma_walk(p, coords.tolist(), store=True):
         if go is not None and go + es <= g.numel():
             g[go:go + es] = torch.tensor(img[so:so + es], dtype=torch.uint8)
     return [torch.tensor([0]), g]
+
+
+def _interleaved_store(glob: torch.Tensor, p: torch.Tensor, coords: torch.Tensor, image: torch.Tensor):
+    """tma_store_raw through an interleaved map: [status, the tensor after], and which bytes of it came from
+    shared memory past the image (the kernel never wrote them: 0xFF, the simulator's poison, there; the H100's
+    leftovers on the GPU). Lines reaching past the tensor's end go on writing there on the H100: into the status
+    tensor, when the caching allocator put it in the next 512-byte block, as it did for the recorded answers."""
+    g, img, n = glob.tolist(), image.tolist(), glob.numel()
+    unknown, beyond = [False] * n, {}
+    for so, go in _interleaved_walk(p, coords.tolist()):
+        if go is None:
+            continue
+        chunk = img[so:so + 16] if so + 16 <= len(img) else [0xFF] * 16
+        for b in range(16):
+            if go + b < n:
+                g[go + b], unknown[go + b] = chunk[b], so + 16 > len(img)
+            else:
+                beyond[go + b] = chunk[b]
+    at = (n + 511) // 512 * 512
+    status = [beyond.get(at + i) for i in range(8)]
+    status = int.from_bytes(bytes(status), "little", signed=True) if None not in status else 0
+    return [torch.tensor([status]), torch.tensor(g, dtype=torch.uint8)], torch.tensor(unknown)
 
 
 def _tma_tensor(seed: int, dtype: int, dims, pad_bytes: int = 0):
@@ -883,6 +1035,37 @@ def _tma_tensor(seed: int, dtype: int, dims, pad_bytes: int = 0):
         dt = DTYPES[dtype][0]
         data = torch.randn(total // es, generator=g).to(dt).view(torch.uint8)
     return data, strides[:len(dims) - 1]
+
+
+def _tma_copy_cases(prefix: str, specs, seed: int, vectors: str = "") -> dict[str, Case]:
+    """A load case for each spec (name, dtype, dims, box, coords, swizzle, oob, estride, pad, interleave), and
+    a store case for those without the NaN fill: random data from `seed` + i, a random image from `seed` + 50 + i."""
+    out = {}
+    for i, (name, dtype, dims, box, coords, swz, oob, est, pad, il) in enumerate(specs):
+        data, strides = _tma_tensor(seed + i, dtype, dims, pad)
+        p = tma_params(dtype, dims, strides, box, est, swz, oob, il)
+        c = torch.tensor(list(coords) + [0] * (5 - len(coords)), dtype=torch.int32)
+        image = None
+        if oob == 0:
+            image = torch.randint(0, 256, (tma_buffer(p),), generator=_gen(seed + 50 + i), dtype=torch.int64)
+            image = image.to(torch.uint8)
+        for op, args in [("load", [data, p, c]), ("store", [data, p, c, image])]:
+            if op == "store" and image is None:
+                continue
+            case = Case("ptx_hopper.cu", f"tma_{op}_raw", args, vectors=vectors)
+            if il:  # the H100 stops the kernel, or runs it and the simulator refuses (interleaved_outcome)
+                faults, error = interleaved_outcome(p, c, op == "store")
+                assert error or not faults, f"the simulator runs {name}, which stops the kernel on the H100"
+                case.faults, case.sim_refuses = (error, "") if faults else ("", error)
+                unknown = _interleaved_store(*args)[1] if op == "store" and not error else None
+                if unknown is not None and unknown.any():
+                    case.notes["h100_unknown"] = unknown
+            else:
+                faults = "not a multiple of 16" if coords[0] * DTYPES[dtype][1] % 16 else ""
+                negative = "must not be negative" if op == "store" and min(coords) < 0 else ""  # (H100)
+                case.faults = faults or negative
+            out[f"tma_{op}_{prefix}{name}"] = case
+    return out
 
 
 def tma_cases() -> dict[str, Case]:
@@ -909,17 +1092,7 @@ def tma_cases() -> dict[str, Case]:
         ("5d_bf16", 9, [16, 3, 3, 2, 2], [8, 2, 2, 2, 2], [8, 2, 1, 1, 1], 0, 0, None, 0),
         ("2d_f32_element_strides", 7, [64, 40], [16, 9], [4, 5], 0, 0, [1, 3], 0),
     ]
-    for i, (name, dtype, dims, box, coords, swz, oob, est, pad) in enumerate(specs):
-        data, strides = _tma_tensor(800 + i, dtype, dims, pad)
-        p = tma_params(dtype, dims, strides, box, est, swz, oob)
-        c = torch.tensor(list(coords) + [0] * (5 - len(coords)), dtype=torch.int32)
-        faults = "not a multiple of 16" if coords[0] * DTYPES[dtype][1] % 16 else ""
-        out[f"tma_load_{name}"] = Case("ptx_hopper.cu", "tma_load_raw", [data, p, c], faults=faults)
-        if oob == 0:
-            image = torch.randint(0, 256, (tma_footprint(p),), generator=_gen(850 + i), dtype=torch.int64).to(torch.uint8)
-            negative = "must not be negative" if min(coords) < 0 else ""  # stores fault there too (H100)
-            out[f"tma_store_{name}"] = Case("ptx_hopper.cu", "tma_store_raw", [data, p, c, image],
-                                            faults=faults or negative)
+    out.update(_tma_copy_cases("", [spec + (0,) for spec in specs], 800))
     bad = [  # name, dtype, dims, strides, box, swizzle
         ("box_inner_not_16_bytes", 9, [64, 64], [128], [12, 8], 0),
         ("swizzle_128B_inner_256_bytes", 9, [256, 64], [512], [128, 8], 3),
@@ -937,6 +1110,60 @@ def tma_cases() -> dict[str, Case]:
     return out
 
 
+INTERLEAVE_VECTORS = "ptx_tma_interleave"  # recorded apart, so that the older files stay as recorded
+
+
+def tma_interleave_cases() -> dict[str, Case]:
+    """Interleaved tensor maps (CU_TENSOR_MAP_INTERLEAVE_16B/32B): loads and stores of rank 3 to 5, ragged
+    boxes with both fills, dim 0's element stride, the swizzles, and cuTensorMapEncodeTiled's rules for them.
+    The cases were written for a model that walked such a box as a plain one; the H100 does not (see
+    _interleaved_walk), and its answers to them are what the rule was read from. Eight of the loads overrun the
+    test kernel's buffer there and stop the kernel, which the simulator reproduces (ptx_hopper.cu, smem_for); the
+    ninth fault is a store's negative coordinate."""
+    out = {}
+    specs = [  # name, dtype, dims, box, coords, swizzle, oob, estride, interleave (1: 16B, 2: 32B)
+        ("3d_f16_nc8hwc8", 6, [8, 10, 6], [8, 4, 3], [0, 4, 2], 0, 0, None, 1),
+        ("4d_bf16_edges", 9, [8, 9, 7, 3], [8, 4, 4, 2], [0, 7, 5, 2], 0, 0, None, 1),
+        ("4d_bf16_nan_fill", 9, [8, 9, 7, 3], [8, 4, 4, 2], [0, -2, 5, 1], 0, 1, None, 1),
+        ("4d_f32_negative", 7, [4, 9, 7, 3], [4, 4, 4, 2], [0, -3, -1, 0], 0, 0, None, 1),
+        ("4d_f32_32B", 7, [8, 6, 5, 2], [8, 4, 4, 2], [0, 3, 2, 0], 1, 0, None, 2),
+        ("5d_bf16_32B_edges", 9, [16, 4, 3, 2, 2], [16, 2, 2, 2, 2], [0, 3, 2, 1, 1], 1, 0, None, 2),
+        ("4d_f32_32B_nan_fill", 7, [8, 5, 4, 2], [8, 2, 4, 2], [0, 4, -2, 1], 1, 1, None, 2),
+        ("3d_u8_element_stride_dim0", 0, [16, 12, 4], [32, 6, 2], [0, 1, 3], 0, 0, [2, 2, 1], 1),
+        ("3d_f16_128B_wide_rows", 6, [64, 8, 4], [64, 8, 2], [0, 2, 1], 3, 0, None, 1),
+        ("3d_bf16_64B_rows_32B_swizzle", 9, [32, 10, 4], [32, 4, 2], [0, 7, 3], 1, 0, None, 1),
+        ("3d_f16_row_start_not_16_bytes", 6, [16, 8, 4], [8, 4, 2], [4, 0, 0], 0, 0, None, 1),  # slices: runs
+    ]
+    out.update(_tma_copy_cases("interleaved_", [spec[:8] + (0, spec[8]) for spec in specs], 900, INTERLEAVE_VECTORS))
+    encode = [  # name, dtype, dims, strides, box, swizzle, interleave, offset, the H100 driver's answer
+        ("interleave_16B_rank_2", 6, [8, 64], [16], [8, 8], 0, 1, 0, 1),
+        ("interleave_unknown_mode_3", 6, [8, 6, 5], [16, 96], [8, 4, 4], 0, 3, 0, 1),
+        ("interleave_32B_swizzle_none", 7, [8, 6, 5], [32, 192], [8, 4, 4], 0, 2, 0, 0),
+        ("interleave_32B_swizzle_64B", 7, [8, 6, 5], [32, 192], [8, 4, 4], 2, 2, 0, 0),
+        ("interleave_32B_address_16_past_32", 7, [8, 6, 5], [32, 192], [8, 4, 4], 1, 2, 16, 1),
+        ("interleave_32B_stride_48", 6, [24, 6, 5], [48, 288], [16, 4, 4], 1, 2, 0, 1),
+        ("interleave_16B_stride_24", 6, [12, 6, 5], [24, 144], [8, 4, 4], 0, 1, 0, 1),
+        ("interleave_16B_rank_3_valid", 6, [8, 6, 5], [16, 96], [8, 4, 4], 0, 1, 0, 0),
+        ("interleave_16B_address_16_past_32_valid", 6, [8, 6, 5], [16, 96], [8, 4, 4], 0, 1, 16, 0),
+        # named before the H100 answered: its driver refuses an 8-byte box with the 16B interleave too
+        ("interleave_16B_box_inner_8_bytes_valid", 6, [8, 6, 5], [16, 96], [4, 4, 4], 0, 1, 0, 1),
+        ("interleave_16B_swizzle_32B_box_inner_64_bytes_valid", 6, [32, 6, 5], [64, 384], [32, 4, 4], 1, 1, 0, 0),
+        ("interleave_32B_swizzle_32B_valid", 7, [8, 6, 5], [32, 192], [8, 4, 4], 1, 2, 0, 0),
+        ("interleave_none_box_inner_8_bytes", 6, [8, 6, 5], [16, 96], [4, 4, 4], 0, 0, 0, 1),
+    ]
+    for name, dtype, dims, strides, box, swz, il, offset, status in encode:
+        data = torch.zeros(8192, dtype=torch.uint8)
+        p = tma_params(dtype, dims, strides, box, None, swz, 0, il)
+        out[f"tma_encode_{name}"] = Case("ptx_hopper.cu", "tma_encode_status", [data, p, offset],
+                                         notes={"status": status}, vectors=INTERLEAVE_VECTORS)
+    return out
+
+
+def vector_file(case: Case) -> str:
+    """The stem of the file in tests/ptx_vectors/ that holds the case's recorded answer."""
+    return case.vectors or Path(case.file).stem
+
+
 def bulk_reference(src: torch.Tensor, offset: int, size: int) -> torch.Tensor:
     out = torch.zeros_like(src)
     out[offset:offset + size] = src[offset:offset + size]
@@ -945,7 +1172,8 @@ def bulk_reference(src: torch.Tensor, offset: int, size: int) -> torch.Tensor:
 
 def all_cases() -> dict[str, Case]:
     cases = {}
-    for part in (mma_cases, matrix_cases, alu_cases, shfl_cases, misc_cases, wgmma_cases, tma_cases):
+    for part in (mma_cases, matrix_cases, alu_cases, shfl_cases, misc_cases, wgmma_cases, tma_cases,
+                 tma_interleave_cases):
         cases.update(part())
     return cases
 
@@ -973,8 +1201,8 @@ def reference(name: str, case: Case):
         return tma_load_reference(*a)
     if case.op == "tma_store_raw":
         return tma_store_reference(*a)
-    if case.op == "tma_encode_status":
-        return 0 if name.endswith("valid") else 1
+    if case.op == "tma_encode_status":  # CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE
+        return case.notes.get("status", 0 if name.endswith("valid") else 1)
     if case.op == "bulk_raw":
         return bulk_reference(*a)
     raise KeyError(name)
@@ -1026,16 +1254,17 @@ def _run_cases(names: list[str], backend: str, results: Path) -> None:
         torch.save(done, results)
 
 
-def record(out_dir: Path, backend: str = "cuda") -> None:
-    """Run every case and save one file per source file: {case: {"digest" of the args, "out" or "error"}}.
-    The cases run in child processes; after a case that fails (a fault poisons the CUDA context of its
-    process), the next child goes on with the case after it."""
+def record(out_dir: Path, backend: str = "cuda", files: list[str] | None = None) -> None:
+    """Run every case (or those of the vector files named in `files`) and save one file per vector file
+    (see vector_file): {case: {"digest" of the args, "out" or "error"}}. The cases run in child processes;
+    after a case that fails (a fault poisons the CUDA context of its process), the next child goes on with
+    the case after it."""
     import subprocess
     import tempfile
 
     out_dir.mkdir(parents=True, exist_ok=True)
     cases = all_cases()
-    names = list(cases)
+    names = [n for n, c in cases.items() if not files or vector_file(c) in files]
     answers: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "part.pt"
@@ -1049,26 +1278,29 @@ def record(out_dir: Path, backend: str = "cuda") -> None:
             answers.update(part)
     by_file: dict[str, dict] = {}
     for name in names:
-        by_file.setdefault(cases[name].file, {})[name] = answers[name]
-    for file, table in by_file.items():
-        torch.save(table, out_dir / (Path(file).stem + ".pt"))
+        by_file.setdefault(vector_file(cases[name]), {})[name] = answers[name]
+    for stem, table in by_file.items():
+        torch.save(table, out_dir / f"{stem}.pt")
         failed = sum("error" in v for v in table.values())
-        print(f"{file}: {len(table)} cases ({failed} failed) -> {out_dir / (Path(file).stem + '.pt')}")
+        print(f"{stem}: {len(table)} cases ({failed} failed) -> {out_dir / f'{stem}.pt'}")
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--child"]:  # record()'s worker: --child BACKEND RESULTS CASE...
+        _run_cases(sys.argv[4:], sys.argv[2], Path(sys.argv[3]))
+        return
     parser = argparse.ArgumentParser(description="Record the GPU's answers to the PTX test cases (build with "
                                      "TORCH_CUDA_ARCH_LIST=9.0a: the Hopper cases need sm_90a).")
     parser.add_argument("--out", required=True, help="the folder for the vector files (copy them to tests/ptx_vectors/)")
     parser.add_argument("--backend", choices=["cuda", "sim"], default="cuda",
                         help="where to run the cases (sim only to try the recorder without a GPU)")
-    if sys.argv[1:2] == ["--child"]:  # record()'s worker: --child BACKEND RESULTS CASE...
-        _run_cases(sys.argv[4:], sys.argv[2], Path(sys.argv[3]))
-        return
+    stems = sorted({vector_file(c) for c in all_cases().values()})
+    parser.add_argument("--files", nargs="+", choices=stems, metavar="STEM",
+                        help=f"record only these vector files (of {', '.join(stems)}); default: all")
     args = parser.parse_args()
     if args.backend == "cuda" and not torch.cuda.is_available():
         parser.error("needs a GPU (torch.cuda.is_available() is False)")
-    record(Path(args.out), args.backend)
+    record(Path(args.out), args.backend, args.files)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ def test_every_gate_names_an_op_of_its_file_in_a_dtype_it_takes_and_a_target_the
 def test_the_compile_check_leaves_out_at_each_target_the_files_its_gates_keep_from_it():
     names = {t: {p.relative_to(compile_check.ROOT).as_posix() for p in compile_check.gated_files(t)}
              for t in gates.TARGETS}
-    hopper = {f"tests/sim_kernels/{f}.cu" for f in ("barrier_trace", "ptx_cccl", "ptx_hopper", "ptx_misuse",
+    hopper = {f"tests/sim_kernels/{f}.cu" for f in ("barrier_trace", "clusters", "ptx_cccl", "ptx_hopper", "ptx_misuse",
                                                      "ptx_wgmma_matmul", "ptx_ops")}
     ampere = {"tests/sim_kernels/ptx_mma_matmul.cu", "tests/sim_kernels/wmma.cu"}
     exercise = {"lessons/09_matmul/matmul_wmma.cu", "solutions/09_matmul/matmul_wmma.cu"}

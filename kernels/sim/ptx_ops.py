@@ -95,6 +95,8 @@ def e_mov(ins: Instr, em: Emit) -> str:
         if len(outs) not in (2, 4):
             em.fail("unpacks into 2 or 4 registers")
         return f"{P}unpack<uint{bits}_t>({em.val(a)}, {', '.join(outs)});"
+    if isinstance(a, Reg) and a.text == "%is_explicit_cluster" and t != "pred":
+        em.fail("%is_explicit_cluster is a predicate: mov.pred p, %is_explicit_cluster (then selp for a number)")
     c = CTYPE[t]
     return f"{P}put<{c}>({em.reg(d)}, {P}as<{c}>({em.val(a)}));"
 
@@ -395,8 +397,13 @@ def e_bar(ins: Instr, em: Emit) -> str:
         nops(ins, em, 1)
         return f"{P}bar_warp_sync({em.site()}, {P}as<uint32_t>({em.val(ins.operands[0])}));"
     if ins.parts[0] == "barrier" and m.take("cluster"):
-        em.fail("barrier.cluster needs thread-block clusters, which the simulator does not run (blocks run one "
-                "at a time)")
+        # barrier.cluster.arrive{.release, .relaxed}{.aligned}, barrier.cluster.wait{.acquire}{.aligned}
+        kind = m.need("arrive", "wait")
+        m.take("release", "relaxed") if kind == "arrive" else m.take("acquire")
+        m.take("aligned")
+        m.done()
+        nops(ins, em, 0)
+        return f"{P}cluster_{kind}({em.site()});"
     kind = m.need("sync", "arrive", "red")
     m.take("aligned")
     if kind == "red":
@@ -408,6 +415,18 @@ def e_bar(ins: Instr, em: Emit) -> str:
         em.fail("bar.arrive needs the thread count")
     return (f"{P}named_barrier({em.site()}, {'true' if kind == 'arrive' else 'false'}, "
             f"{P}as<uint32_t>({em.val(ins.operands[0])}), {count}, {'true' if len(ins.operands) == 2 else 'false'});")
+
+
+def e_mapa(ins: Instr, em: Emit) -> str:
+    # mapa{.shared::cluster}.u32/.u64 d, a, rank: a's byte in the cluster's block of that rank
+    m = Mods(ins, em)
+    shared = m.take("shared::cluster") is not None
+    t = m.type({"u32", "u64"})
+    m.done()
+    nops(ins, em, 3)
+    d, a, r = ins.operands
+    return (f"{P}put<{CTYPE[t]}>({em.reg(d)}, {P}mapa<{CTYPE[t]}>({em.site()}, {'false' if shared else 'true'}, "
+            f"{em.val(a)}, {em.val(r)}));")
 
 
 def e_fence(ins: Instr, em: Emit) -> str:
@@ -657,9 +676,7 @@ def _bulk(ins: Instr, em: Emit, m: Mods) -> str:
             em.fail("copies from shared memory to another block's shared memory need clusters, which the "
                     "simulator does not run")
         m.need("mbarrier::complete_tx::bytes")
-        if m.take("multicast::cluster"):
-            em.fail(".multicast::cluster needs thread-block clusters, which the simulator does not run (blocks "
-                    "run one at a time)")
+        multicast = m.take("multicast::cluster") is not None
         m.take("cta_group::1")
     else:
         if src != "shared::cta":
@@ -668,6 +685,18 @@ def _bulk(ins: Instr, em: Emit, m: Mods) -> str:
     m.take_all({"L2::cache_hint", "cp_mask"})
     m.done()
     site = em.site()
+    if load and multicast:  # the operand after the barrier is ctaMask, the blocks of the cluster that receive it
+        k = 3 if tensor else 4
+        nops(ins, em, k + 1, k + 2)
+        mask = f"{P}as<uint16_t>({em.val(ins.operands[k])})"
+        if tensor:
+            dst_m, t, bar = ins.operands[:3]
+            tm, coords = _tensor_operand(t, dims, em)
+            return (f"{{ const int32_t cudasim_c[{dims}] = {{{coords}}}; {P}tma_load_multicast({site}, {dims}, "
+                    f"{em.addr(dst_m)}, {tm}, cudasim_c, {em.addr(bar)}, {mask}); }}")
+        d, s_, size, bar = ins.operands[:4]
+        return (f"{P}bulk_load_multicast({site}, {em.addr(d)}, {em.addr(s_)}, {P}as<uint32_t>({em.val(size)}), "
+                f"{em.addr(bar)}, {mask});")
     if tensor:
         if load:
             nops(ins, em, 3, 4)
@@ -855,5 +884,5 @@ EMITTERS = {
     "bar": e_bar, "barrier": e_bar, "fence": e_fence, "membar": e_membar, "nanosleep": e_nanosleep,
     "setmaxnreg": e_setmaxnreg, "griddepcontrol": e_griddepcontrol, "trap": e_trap,
     "mma": e_mma, "ldmatrix": e_ldmatrix, "stmatrix": e_stmatrix,
-    "cp": e_cp, "mbarrier": e_mbarrier, "wgmma": e_wgmma,
+    "cp": e_cp, "mbarrier": e_mbarrier, "wgmma": e_wgmma, "mapa": e_mapa,
 }

@@ -343,6 +343,47 @@ def _noinline_edits(src: str, mask: bytearray) -> list[_Edit]:
     return out
 
 
+_CLUSTER_DIMS_RE = re.compile(r"\b__cluster_dims__\s*\(")
+_KERNEL_NAME_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+_NOT_A_NAME = {"__launch_bounds__", "__maxnreg__", "__cluster_dims__", "__attribute__", "__declspec", "alignas"}
+
+
+def _cluster_dims_edits(src: str, mask: bytearray, path: str) -> tuple[list[_Edit], str]:
+    """`__cluster_dims__(x, y, z)` on a kernel: the attribute goes (blanks, so lines stay) and the kernel's
+    cluster shape is registered by its name when the library loads (the text returned, for the file's end)."""
+    edits, regs = [], []
+    for m in _CLUSTER_DIMS_RE.finditer(src):
+        if not mask[m.start()] or _in_directive(src, m.start()):
+            continue
+        depth, i = 1, m.end()
+        while i < len(src) and depth:
+            depth += {"(": 1, ")": -1}.get(src[i], 0) if mask[i] else 0
+            i += 1
+        if depth:
+            raise TranslateError(f"{path}:{line_of(src, m.start())}: __cluster_dims__( without its ')'")
+        dims = [d.strip() for d in src[m.end():i - 1].split(",") if d.strip()]
+        if not 1 <= len(dims) <= 3:
+            raise TranslateError(f"{path}:{line_of(src, m.start())}: __cluster_dims__ takes 1 to 3 sizes, got {len(dims)}")
+        name = None
+        for k in _KERNEL_NAME_RE.finditer(src, i):
+            if not mask[k.start()]:
+                continue
+            if k.group(1) not in _NOT_A_NAME:
+                name = k.group(1)
+                break
+            j, d = k.end(), 1  # skip the attribute's arguments
+            while j < len(src) and d:
+                d += {"(": 1, ")": -1}.get(src[j], 0)
+                j += 1
+        if name is None:
+            raise TranslateError(f"{path}:{line_of(src, m.start())}: cannot find the kernel that __cluster_dims__ is on")
+        edits.append(_Edit(m.start(), i, _keep_newlines(src[m.start():i], "")))
+        dims += ["1"] * (3 - len(dims))
+        regs.append(f"static const bool cudasim_cluster_dims_{len(regs)} = "
+                    f"::cudasim::register_cluster_dims(\"{name}\", {', '.join(dims)});\n")
+    return edits, "".join(regs)
+
+
 def _simple_edits(src: str, mask: bytearray, regex: re.Pattern, repl) -> list[_Edit]:
     out = []
     for m in regex.finditer(src):
@@ -457,6 +498,8 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
     edits += _simple_edits(src, mask, _PRAGMA_RE, lambda m: "")
     edits += _noinline_edits(src, mask)
+    cluster_edits, cluster_regs = _cluster_dims_edits(src, mask, path)
+    edits += cluster_edits
     if include_map:
         edits += _simple_edits(src, mask, _INCLUDE_RE,
                                lambda m: f'#include "{include_map[m.group(1)]}"' if m.group(1) in include_map else m.group(0))
@@ -472,6 +515,8 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
         out.append(e.text)
         last = e.end
     out.append(src[last:])
+    if cluster_regs:
+        out.append("\n" + cluster_regs)
     ptx = asm_ptx or any(mask[m.start()] for m in _PTX_NAMES_RE.finditer(src))
     return "#include <cudasim.h>\n" + ("#include <cudasim_ptx.h>\n" if ptx else "") + f'#line 1 "{path}"\n' + "".join(out)
 

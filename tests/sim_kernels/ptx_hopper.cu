@@ -10,7 +10,8 @@
 //                      shared-memory image, with A and B from matrix descriptors (or A from registers),
 //                      the scale and transpose immediates and scale-d; the accumulators come in and go
 //                      out as registers
-//   tma_encode_status  cuTensorMapEncodeTiled's result for the given parameters
+//   tma_encode_status  cuTensorMapEncodeTiled's result for the given parameters (the tensor's address
+//                      `offset` bytes into `glob`)
 //   tma_load_raw       cp.async.bulk.tensor.Nd (global to shared) with an mbarrier: the shared image
 //   tma_store_raw      cp.async.bulk.tensor.Nd (shared to global, bulk_group): the global tensor after
 //   bulk_raw           cp.async.bulk (1-D) into shared memory and back out to global memory
@@ -350,17 +351,26 @@ at::Tensor wgmma_raw(const at::Tensor& image, int64_t adesc, int64_t bdesc, cons
 
 // =============================================================================================
 // Tensor maps, from the parameters in `p`: rank, dtype, swizzle, oob fill, then dims[5], strides[4]
-// (bytes), box[5], elementStrides[5].
+// (bytes), box[5], elementStrides[5], and for an interleaved map its interleave (1: 16B, 2: 32B).
 struct MapParams {
-  int rank, dtype, swizzle, oob;
+  int rank, dtype, swizzle, oob, interleave;
   cuuint64_t dims[5], strides[4];
   cuuint32_t box[5], estride[5];
+  // The bytes a load brings, its mbarrier's transaction count. For an interleaved map the recorded answers were
+  // made with the element-shaped box's bytes here (footprint's, below), and none depends on it: of the loads that
+  // bring more, all but one stopped the kernel, and that one answers with its box's first line, there whether the
+  // wait ends after the first line's bytes or after all of them.
   uint64_t box_bytes;
-  uint64_t footprint;  // the shared memory the box takes: a row narrower than the swizzle's span takes the span
+  // The shared memory the kernels below give the box: ceil(box / elementStride) elements of the data type along
+  // each dimension, a row narrower than the swizzle's span taking the span. That is a plain map's box. The H100
+  // lays an interleaved box out otherwise (cudasim_ptx/async.h, interleaved_walk), mostly larger: its load then
+  // runs past the buffer and stops the kernel, its store reads shared memory past the image. The recorded
+  // answers (tests/ptx_vectors/ptx_tma_interleave.pt) were made with this size, so it stays.
+  uint64_t footprint;
 };
 
 MapParams map_params(const at::Tensor& p) {
-  TORCH_CHECK(p.numel() == 23 && p.scalar_type() == at::kLong, "p must hold 23 int64");
+  TORCH_CHECK((p.numel() == 23 || p.numel() == 24) && p.scalar_type() == at::kLong, "p must hold 23 or 24 int64");
   auto v = p.cpu();
   const int64_t* x = v.data_ptr<int64_t>();
   MapParams m{};
@@ -368,31 +378,58 @@ MapParams map_params(const at::Tensor& p) {
   m.dtype = static_cast<int>(x[1]);
   m.swizzle = static_cast<int>(x[2]);
   m.oob = static_cast<int>(x[3]);
+  m.interleave = p.numel() == 24 ? static_cast<int>(x[23]) : 0;
   static const int sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
-  m.box_bytes = m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0;
+  const uint64_t es = m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0;
+  uint64_t elems = 1, lines = 1, n0 = 1;
   for (int d = 0; d < 5; ++d) {
     m.dims[d] = static_cast<cuuint64_t>(x[4 + d]);
     if (d < 4) m.strides[d] = static_cast<cuuint64_t>(x[9 + d]);
     m.box[d] = static_cast<cuuint32_t>(x[13 + d]);
     m.estride[d] = static_cast<cuuint32_t>(x[18 + d]);
-    if (d < m.rank) m.box_bytes *= (m.box[d] + m.estride[d] - 1) / m.estride[d];
+    const cuuint32_t step = d > 0 || m.interleave ? m.estride[d] : 1;  // dim 0's counts only when interleaved
+    const uint64_t n = step ? (m.box[d] + step - 1) / step : 0;
+    if (d >= m.rank) continue;
+    elems *= n;
+    if (d == 0) n0 = n;
+    else if (d != m.rank - 2) lines *= n;  // an interleaved map's dimension rank - 2 is not walked
   }
-  const uint64_t row = (m.rank ? m.box[0] : 1) * (m.dtype >= 0 && m.dtype < 13 ? sizes[m.dtype] : 0);
-  const uint64_t span = m.swizzle ? 16ull << m.swizzle : 0;
-  m.footprint = row && row < span ? m.box_bytes / row * span : m.box_bytes;
+  const uint64_t row = (m.rank ? n0 : 1) * es, span = m.swizzle ? 16ull << m.swizzle : 0;
+  m.footprint = row && row < span ? elems * es / row * span : elems * es;
+  const uint64_t slice = m.interleave == 1 ? 16 : m.interleave == 2 ? 32 : 0;
+  m.box_bytes = m.interleave ? lines * n0 * slice : elems * es;  // an interleaved box: lines of n0 slices
   return m;
+}
+
+// The dynamic shared memory to ask for so that a buffer of `bytes` + 1024, aligned to 1024 bytes inside it, has
+// after it the room it has on an H100. There a block's shared memory starts with 1 KB that the system reserves,
+// then the kernel's static variables (`static_bytes`), then the dynamic memory (16-byte aligned), allocated in
+// units of 128 bytes. The simulator's window starts with the dynamic memory, 1024-aligned, so it is asked for
+// just that room: a box that the H100 lays past the end of the buffer (an interleaved one, see MapParams) runs
+// past it on the simulator too.
+size_t smem_for(uint64_t bytes, size_t static_bytes) {
+  const size_t asked = bytes + 1024;
+#ifdef CUDASIM
+  const size_t start = 1024 + (static_bytes + 15) / 16 * 16, buffer = (start + 1023) / 1024 * 1024;
+  return (start + asked + 127) / 128 * 128 - buffer;
+#else
+  (void)static_bytes;
+  return asked;
+#endif
 }
 
 CUresult encode(CUtensorMap* map, const MapParams& m, void* global) {
   return tensor_map_encoder()(map, static_cast<CUtensorMapDataType>(m.dtype), static_cast<cuuint32_t>(m.rank), global, m.dims,
-                   m.strides, m.box, m.estride, CU_TENSOR_MAP_INTERLEAVE_NONE, static_cast<CUtensorMapSwizzle>(m.swizzle),
-                   CU_TENSOR_MAP_L2_PROMOTION_NONE, static_cast<CUtensorMapFloatOOBfill>(m.oob));
+                   m.strides, m.box, m.estride, static_cast<CUtensorMapInterleave>(m.interleave),
+                   static_cast<CUtensorMapSwizzle>(m.swizzle), CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                   static_cast<CUtensorMapFloatOOBfill>(m.oob));
 }
 
-int64_t tma_encode_status(const at::Tensor& global, const at::Tensor& p) {
+int64_t tma_encode_status(const at::Tensor& global, const at::Tensor& p, int64_t offset) {
   CHECK_CUDA(global);
+  TORCH_CHECK(offset >= 0 && offset < global.numel(), "offset must lie inside glob");
   alignas(128) CUtensorMap map;
-  return static_cast<int64_t>(encode(&map, map_params(p), global.data_ptr()));
+  return static_cast<int64_t>(encode(&map, map_params(p), static_cast<uint8_t*>(global.data_ptr()) + offset));
 }
 
 __global__ void tma_load_raw_kernel(const __grid_constant__ CUtensorMap map, int rank, int4 c0, int c4, uint32_t bytes,
@@ -479,7 +516,7 @@ std::vector<at::Tensor> tma_load_raw(const at::Tensor& global, const at::Tensor&
   auto c = coords.cpu();
   const int* x = c.data_ptr<int>();
   at::Tensor out = at::empty({static_cast<int64_t>(m.footprint)}, global.options().dtype(at::kByte));
-  const size_t smem = m.footprint + 1024;
+  const size_t smem = smem_for(m.footprint, sizeof(uint64_t));  // the kernel's static mbarrier
   C10_CUDA_CHECK(cudaFuncSetAttribute(tma_load_raw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   tma_load_raw_kernel<<<1, 128, smem>>>(map, m.rank, make_int4(x[0], x[1], x[2], x[3]), x[4],
                                         static_cast<uint32_t>(m.box_bytes), static_cast<uint32_t>(m.footprint),
@@ -502,7 +539,7 @@ std::vector<at::Tensor> tma_store_raw(const at::Tensor& global, const at::Tensor
   TORCH_CHECK(static_cast<uint64_t>(image.numel()) == m.footprint, "image must hold the box's shared-memory bytes");
   auto c = coords.cpu();
   const int* x = c.data_ptr<int>();
-  const size_t smem = m.footprint + 1024;
+  const size_t smem = smem_for(m.footprint, 0);
   C10_CUDA_CHECK(cudaFuncSetAttribute(tma_store_raw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   tma_store_raw_kernel<<<1, 128, smem>>>(map, m.rank, make_int4(x[0], x[1], x[2], x[3]), x[4],
                                          static_cast<uint32_t>(m.footprint), image.data_ptr<uint8_t>());
@@ -760,7 +797,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("barrier_tma_tile(Tensor x, int row0, int col0) -> Tensor[]");
   m.def("cp_async_mbarrier(Tensor src, bool noinc) -> Tensor");
   m.def("wgmma_raw(Tensor image, int adesc, int bdesc, Tensor a_regs, Tensor c, int n, int kind, int flags, int scale_d) -> Tensor");
-  m.def("tma_encode_status(Tensor glob, Tensor p) -> int");
+  m.def("tma_encode_status(Tensor glob, Tensor p, int offset=0) -> int");
   m.def("tma_load_raw(Tensor glob, Tensor p, Tensor coords) -> Tensor[]");
   m.def("tma_store_raw(Tensor glob, Tensor p, Tensor coords, Tensor image) -> Tensor[]");
   m.def("bulk_raw(Tensor src, int offset, int size) -> Tensor");

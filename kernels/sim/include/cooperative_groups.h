@@ -5,9 +5,11 @@
 // collective goes through the runtime's barrier and warp operations, so it keeps their checks: a
 // divergent block.sync() or a tile shuffle that waits for a lane stuck elsewhere is an error naming
 // the line of the call. Tiles of several warps meet at a barrier of their own (multi_warp_sync).
-// Grid-wide synchronisation (this_grid().sync()) raises an error: blocks run one at a time here,
-// so no block can wait for another. cg::reduce and its operators are in cooperative_groups/reduce.h,
-// inclusive_scan and exclusive_scan in cooperative_groups/scan.h.
+// Grid-wide synchronisation (this_grid().sync()) raises an error: blocks run one at a time here
+// (a cluster's blocks together), so no block can wait for one outside its cluster. this_cluster():
+// cluster_group, with sync(), ranks and map_shared_rank (distributed shared memory). cg::reduce and
+// its operators are in cooperative_groups/reduce.h, inclusive_scan and exclusive_scan in
+// cooperative_groups/scan.h.
 #pragma once
 #include "cudasim.h"
 
@@ -69,7 +71,7 @@ class thread_group {
   }
   unsigned long long thread_rank() const {
     details::me("thread_rank()");
-    return block_ ? static_cast<unsigned>(::cudasim::g.cur->linear)
+    return block_ ? static_cast<unsigned>(::cudasim::g.cur->local)
                   : __builtin_popcount(mask_ & ((1u << details::lane()) - 1u));
   }
   unsigned long long num_threads() const { return block_ ? details::block_threads() : __builtin_popcount(mask_); }
@@ -87,7 +89,7 @@ class thread_block : public thread_group {
   void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
     details::block_sync(file, line);
   }
-  static unsigned int thread_rank() { return static_cast<unsigned>(details::me("thread_rank()").linear); }
+  static unsigned int thread_rank() { return static_cast<unsigned>(details::me("thread_rank()").local); }
   static unsigned int num_threads() { return details::block_threads(); }
   static unsigned int size() { return num_threads(); }
   static dim3 group_index() { return dim3(::cudasim::g.block_idx); }
@@ -138,7 +140,7 @@ class grid_group {
   static unsigned long long num_threads() { return num_blocks() * details::block_threads(); }
   static unsigned long long size() { return num_threads(); }
   static unsigned long long thread_rank() {
-    return block_rank() * details::block_threads() + static_cast<unsigned>(details::me("thread_rank()").linear);
+    return block_rank() * details::block_threads() + static_cast<unsigned>(details::me("thread_rank()").local);
   }
   static dim3 block_index() { return dim3(::cudasim::g.block_idx); }
   static dim3 dim_blocks() { return ::cudasim::g.grid_dim; }
@@ -146,6 +148,79 @@ class grid_group {
 };
 
 inline grid_group this_grid() { return grid_group(); }
+
+// The thread-block cluster of the running block (a block launched without one is a cluster of one): its blocks
+// run together here, so sync() (barrier.cluster) and distributed shared memory (map_shared_rank) work as on a GPU.
+class cluster_group {
+ public:
+  static bool is_valid() { return true; }
+  void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    details::me("sync()");
+    ::cudasim::cluster_arrive(file, line);
+    ::cudasim::cluster_wait(file, line);
+  }
+  struct arrival_token {};
+  arrival_token barrier_arrive(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    details::me("barrier_arrive()");
+    ::cudasim::cluster_arrive(file, line);
+    return {};
+  }
+  void barrier_wait(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    details::me("barrier_wait()");
+    ::cudasim::cluster_wait(file, line);
+  }
+  void barrier_wait(arrival_token&&, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    barrier_wait(file, line);
+  }
+  static unsigned int block_rank() { return static_cast<unsigned>(details::me("block_rank()").cta); }
+  static unsigned int num_blocks() { return ::cudasim::g.cluster_size; }
+  static dim3 dim_blocks() { return ::cudasim::g.cluster_dim; }
+  static dim3 block_index() {
+    const uint3& b = ::cudasim::g.block_idx;
+    const dim3& c = ::cudasim::g.cluster_dim;
+    return dim3(b.x % c.x, b.y % c.y, b.z % c.z);
+  }
+  static unsigned int thread_rank() {
+    return block_rank() * details::block_threads() + static_cast<unsigned>(details::me("thread_rank()").local);
+  }
+  static unsigned int num_threads() { return num_blocks() * details::block_threads(); }
+  static unsigned int size() { return num_threads(); }
+  static dim3 dim_threads() { return ::cudasim::g.block_dim; }
+  // The same place in the shared memory of the cluster's block of rank `rank` (distributed shared memory).
+  template <class T>
+  static T* map_shared_rank(T* addr, unsigned int rank, const char* file = __builtin_FILE(),
+                            int line = __builtin_LINE()) {
+    return static_cast<T*>(map(const_cast<void*>(static_cast<const void*>(addr)), rank, file, line));
+  }
+  static unsigned int query_shared_rank(const void* addr, const char* file = __builtin_FILE(),
+                                        int line = __builtin_LINE()) {
+    return static_cast<unsigned>(offset(addr, "query_shared_rank", file, line) / ::cudasim::kCtaStride);
+  }
+
+ private:
+  static size_t offset(const void* p, const char* what, const char* file, int line) {
+    const auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(::cudasim::arena);
+    if (a < lo || a - lo >= sizeof ::cudasim::arena)
+      ::cudasim::fail(std::string("cluster_group::") + what + " at " + ::cudasim::base_name(file) + ":" +
+                      std::to_string(line) + ": the pointer is not shared memory (a __shared__ variable or extern "
+                      "__shared__ array)");
+    return a - lo;
+  }
+  static void* map(void* p, unsigned rank, const char* file, int line) {
+    details::me("map_shared_rank()");
+    const size_t off = offset(p, "map_shared_rank", file, line);
+    if (rank >= ::cudasim::g.cluster_size)
+      ::cudasim::fail("cluster_group::map_shared_rank at " + ::cudasim::base_name(file) + ":" + std::to_string(line) +
+                      ": rank " + std::to_string(rank) + ", but the cluster has " +
+                      std::to_string(::cudasim::g.cluster_size) + " block(s)");
+    return ::cudasim::arena + rank * ::cudasim::kCtaStride + off % ::cudasim::kCtaStride;
+  }
+};
+
+inline cluster_group this_cluster() {
+  details::me("this_cluster()");
+  return cluster_group();
+}
 
 // A subset of one warp given by a lane mask: the common part of tiles and coalesced groups.
 // Shuffles name a source by its rank in the group; a rank outside the group reads the caller's
@@ -319,7 +394,7 @@ class multi_warp_tile {
  public:
   static constexpr unsigned int num_threads() { return N; }
   static constexpr unsigned int size() { return N; }
-  static unsigned int thread_rank() { return static_cast<unsigned>(me("thread_rank()").linear) & (N - 1); }
+  static unsigned int thread_rank() { return static_cast<unsigned>(me("thread_rank()").local) & (N - 1); }
   unsigned int meta_group_rank() const { return meta_rank_; }
   unsigned int meta_group_size() const { return meta_size_; }
   void sync(const char* file = __builtin_FILE(), int line = __builtin_LINE()) const { multi_warp_sync(N, file, line); }
@@ -333,7 +408,7 @@ class multi_warp_tile {
       char buf[240];
       std::snprintf(buf, sizeof buf, "thread_block_tile<%u>::shfl at %s:%d reads rank %u, a thread that has exited or "
                     "does not exist (the block has %d threads): what it would read is undefined on a GPU", N,
-                    ::cudasim::base_name(file).c_str(), line, r, ::cudasim::g.nthreads);
+                    ::cudasim::base_name(file).c_str(), line, r, ::cudasim::g.cta_threads);
       ::cudasim::fail(buf);
     }
     return all[r];
@@ -385,7 +460,7 @@ class tile_base<N, false> : public warp_group {
  public:
   static constexpr unsigned int num_threads() { return N; }
   static constexpr unsigned int size() { return N; }
-  static unsigned int thread_rank() { return static_cast<unsigned>(me("thread_rank()").linear) & (N - 1); }
+  static unsigned int thread_rank() { return static_cast<unsigned>(me("thread_rank()").local) & (N - 1); }
 
  protected:
   tile_base(unsigned meta_rank, unsigned meta_size)

@@ -220,6 +220,7 @@ enum cudaError_t {
   cudaErrorIllegalInstruction = 715,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
+  cudaErrorInvalidClusterSize = 912,
   cudaErrorUnknown = 999,
 };
 typedef cudaError_t cudaError;
@@ -244,6 +245,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorInvalidClusterSize: return "invalid cluster size";
     case cudaErrorUnknown: return "unknown error";
   }
   return "unknown error";
@@ -269,6 +271,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorInvalidClusterSize: return "cudaErrorInvalidClusterSize";
     case cudaErrorUnknown: return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
@@ -281,7 +284,8 @@ typedef CUevent_st* cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                       cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
-                         cudaFuncAttributePreferredSharedMemoryCarveout = 9 };
+                         cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+                         cudaFuncAttributeNonPortableClusterSizeAllowed = 14 };
 
 namespace cudasim {
 
@@ -289,6 +293,8 @@ constexpr size_t kStaticSharedLimit = 48 * 1024;   // without an opt-in, as on e
 constexpr size_t kOptinSharedLimit = 227 * 1024;   // the H100's per-block maximum
 constexpr size_t kCanary = 64;                     // guard bytes after dynamic shared memory
 constexpr unsigned char kPoison = 0xFF;            // a NaN in every float type, -1 in integers
+constexpr unsigned kMaxCluster = 16;               // blocks in a cluster: 8 portable, 16 with the opt-in
+constexpr unsigned kPortableCluster = 8;
 
 // ---------------------------------------------------------------------------------------------
 // Fibers. On x86-64 and arm64 (Linux and macOS) a hand-written switch saves the callee-saved
@@ -314,7 +320,9 @@ struct Thread {
   char* stack = nullptr;
   size_t stack_size = 0;
   uint3 idx{0, 0, 0};
-  int linear = 0;
+  int linear = 0;  // the thread's slot in Sim::threads: its linear threadIdx, plus its block's first slot in a cluster
+  int local = 0;   // its linear threadIdx
+  int cta = 0;     // its block's rank in the cluster (0 without clusters)
   State state = State::Ready;
   // __syncthreads
   int bar_site = 0;
@@ -342,6 +350,10 @@ struct Thread {
   unsigned long long spin_value = 0, spin_count = 0, spin_progress = 0;
   // inside a simulator function called by the learner's code (see SimScope)
   bool in_sim = false;
+  // barrier.cluster: the phase this thread arrived for (it waits until that many phases completed), and
+  // whether its arrival still waits for its wait
+  unsigned long long cluster_arrived = 0;
+  bool cluster_pending = false;
 };
 
 struct SharedSlot {
@@ -408,6 +420,21 @@ struct Sim {
   // file-scope __shared__ variables: fixed offsets in their own region of the arena
   size_t file_static_used = 0;
   const char* file_static_overflow = nullptr;  // the first one past the limit, reported at launch
+  bool file_dynamic_declared = false;          // a file-scope `extern __shared__` array exists
+  // Thread-block clusters. A cluster's blocks run together, as one set of fibers: block r of the cluster (its rank)
+  // has the thread slots [r * cta_stride, r * cta_stride + cta_threads) and the shared memory at arena + r *
+  // kCtaStride, so that every shared-memory address (what cvta.to.shared gives) names one byte of one block.
+  // Without clusters: cluster_size 1, cta_stride = cta_threads = nthreads.
+  unsigned cluster_size = 1;
+  dim3 cluster_dim{1, 1, 1};
+  int cta_threads = 0, cta_stride = 0;
+  uint3 cta_idx[kMaxCluster];                  // each rank's blockIdx
+  int cta_at_barrier[kMaxCluster] = {}, cta_done[kMaxCluster] = {};  // threads at __syncthreads, threads ended
+  bool cta_release = false;                    // a block's threads have all reached its __syncthreads
+  unsigned long long cluster_phase = 0;        // barrier.cluster phases completed in the running cluster
+  int cluster_arrivals = 0;                    // arrivals in the current phase
+  std::vector<std::pair<std::string, dim3>> cluster_dims;  // __cluster_dims__ by kernel name
+  std::vector<std::pair<std::string, int>> non_portable;   // cudaFuncAttributeNonPortableClusterSizeAllowed
 };
 
 constexpr size_t kGuardBytes = 64 * 1024;  // below each fiber stack: an overflow faults here
@@ -416,7 +443,12 @@ constexpr size_t kFileRegion = kOptinSharedLimit;
 // All shared memory lives at one fixed address, so that a file-scope `extern __shared__` array
 // or `__shared__` variable can be bound once, when the library loads:
 // [dynamic, canary | function-scope static, from static_base | file-scope static]
-alignas(1024) inline unsigned char arena[kDynRegion + kOptinSharedLimit + 128 + kFileRegion];
+// A cluster's block of rank r has its own copy of that window at arena + r * kCtaStride (a multiple of
+// 2^18, so a wgmma descriptor's 18-bit start address is the offset within the block, as on a GPU).
+constexpr size_t kCtaRegion = kDynRegion + kOptinSharedLimit + 128 + kFileRegion;
+constexpr size_t kCtaStride = size_t(1) << 20;
+static_assert(kCtaRegion <= kCtaStride, "a block's shared-memory window must fit its stride");
+alignas(1024) inline unsigned char arena[kCtaStride * kMaxCluster];
 constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
 
 inline Sim g;
@@ -514,6 +546,25 @@ CUDASIM_RT void note_write(void* p, size_t bytes, const char* file, int line) {
   (void)p, (void)bytes, (void)file, (void)line;
 }
 
+// In a cluster, a block's __syncthreads is released as soon as its last thread arrives (its threads at the barrier
+// and those that ended make up the block), since the cluster's other blocks may still be running.
+CUDASIM_INTERNAL inline void cta_check(int cta) {
+  if (g.cta_at_barrier[cta] && g.cta_at_barrier[cta] + g.cta_done[cta] == g.cta_threads) g.cta_release = true;
+}
+// A cluster's block whose threads have all ended takes its shared memory with it: the simulator poisons it, so
+// another block that reads it later through a plain pointer (map_shared_rank) reads NaN (PTX accesses and
+// copies to it are errors: cudasim_ptx/core.h).
+CUDASIM_INTERNAL inline void thread_ended(const Thread& t) {
+  if (g.cluster_size == 1) return;
+  g.cta_done[t.cta] += 1;
+  cta_check(t.cta);
+  if (g.cta_done[t.cta] == g.cta_threads) {
+    unsigned char* base = arena + t.cta * kCtaStride;
+    std::memset(base, kPoison, g.dyn_bytes);
+    std::memset(base + g.static_base, kPoison, g.static_used);
+  }
+}
+
 // Switch from the running fiber back to the scheduler.
 CUDASIM_RT void to_scheduler() {
   Thread* t = g.cur;
@@ -533,6 +584,7 @@ CUDASIM_RT void to_scheduler() {
   g.finding_thread = t->linear;
   t->state = State::Done;
   g.warp_done[t->linear / 32] |= 1u << (t->linear & 31);
+  thread_ended(*t);
   to_scheduler();
   __builtin_trap();  // a stopped fiber is never resumed
 }
@@ -546,6 +598,7 @@ CUDASIM_RT void to_scheduler() {
   }
   t->state = State::Done;
   g.warp_done[t->linear / 32] |= 1u << (t->linear & 31);
+  thread_ended(*t);
   g.idle_yields = 0;
   g.progress += 1;
   if (tracing.block) trace::thread_done();
@@ -591,6 +644,10 @@ CUDASIM_RT void start_fiber(Thread& t) {
 CUDASIM_RT void resume(Thread& t) {
   g.cur = &t;
   g.thread_idx = t.idx;
+  if (g.cluster_size > 1) {
+    g.block_idx = g.cta_idx[t.cta];
+    g.smem = arena + t.cta * kCtaStride;
+  }
 #ifdef CUDASIM_UCONTEXT
   swapcontext(&g.sched_uc, &t.uc);
 #else
@@ -624,20 +681,37 @@ CUDASIM_RT int barrier(BarKind kind, int pred, const char* file, int line, int s
   t->bar_file = file;
   t->bar_line = line;
   t->bar_site = site;
+  if (g.cluster_size > 1) {
+    g.cta_at_barrier[t->cta] += 1;
+    cta_check(t->cta);
+  }
   to_scheduler();
   CUDASIM_EVENT(passed_barrier(t->linear));  // the access profiler's mark
   return t->bar_result;
 }
 
+CUDASIM_RT void release_barrier(std::vector<int>& at_barrier);
+
+// In a cluster: the blocks whose threads have all reached __syncthreads (or ended) go on.
+CUDASIM_RT void release_ready_ctas() {
+  g.cta_release = false;
+  for (unsigned r = 0; r < g.cluster_size; ++r) {
+    if (!g.cta_at_barrier[r] || g.cta_at_barrier[r] + g.cta_done[r] != g.cta_threads) continue;
+    std::vector<int> ids;
+    for (int i = 0; i < g.cta_threads; ++i)
+      if (g.threads[r * g.cta_stride + i].state == State::Barrier) ids.push_back(static_cast<int>(r) * g.cta_stride + i);
+    g.cta_at_barrier[r] = 0;
+    release_barrier(ids);
+  }
+}
+
 // Called by the scheduler when no thread can run: release a barrier, or explain the deadlock.
 CUDASIM_RT void resolve_block() {
   std::vector<int> at_barrier;
-  const Thread* first = nullptr;
   int warp_waiting = -1;
   for (auto& t : g.threads) {
     if (t.state == State::Barrier) {
       at_barrier.push_back(t.linear);
-      if (!first) first = &t;
     } else if (t.state == State::Warp && warp_waiting < 0) {
       warp_waiting = t.linear;
     }
@@ -671,7 +745,17 @@ CUDASIM_RT void resolve_block() {
                     base_name(w.wfile).c_str(), w.wline, w.wmask, missing.c_str());
     fail(buf);
   }
+  if (g.cluster_size > 1) {  // a block whose threads all wait at its barrier (else it waits for its others)
+    release_ready_ctas();
+    return;
+  }
+  release_barrier(at_barrier);
+}
+
+// Release the threads of one block waiting at its __syncthreads (all of them are there, or ended).
+CUDASIM_RT void release_barrier(std::vector<int>& at_barrier) {
   if (at_barrier.empty()) return;
+  const Thread* first = &g.threads[at_barrier[0]];
   for (int id : at_barrier) {
     const Thread& t = g.threads[id];
     if (t.bar_site != first->bar_site || t.bar_kind != first->bar_kind) {
@@ -1039,6 +1123,76 @@ CUDASIM_RT void yield_thread() {
   to_scheduler();
 }
 
+// barrier.cluster.arrive and .wait (cooperative_groups' cluster.sync() is both): a phase completes when every
+// thread of the cluster has arrived for it or ended. Without a cluster the block is a cluster of one.
+CUDASIM_RT bool cluster_phase_done() {
+  int ended = 0;
+  for (unsigned r = 0; r < g.cluster_size; ++r) ended += g.cta_done[r];
+  if (g.cluster_size == 1)
+    for (int i = 0; i < g.nthreads; ++i) ended += g.threads[i].state == State::Done;
+  if (g.cluster_arrivals + ended < g.cta_threads * static_cast<int>(g.cluster_size)) return false;  // a quick no
+  for (int i = 0; i < g.nthreads; ++i) {
+    const Thread& t = g.threads[i];
+    if (t.local < g.cta_threads && t.state != State::Done && !(t.cluster_pending && t.cluster_arrived > g.cluster_phase))
+      return false;
+  }
+  g.cluster_phase += 1;
+  g.cluster_arrivals = 0;
+  g.progress += 1;
+  return true;
+}
+
+CUDASIM_RT std::string cluster_where(const char* file, int line) {
+  return "barrier.cluster at " + base_name(file) + ":" + std::to_string(line);
+}
+
+CUDASIM_RT void cluster_arrive(const char* file, int line) {
+  SimScope scope;
+  Thread* t = g.cur;
+  if (!t) fail("barrier.cluster (cluster.sync()) called outside a kernel");
+  if (t->cluster_pending)
+    fail(cluster_where(file, line) + ": this thread arrives a second time without a barrier.cluster.wait after its "
+         "first arrival, which PTX leaves undefined: each arrive needs its wait before the next arrive");
+  t->cluster_pending = true;
+  t->cluster_arrived = g.cluster_phase + 1;
+  g.cluster_arrivals += 1;
+  g.progress += 1;
+  g.idle_yields = 0;
+  cluster_phase_done();
+}
+
+CUDASIM_RT void cluster_wait(const char* file, int line) {
+  SimScope scope;
+  Thread* t = g.cur;
+  if (!t) fail("barrier.cluster (cluster.sync()) called outside a kernel");
+  if (!t->cluster_pending)
+    fail(cluster_where(file, line) + ": barrier.cluster.wait without a barrier.cluster.arrive before it in this "
+         "thread, which PTX leaves undefined");
+  unsigned long long seen = g.progress;
+  int idle = 0;
+  while (g.cluster_phase < t->cluster_arrived && !cluster_phase_done()) {
+    yield_thread();
+    if (g.progress != seen) {
+      seen = g.progress;
+      idle = 0;
+    } else if (++idle > 2000) {
+      std::string missing;
+      for (unsigned r = 0; r < g.cluster_size; ++r) {
+        int n = 0;
+        for (int i = 0; i < g.cta_threads; ++i) {
+          const Thread& o = g.threads[r * g.cta_stride + i];
+          n += o.state != State::Done && !(o.cluster_pending && o.cluster_arrived > g.cluster_phase);
+        }
+        if (n) missing += (missing.empty() ? "" : ", ") + std::to_string(n) + " of block rank " + std::to_string(r);
+      }
+      fail("deadlock: " + cluster_where(file, line) + " waits for every thread of the cluster to arrive, and " +
+           missing + " never will (a thread that skips cluster.sync() in a branch, or waits for something that "
+           "comes after it, looks like this)");
+    }
+  }
+  t->cluster_pending = false;
+}
+
 // An atomic that left memory unchanged may be a poll (a failed atomicCAS on a taken lock,
 // atomicAdd(p, 0) on a flag) or ordinary work (adding 0.0f). The thread keeps running through
 // the first few repeats; from the fourth repeat at the same address, seeing the same value with
@@ -1114,7 +1268,10 @@ CUDASIM_INTERNAL inline T* dynamic_shared() {
 
 // File scope: `extern __shared__ T buf[];` is the start of the arena, whichever kernel runs.
 template <class T>
-CUDASIM_INTERNAL inline T* file_dynamic_shared() { return reinterpret_cast<T*>(arena); }
+CUDASIM_INTERNAL inline T* file_dynamic_shared() {
+  g.file_dynamic_declared = true;  // bound to the first block's memory: cluster launches refuse it
+  return reinterpret_cast<T*>(arena);
+}
 
 // File scope: `__shared__ T v;` gets a fixed place in the arena's file-scope region when the
 // library loads (every kernel of the file counts it against its static limit, where a GPU counts
@@ -1139,6 +1296,7 @@ struct Config {
   dim3 grid, block;
   size_t smem = 0;
   bool bad_grid = false;
+  dim3 cluster{0, 0, 0};  // from cudaLaunchKernelEx's cluster attribute; 0: none given
 };
 
 template <class G>
@@ -1178,6 +1336,33 @@ CUDASIM_RT std::string strip_name(const std::string& s) {
   }
   size_t colon = out.rfind("::");
   return colon == std::string::npos ? out : out.substr(colon + 2);
+}
+
+// __cluster_dims__(x, y, z) on a kernel: the translator registers it by the kernel's name when the library loads.
+CUDASIM_RT bool register_cluster_dims(const char* kernel, unsigned x, unsigned y, unsigned z) {
+  g.cluster_dims.emplace_back(strip_name(kernel), dim3(x, y, z));
+  return true;
+}
+
+// The cluster shape of a launch: __cluster_dims__ or the launch's attribute (both: they must agree), checked as
+// CUDA checks it; {1, 1, 1} without either. A shape CUDA refuses gives false (cudaErrorInvalidClusterSize).
+CUDASIM_RT bool cluster_of(const char* kernel, const Config& c, dim3& out) {
+  const std::string k = strip_name(kernel);
+  const dim3* fixed = nullptr;
+  for (auto& e : g.cluster_dims)
+    if (e.first == k) fixed = &e.second;
+  bool non_portable = false;
+  for (auto& e : g.non_portable)
+    if (e.first == k) non_portable = e.second != 0;
+  out = dim3(1, 1, 1);
+  if (c.cluster.x) out = c.cluster;
+  if (fixed) {
+    if (c.cluster.x && (c.cluster.x != fixed->x || c.cluster.y != fixed->y || c.cluster.z != fixed->z)) return false;
+    out = *fixed;
+  }
+  const unsigned long long n = 1ull * out.x * out.y * out.z;
+  if (n == 0 || c.grid.x % out.x || c.grid.y % out.y || c.grid.z % out.z) return false;
+  return n <= (non_portable ? kMaxCluster : kPortableCluster);
 }
 
 CUDASIM_RT int opt_in_limit(const char* kernel) {
@@ -1420,24 +1605,49 @@ inline std::vector<void (*)()> block_end_checks;
 inline std::string (*shared_write_watch)(const void* p, size_t bytes, std::string (*line)(const void* where),
                                          const void* where) = nullptr;
 
+// Run one block, or in a cluster launch the cluster whose first block is (bx, by, bz), to its end.
 CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
   g.block_gen += 1;
   g.static_used = 0;
-  std::memset(g.smem, kPoison, g.dyn_bytes + kCanary);
+  const unsigned ranks = g.cluster_size;
+  for (unsigned r = 0; r < ranks; ++r) {
+    const dim3& c = g.cluster_dim;
+    g.cta_idx[r] = uint3{bx + r % c.x, by + r / c.x % c.y, bz + r / (c.x * c.y)};
+    unsigned char* base = arena + r * kCtaStride;
+    std::memset(base, kPoison, g.dyn_bytes + kCanary);
+    if (ranks > 1) std::memset(base + g.static_base, kPoison, g.static_limit);  // each rank's static variables
+    g.cta_at_barrier[r] = g.cta_done[r] = 0;
+  }
+  g.smem = arena;
+  g.cta_release = false;
+  g.cluster_phase = 0;
+  g.cluster_arrivals = 0;
   std::memset(arena + kFileBase, kPoison, g.file_static_used);
   g.runq.clear();
   g.runq_head = 0;
   const size_t warps = (static_cast<size_t>(g.nthreads) + 31) / 32;
   g.warp_waiting.assign(warps, 0u);
   g.warp_done.assign(warps, 0u);
-  std::vector<int> all(g.nthreads);
+  std::vector<int> all;
+  all.reserve(static_cast<size_t>(g.nthreads));
   for (int i = 0; i < g.nthreads; ++i) {
     Thread& t = g.threads[i];
+    const int local = i % g.cta_stride;
     t.linear = i;
-    t.idx = uint3{i % g.block_dim.x, (i / g.block_dim.x) % g.block_dim.y, i / (g.block_dim.x * g.block_dim.y)};
+    t.local = local;
+    t.cta = i / g.cta_stride;
+    t.cluster_arrived = 0;
+    t.cluster_pending = false;
+    if (local >= g.cta_threads) {  // a cluster's padding between blocks: a lane that never exists
+      t.state = State::Done;
+      g.warp_done[i / 32] |= 1u << (i & 31);
+      continue;
+    }
+    t.idx = uint3{local % g.block_dim.x, (local / g.block_dim.x) % g.block_dim.y,
+                  local / (g.block_dim.x * g.block_dim.y)};
     start_fiber(t);
-    all[i] = i;
+    all.push_back(i);
   }
   queue_in_order(all);
   CUDASIM_EVENT(block_begin());
@@ -1461,6 +1671,7 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
       }
       if (g.error) return;
       if (t.state == State::Yield) make_ready(id);
+      if (g.cta_release) release_ready_ctas();
     }
     g.runq.clear();
     g.runq_head = 0;
@@ -1474,13 +1685,17 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   }
   CUDASIM_EVENT(block_end());
   if (tracing.block) trace::block_end();
-  for (size_t i = 0; i < kCanary; ++i)
-    if (g.smem[g.dyn_bytes + i] != kPoison) {
-      char buf[200];
-      std::snprintf(buf, sizeof buf, "a write past the end of dynamic shared memory (%zu bytes requested at "
-                    "launch) at byte %zu", g.dyn_bytes, g.dyn_bytes + i);
-      fail(buf);
-    }
+  for (unsigned r = 0; r < ranks; ++r) {
+    const unsigned char* base = arena + r * kCtaStride;
+    for (size_t i = 0; i < kCanary; ++i)
+      if (base[g.dyn_bytes + i] != kPoison) {
+        if (ranks > 1) g.block_idx = g.cta_idx[r];
+        char buf[200];
+        std::snprintf(buf, sizeof buf, "a write past the end of dynamic shared memory (%zu bytes requested at "
+                      "launch) at byte %zu", g.dyn_bytes, g.dyn_bytes + i);
+        fail(buf);
+      }
+  }
   for (auto check : block_end_checks) check();
 }
 
@@ -1515,17 +1730,42 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
     return;
   }
   if (g.running) fail("a kernel launched another kernel (dynamic parallelism is not simulated)");
+  dim3 cl;
+  if (!cluster_of(kernel, c, cl)) {
+    record(cudaErrorInvalidClusterSize);
+    return;
+  }
+  const unsigned cluster = cl.x * cl.y * cl.z;
+  if (cluster > 1) {
+    const std::string at = " (the launch of " + strip_name(kernel) + " at " + base_name(file) + ":" +
+                           std::to_string(line) + ")";
+#ifdef CUDASIM_INSTRUMENTED
+    throw std::runtime_error("cudasim: the race and bounds check and the access profiler do not run thread-block "
+                             "cluster launches yet" + at + "; run the plain simulator build");
+#endif
+    if (tracing.blocks)
+      throw std::runtime_error("cudasim: the mbarrier trace does not record thread-block cluster launches yet" + at);
+    if (g.file_static_used || g.file_dynamic_declared)
+      throw std::runtime_error("cudasim: a cluster launch in a file with file-scope __shared__ declarations" + at +
+                               ": the simulator binds those to one block's memory; declare them inside the kernel");
+  }
   read_knobs();
   g.kernel = kernel;
   g.launch_file = file;
   g.launch_line = line;
   g.grid_dim = gr;
   g.block_dim = bl;
-  g.nthreads = static_cast<int>(threads);
-  if (g.threads.size() < threads) g.threads.resize(threads);
+  g.cluster_size = cluster;
+  g.cluster_dim = cl;
+  g.cta_threads = static_cast<int>(threads);
+  // a block's slots start at a multiple of 512: no warp, warpgroup or tile of up to 512 threads spans two blocks
+  g.cta_stride = cluster > 1 ? static_cast<int>((threads + 511) / 512 * 512) : g.cta_threads;
+  g.nthreads = g.cta_stride * static_cast<int>(cluster);
+  const size_t slots = static_cast<size_t>(g.nthreads);
+  if (g.threads.size() < slots) g.threads.resize(slots);
   // threads beyond this launch's block may be left mid-way by an earlier launch that failed: the
   // scheduler's loops over g.threads must see them as finished
-  for (size_t i = threads; i < g.threads.size(); ++i) g.threads[i].state = State::Done;
+  for (size_t i = slots; i < g.threads.size(); ++i) g.threads[i].state = State::Done;
   g.dyn_bytes = (c.smem + 15) / 16 * 16;
   g.static_base = (g.dyn_bytes + kCanary + 127) / 128 * 128;
   g.static_limit = opt >= 0 ? std::max<size_t>(kStaticSharedLimit, static_cast<size_t>(opt))
@@ -1545,7 +1785,8 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
   g.idle_yields = 0;
   g.running = true;
   std::vector<unsigned long long> blocks;
-  unsigned long long nblocks = 1ull * gr.x * gr.y * gr.z;
+  const dim3 cg(gr.x / cl.x, gr.y / cl.y, gr.z / cl.z);  // the grid of clusters (of blocks without clusters)
+  unsigned long long nblocks = 1ull * cg.x * cg.y * cg.z;
   if (g.shuffle_blocks) {
     blocks.resize(nblocks);
     for (unsigned long long i = 0; i < nblocks; ++i) blocks[i] = i;
@@ -1557,8 +1798,8 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
     if (tracing.blocks) trace::launch();
     for (unsigned long long b = 0; b < nblocks; ++b) {
       unsigned long long lin = g.shuffle_blocks ? blocks[b] : b;
-      run_block(static_cast<unsigned>(lin % gr.x), static_cast<unsigned>((lin / gr.x) % gr.y),
-                static_cast<unsigned>(lin / (1ull * gr.x * gr.y)));
+      run_block(static_cast<unsigned>(lin % cg.x) * cl.x, static_cast<unsigned>((lin / cg.x) % cg.y) * cl.y,
+                static_cast<unsigned>(lin / (1ull * cg.x * cg.y)) * cl.z);
       if (g.error) break;
     }
     if (!g.error) CUDASIM_EVENT(launch_end());
@@ -1566,11 +1807,13 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
     remove_fault_guard();
     g.running = false;
     g.cur = nullptr;
+    g.cluster_size = 1;
     throw;
   }
   remove_fault_guard();
   g.running = false;
   g.cur = nullptr;
+  g.cluster_size = 1;
   std::fflush(stdout);  // kernel printf shows up by the time the launch returns, as after a sync
   if (g.error) {
     std::exception_ptr e = g.error;
@@ -1606,6 +1849,12 @@ CUDASIM_RT cudaError_t func_set_attribute(const char* name, int attr, int value)
     for (auto& e : g.max_dynamic_smem)
       if (e.first == k) { e.second = value; return cudaSuccess; }
     g.max_dynamic_smem.emplace_back(k, value);
+  }
+  if (attr == cudaFuncAttributeNonPortableClusterSizeAllowed) {
+    std::string k = strip_name(name);
+    for (auto& e : g.non_portable)
+      if (e.first == k) { e.second = value; return cudaSuccess; }
+    g.non_portable.emplace_back(k, value);
   }
   return cudaSuccess;
 }

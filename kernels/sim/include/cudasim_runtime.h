@@ -577,6 +577,57 @@ inline cudaError_t launch_kernel_(const char*, const char*, int, const T*, Rest.
 #define cudaLaunchKernel(f, ...) ::cudasim::launch_kernel_(#f, __FILE__, __LINE__, f, __VA_ARGS__)
 #define cudaLaunchCooperativeKernel(f, ...) ::cudasim::launch_kernel_(#f, __FILE__, __LINE__, f, __VA_ARGS__)
 
+// cudaLaunchKernelEx (the C++ form: the kernel and its arguments) with a configuration and attributes. The cluster
+// attribute makes a thread-block cluster; the others (priority, programmatic serialisation, ...) change nothing a
+// kernel can see here and are accepted.
+enum cudaLaunchAttributeID {
+  cudaLaunchAttributeIgnore = 0, cudaLaunchAttributeAccessPolicyWindow = 1, cudaLaunchAttributeCooperative = 2,
+  cudaLaunchAttributeSynchronizationPolicy = 3, cudaLaunchAttributeClusterDimension = 4,
+  cudaLaunchAttributeClusterSchedulingPolicyPreference = 5, cudaLaunchAttributeProgrammaticStreamSerialization = 6,
+  cudaLaunchAttributeProgrammaticEvent = 7, cudaLaunchAttributePriority = 8
+};
+enum cudaClusterSchedulingPolicy { cudaClusterSchedulingPolicyDefault = 0, cudaClusterSchedulingPolicySpread = 1,
+                                   cudaClusterSchedulingPolicyLoadBalancing = 2 };
+union cudaLaunchAttributeValue {
+  char pad[64];
+  struct { unsigned int x, y, z; } clusterDim;
+  cudaClusterSchedulingPolicy clusterSchedulingPolicyPreference;
+  int cooperative;
+  int priority;
+  int programmaticStreamSerializationAllowed;
+};
+struct cudaLaunchAttribute {
+  cudaLaunchAttributeID id;
+  char pad[8 - sizeof(cudaLaunchAttributeID)];
+  cudaLaunchAttributeValue val;
+};
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  cudaStream_t stream;
+  cudaLaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+namespace cudasim {
+template <class... P, class... A>
+CUDASIM_INTERNAL inline cudaError_t launch_kernel_ex_(const char* name, const char* file, int line,
+                                                      const cudaLaunchConfig_t* cfg, void (*f)(P...), A&&... args) {
+  static_assert(sizeof...(P) == sizeof...(A), "cudaLaunchKernelEx: give one argument per kernel parameter");
+  if (!cfg) return record(cudaErrorInvalidValue);
+  Config c = config(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, cfg->stream);
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& d = cfg->attrs[i].val.clusterDim;
+      c.cluster = dim3(d.x, d.y, d.z);
+      if (!d.x || !d.y || !d.z) return record(cudaErrorInvalidClusterSize);
+    }
+  launch(name, file, line, c, [&](auto&... a) { f(a...); },
+         static_cast<std::remove_cv_t<std::remove_reference_t<P>>>(std::forward<A>(args))...);
+  return cudaPeekAtLastError();
+}
+}  // namespace cudasim
+#define cudaLaunchKernelEx(cfg, f, ...) ::cudasim::launch_kernel_ex_(#f, __FILE__, __LINE__, cfg, f, ##__VA_ARGS__)
+
 // ---------------------------------------------------------------------------------------------
 // Device-side intrinsics.
 namespace cudasim {

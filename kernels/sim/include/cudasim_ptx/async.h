@@ -773,8 +773,9 @@ CUDASIM_INTERNAL inline uint64_t row_pitch(const tma::Map& m) {
   return row < span ? span : row;
 }
 
-// The shared-memory bytes a box takes (row_pitch per row).
+// The shared-memory bytes a box takes (row_pitch per row; an interleaved box's lines lie back to back).
 CUDASIM_INTERNAL inline uint64_t box_footprint(const tma::Map& m) {
+  if (m.interleave) return m.box_bytes;
   return m.box_bytes / (m.n[0] * m.elem) * row_pitch(m);
 }
 
@@ -803,11 +804,98 @@ CUDASIM_INTERNAL inline void box_walk(const tma::Map& m, const int32_t* c, int d
   }
 }
 
+// Interleaved maps (CU_TENSOR_MAP_INTERLEAVE_16B / _32B), as the H100 copies them (its recorded answers:
+// tests/ptx_vectors/ptx_tma_interleave.pt). Dimension 0 counts whole slices of 16 (32) bytes, whatever the
+// data type: its coordinate, boxDim[0] and globalDim[0] are slices, and a line of the box is boxDim[0]
+// slices back to back in global memory from byte coordinate * slice of the row (on into the next pixels when
+// a pixel holds one slice, as in NC/8HWC8). Dimension rank - 2 is not walked: its coordinate places the box,
+// its box size is not used (recorded with boxes of 4 to 8). The other dimensions are walked as in any tiled
+// copy (recorded with element strides of 1); a line whose coordinate in one of them is outside the tensor is
+// filled with zeros (a load) or skipped (a store), whole. In shared memory the lines lie back to back in the
+// order of the walk, swizzled as any box.
+// f(shared byte offset, global byte offset or -1 outside the tensor) for each 16 bytes.
+template <class F>
+CUDASIM_INTERNAL inline void interleaved_walk(const tma::Map& m, const int32_t* c, F f) {
+  const int skip = tma::unwalked_dim(m);
+  const uint64_t line = m.n[0] * m.slice, lines = m.box_bytes / line;
+  uint32_t i[5] = {0, 0, 0, 0, 0};  // i[skip] stays 0
+  for (uint64_t l = 0; l < lines; ++l) {
+    bool inside = true;
+    long long go = 1ll * c[0] * static_cast<long long>(m.slice);
+    for (int d = 1; d < m.rank; ++d) {
+      const long long coord = 1ll * c[d] + 1ll * i[d] * m.estride[d];
+      if (coord < 0 || coord >= static_cast<long long>(m.dims[d])) inside = false;
+      go += coord * static_cast<long long>(m.strides[d]);
+    }
+    for (uint64_t b = 0; b < line; b += 16) f(l * line + b, inside ? go + static_cast<long long>(b) : -1ll);
+    for (int d = 1; d < m.rank; ++d) {
+      if (d == skip) continue;
+      if (++i[d] < m.n[d]) break;
+      i[d] = 0;
+    }
+  }
+}
+
+// What the recorded answers leave open about an interleaved copy is not simulated: an error naming it.
+CUDASIM_INTERNAL inline void check_interleaved(const Site& s, const tma::Map& m, const int32_t* c) {
+  auto open = [&](const std::string& what) {
+    fail_at(s, std::string("a TMA copy through an interleaved tensor map (CU_TENSOR_MAP_INTERLEAVE_") +
+                   (m.slice == 16 ? "16B" : "32B") + ") with " + what + ": what the H100 does there is not recorded, "
+                   "so the simulator does not run it");
+  };
+  const int skip = tma::unwalked_dim(m);
+  if (m.rank > 4) open("rank 5 (which dimension the H100 leaves unwalked is recorded for ranks 3 and 4 only)");
+  if (m.estride[0] != 1)
+    open("elementStrides[0] = " + std::to_string(m.estride[0]) + " (the H100 steps that many slices, but how many "
+         "slices a line then takes is not recorded)");
+  for (int d = 1; d < m.rank; ++d)
+    if (d != skip && m.estride[d] != 1)
+      open("elementStrides[" + std::to_string(d) + "] = " + std::to_string(m.estride[d]) + " on a walked dimension");
+  if (m.box[skip] > 8)
+    open("boxDim[" + std::to_string(skip) + "] = " + std::to_string(m.box[skip]) + " (dimension " +
+         std::to_string(skip) + " is left unwalked in the recorded answers for boxes of up to 8)");
+  if (c[0] < 0 || 1ll * c[0] + m.box[0] > static_cast<long long>(m.dims[0]))
+    open("slices " + std::to_string(c[0]) + " to " + std::to_string(1ll * c[0] + m.box[0] - 1) + " of dimension 0, "
+         "not all inside its globalDim[0] = " + std::to_string(m.dims[0]) + " (counted in slices, as the H100 does)");
+  const uint64_t line = m.n[0] * m.slice, span = m.swizzle ? 16ull << m.swizzle : 0;
+  if (span && line % span)
+    open("lines of " + std::to_string(line) + " bytes (boxDim[0] = " + std::to_string(m.n[0]) + " slices of " +
+         std::to_string(m.slice) + " bytes) under the " +
+         std::to_string(span) + "-byte swizzle, not a multiple of its span");
+}
+
+// Where the tensor that an interleaved map describes ends, globalDim[0] taken as elements of the data type:
+// the H100 counts them as slices and so reads and writes past that end where a line reaches it.
+CUDASIM_INTERNAL inline void check_line_inside(const Site& s, const tma::Map& m, long long go, const char* does) {
+  uint64_t end = m.dims[0] * m.elem;
+  for (int d = 1; d < m.rank; ++d) end += (m.dims[d] - 1) * m.strides[d];
+  if (static_cast<uint64_t>(go) + 16 > end)
+    fail_at(s, "a line of the interleaved box (" + std::to_string(m.n[0]) + " slices of " + std::to_string(m.slice) +
+                   " bytes) reaches byte " + std::to_string(go + 16) + " of the tensor, past its end at byte " +
+                   std::to_string(end) + " (globalDim[0] = " + std::to_string(m.dims[0]) + " elements of " +
+                   std::to_string(m.elem) + " bytes, then the outer dimensions): the H100 " + does + " past the tensor "
+                   "there, taking globalDim[0] as slices; the simulator does not");
+}
+
+// The shared memory an interleaved box takes, which a box in the shape of the elements would underestimate:
+// a load whose lines reach past the block's shared memory stops the kernel on the H100 (an illegal memory
+// access). A store there is refused too (the H100 ran one whose lines there were all outside the tensor).
+CUDASIM_INTERNAL inline void check_interleaved_room(const Site& s, const tma::Map& m, Addr a, bool load) {
+  if (a.v < kWindow && !shared_in_use(a.v, m.box_bytes))
+    fail_at(s, "the interleaved box takes " + std::to_string(m.box_bytes) + " bytes of shared memory (" +
+                   std::to_string(m.box_bytes / (m.n[0] * m.slice)) + " lines of boxDim[0] = " + std::to_string(m.n[0]) +
+                   " slices of " + std::to_string(m.slice) + " bytes) from the " + (load ? "destination " : "source ") +
+                   hex(a.v) + ", past the end of the block's shared memory" +
+                   (load ? " (the H100 stops the kernel with an illegal memory access)" : "") + ": " + shared_layout());
+}
+
 // What a tiled copy needs beyond its tensor map: the map's rank, and a first coordinate at a 16-byte
-// boundary of the row (the H100 raises an illegal instruction for any other, inside the tensor or not).
+// boundary of the row (the H100 raises an illegal instruction for any other, inside the tensor or not;
+// an interleaved map's coordinate counts slices, always on a boundary).
 CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dims, const int32_t* c) {
   if (dims != m.rank)
     fail_at(s, "a " + std::to_string(dims) + "d copy with a tensor map of rank " + std::to_string(m.rank));
+  if (m.interleave) return check_interleaved(s, m, c);
   const long long at = 1ll * c[0] * static_cast<long long>(m.elem);
   if (at % 16)
     fail_at(s, "the box starts at element " + std::to_string(c[0]) + " of dimension 0, " + std::to_string(at) +
@@ -815,11 +903,36 @@ CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dim
                    "16-byte boundary (the GPU stops the kernel with an illegal instruction)");
 }
 
+// A load through an interleaved map (interleaved_walk): its transaction count is the bytes of its lines.
+CUDASIM_INTERNAL inline void tma_load_interleaved(const Site& s, const tma::Map& m, Addr dst, const int32_t* coords,
+                                                  Addr bar) {
+  check_interleaved_room(s, m, dst, true);
+  unsigned char* d = resolve(s, Space::Shared, dst, m.box_bytes, 128, "destination");
+  const uint64_t base = window_offset(d);
+  MBarrier& b = find_barrier(s, Space::Shared, bar);
+  std::vector<unsigned char> data(m.box_bytes, 0);  // a line outside the tensor: zeros
+  const unsigned char* g0 = reinterpret_cast<const unsigned char*>(m.base);
+  const int bits = tma_swizzle_bits(m.swizzle);
+  interleaved_walk(m, coords, [&](uint64_t so, long long go) {
+    if (go < 0) {
+      if (m.oob == CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA)
+        fail_at(s, "a TMA load through an interleaved tensor map with the NaN out-of-bounds fill, whose box has lines "
+                   "outside the tensor: the H100's fill of such lines is not recorded, so the simulator does not run it");
+      return;
+    }
+    check_line_inside(s, m, go, "reads");
+    note_read(g0 + go, 16, s.file, s.line);
+    std::memcpy(&data[swizzle(base + so, bits) - base], g0 + go, 16);
+  });
+  issue_copy(s, b, d, std::move(data), static_cast<uint32_t>(m.box_bytes));
+}
+
 // cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {c}], [mbar]
 CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr map, const int32_t* coords, Addr bar) {
   SimScope scope;
   const tma::Map m = tensor_map(s, map);
   check_tma(s, m, dims, coords);
+  if (m.interleave) return tma_load_interleaved(s, m, dst, coords, bar);
   unsigned char* d = resolve(s, Space::Shared, dst, box_footprint(m), 128, "destination");
   uint64_t base = window_offset(d);
   MBarrier& b = find_barrier(s, Space::Shared, bar);
@@ -843,6 +956,24 @@ CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr ma
   issue_copy(s, b, d, std::move(data), static_cast<uint32_t>(m.box_bytes));
 }
 
+// A store through an interleaved map (interleaved_walk): lines outside the tensor are not written; where
+// lines overlap in global memory (a line of several pixels), the later line's bytes stay, as on the H100.
+CUDASIM_INTERNAL inline void tma_store_interleaved(const Site& s, const tma::Map& m, const int32_t* coords, Addr src) {
+  check_interleaved_room(s, m, src, false);
+  const unsigned char* from = resolve(s, Space::Shared, src, m.box_bytes, 128, "source");
+  const uint64_t base = window_offset(from);
+  unsigned char* g0 = reinterpret_cast<unsigned char*>(m.base);
+  const int bits = tma_swizzle_bits(m.swizzle);
+  note_read(from, m.box_bytes, s.file, s.line);
+  PendingStore st;
+  interleaved_walk(m, coords, [&](uint64_t so, long long go) {
+    if (go < 0) return;
+    check_line_inside(s, m, go, "writes");
+    add_run(st, swizzle(base + so, bits), g0 + go, 16);
+  });
+  issue_store(s, std::move(st));
+}
+
 // cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c}], [src]: elements outside
 // the tensor are not written.
 CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const int32_t* coords, Addr src) {
@@ -854,6 +985,7 @@ CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const 
       fail_at(s, "the box starts at coordinate " + std::to_string(coords[d]) + " of dimension " + std::to_string(d) +
                      ": a TMA store's coordinates must not be negative (the GPU stops the kernel with an illegal "
                      "instruction; a load may start before the tensor and is filled there)");
+  if (m.interleave) return tma_store_interleaved(s, m, coords, src);
   const unsigned char* from = resolve(s, Space::Shared, src, box_footprint(m), 128, "source");
   uint64_t base = window_offset(from);
   unsigned char* g0 = reinterpret_cast<unsigned char*>(m.base);
@@ -869,6 +1001,35 @@ CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const 
   });
   issue_store(s, std::move(st));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Multicast (.multicast::cluster): one load delivered to several blocks of the cluster, those whose bit is set in
+// ctaMask, each at the same place in its own shared memory and completing on its own barrier at the barrier
+// operand's place. Here each block's copy is a copy of its own.
+template <class Copy>
+CUDASIM_INTERNAL inline void to_each_rank(const Site& s, Addr dst, Addr bar, uint16_t mask, Copy copy) {
+  if (mask == 0) fail_at(s, "ctaMask is 0: a multicast copy must name at least one block of the cluster");
+  if (mask >> g.cluster_size)
+    fail_at(s, "ctaMask " + hex(mask) + " names a block beyond the cluster's " + std::to_string(g.cluster_size) +
+            " (bit r is the block of rank r)");
+  auto at = [](Addr a, unsigned r) { return Addr{r * kCtaStride + a.v % kCtaStride}; };
+  for (unsigned r = 0; r < g.cluster_size; ++r)
+    if (mask >> r & 1u) copy(at(dst, r), at(bar, r));
+}
+
+CUDASIM_INTERNAL inline void tma_load_multicast(const Site& s, int dims, Addr dst, Addr map, const int32_t* coords,
+                                                Addr bar, uint16_t mask) {
+  to_each_rank(s, dst, bar, mask, [&](Addr d, Addr b) { tma_load(s, dims, d, map, coords, b); });
+}
+
+CUDASIM_INTERNAL inline void bulk_load_multicast(const Site& s, Addr dst, Addr src, uint32_t size, Addr bar,
+                                                 uint16_t mask) {
+  to_each_rank(s, dst, bar, mask, [&](Addr d, Addr b) { bulk_load(s, d, src, size, b); });
+}
+
+// barrier.cluster.arrive / .wait (cudasim.h runs them, as cooperative_groups' cluster.sync() does).
+CUDASIM_INTERNAL inline void cluster_arrive(const Site& s) { ::cudasim::cluster_arrive(s.file, s.line); }
+CUDASIM_INTERNAL inline void cluster_wait(const Site& s) { ::cudasim::cluster_wait(s.file, s.line); }
 
 }  // namespace ptx
 }  // namespace cudasim

@@ -14,10 +14,6 @@
 
 #include <string>
 
-// Thread-block clusters are not simulated: blocks run one at a time, so the blocks of a cluster
-// cannot share memory (distributed shared memory), barriers (barrier.cluster) or multicast copies.
-#define __cluster_dims__(...) _Pragma("GCC error \"thread-block clusters (__cluster_dims__) are not simulated: blocks run one at a time here, so the blocks of a cluster could not share memory, barriers or TMA multicast\"")
-
 namespace cudasim {
 namespace ptx {
 
@@ -248,8 +244,12 @@ CUDASIM_INTERNAL inline bool in_window(const void* p) {
 }
 
 // The parts of the window a block may use: its dynamic shared memory, the static __shared__
-// variables declared so far, the file-scope ones.
+// variables declared so far, the file-scope ones; in a cluster, those of each block of the cluster, each block's
+// at its own kCtaStride (distributed shared memory: an address says which block's memory it is).
 CUDASIM_INTERNAL inline bool shared_in_use(uint64_t off, uint64_t n) {
+  const uint64_t rank = off / kCtaStride;
+  if (rank >= g.cluster_size) return false;
+  off -= rank * kCtaStride;
   auto within = [&](uint64_t lo, uint64_t hi) { return off >= lo && off + n <= hi; };
   return within(0, g.dyn_bytes) || within(g.static_base, g.static_base + g.static_used) ||
          within(kFileBase, kFileBase + g.file_static_used);
@@ -262,10 +262,16 @@ CUDASIM_INTERNAL inline std::string hex(uint64_t v) {
 }
 
 CUDASIM_INTERNAL inline std::string shared_layout() {
-  char b[200];
-  std::snprintf(b, sizeof b, "the block's shared memory is [0, %zu) dynamic and [%zu, %zu) static", g.dyn_bytes,
-                g.static_base, g.static_base + g.static_used);
-  return b;
+  char b[300];
+  const size_t base = g.cur && g.cluster_size > 1 ? g.cur->cta * kCtaStride : 0;
+  std::snprintf(b, sizeof b, "the block's shared memory is [0x%zx, 0x%zx) dynamic and [0x%zx, 0x%zx) static", base,
+                base + g.dyn_bytes, base + g.static_base, base + g.static_base + g.static_used);
+  std::string out = b;
+  if (g.cluster_size > 1)
+    out += " (the block of rank " + std::to_string(g.cur ? g.cur->cta : 0) + " in a cluster of " +
+           std::to_string(g.cluster_size) + "; the block of rank r has the same layout " + std::to_string(kCtaStride) +
+           " * r bytes further)";
+  return out;
 }
 
 // A shared-window address of n bytes: checked and turned into a pointer.
@@ -280,6 +286,11 @@ CUDASIM_INTERNAL inline unsigned char* shared_at(const Site& s, uint64_t a, uint
             "shared memory: " + shared_layout());
   if (align > 1 && a % align)
     fail_at(s, std::string("the ") + what + " " + hex(a) + " is not " + std::to_string(align) + "-byte aligned");
+  const uint64_t rank = a / kCtaStride;
+  if (rank && g.cta_done[rank] == g.cta_threads)
+    fail_at(s, std::string("the ") + what + " " + hex(a) + " is in the shared memory of the cluster's block of rank " +
+            std::to_string(rank) + ", whose threads have all exited: a block's shared memory goes with it, so the "
+            "cluster must synchronise (barrier.cluster, cluster.sync()) before a block that others read exits");
   return arena + a;
 }
 
@@ -332,6 +343,32 @@ CUDASIM_INTERNAL inline T cvta_from_shared(const Site& s, const X& x) {
   if constexpr (sizeof(T) == 4) fail_at(s, "a generic address needs 64 bits (cvta.shared.u64)");
   return static_cast<T>(reinterpret_cast<uintptr_t>(arena + v));
 }
+// mapa: the address of the same byte of shared memory in the cluster's block of rank `r` (a shared-memory
+// address, or with `generic` a generic one).
+template <class T, class X, class R>
+CUDASIM_INTERNAL inline T mapa(const Site& s, bool generic, const X& x, const R& r) {
+  uint64_t v = as<std::conditional_t<sizeof(X) == 4, uint32_t, uint64_t>>(x);
+  const uint32_t rank = as<uint32_t>(r);
+  if (rank >= g.cluster_size)
+    fail_at(s, "mapa to the block of rank " + std::to_string(rank) + ", but the cluster has " +
+            std::to_string(g.cluster_size) + " block(s)" + (g.cluster_size == 1 ? " (the launch has no cluster: "
+            "__cluster_dims__ or cudaLaunchKernelEx's cluster attribute makes one)" : ""));
+  if (generic) {
+    if (!in_window(reinterpret_cast<const void*>(v))) fail_at(s, "the generic address " + hex(v) + " is not shared memory");
+    v = window_offset(reinterpret_cast<const void*>(v));
+  } else if (v >= kWindow || in_window(reinterpret_cast<const void*>(v))) {
+    fail_at(s, "the operand " + hex(v) + " is not a shared-memory address (mapa.shared::cluster takes one; plain "
+            "mapa takes a generic address)");
+  }
+  const uint64_t out = rank * kCtaStride + v % kCtaStride;
+  if constexpr (sizeof(T) == 4) {
+    if (generic) fail_at(s, "a generic address needs 64 bits (mapa.u64)");
+    return static_cast<T>(out);
+  } else {
+    return static_cast<T>(generic ? reinterpret_cast<uintptr_t>(arena + out) : out);
+  }
+}
+
 template <class T, class X>
 CUDASIM_INTERNAL inline T cvta_to_global(const Site&, const X& x) { return as<T>(x); }
 template <class T, class X>
@@ -389,7 +426,7 @@ CUDASIM_INTERNAL inline void moved_on() {
 // Special registers.
 CUDASIM_INTERNAL inline uint32_t lane_of_cur() { return static_cast<uint32_t>(g.cur ? g.cur->linear & 31 : 0); }
 inline uint32_t sr_laneid() { return lane_of_cur(); }
-inline uint32_t sr_warpid() { return static_cast<uint32_t>(g.cur ? g.cur->linear / 32 : 0); }
+inline uint32_t sr_warpid() { return static_cast<uint32_t>(g.cur ? g.cur->local / 32 : 0); }
 inline uint32_t sr_nwarpid() { return 64; }
 inline uint32_t sr_smid() { return (g.block_idx.x + g.grid_dim.x * (g.block_idx.y + g.grid_dim.y * g.block_idx.z)) % 132; }
 inline uint32_t sr_nsmid() { return 132; }
@@ -406,22 +443,23 @@ inline uint32_t sr_ctaid_z() { return g.block_idx.z; }
 inline uint32_t sr_nctaid_x() { return g.grid_dim.x; }
 inline uint32_t sr_nctaid_y() { return g.grid_dim.y; }
 inline uint32_t sr_nctaid_z() { return g.grid_dim.z; }
-// Without clusters every block is a cluster of one.
-inline uint32_t sr_cluster_ctarank() { return 0; }
-inline uint32_t sr_cluster_nctarank() { return 1; }
-inline uint32_t sr_is_explicit_cluster() { return 0; }
-inline uint32_t sr_clusterid_x() { return g.block_idx.x; }
-inline uint32_t sr_clusterid_y() { return g.block_idx.y; }
-inline uint32_t sr_clusterid_z() { return g.block_idx.z; }
-inline uint32_t sr_nclusterid_x() { return g.grid_dim.x; }
-inline uint32_t sr_nclusterid_y() { return g.grid_dim.y; }
-inline uint32_t sr_nclusterid_z() { return g.grid_dim.z; }
-inline uint32_t sr_cluster_ctaid_x() { return 0; }
-inline uint32_t sr_cluster_ctaid_y() { return 0; }
-inline uint32_t sr_cluster_ctaid_z() { return 0; }
-inline uint32_t sr_cluster_nctaid_x() { return 1; }
-inline uint32_t sr_cluster_nctaid_y() { return 1; }
-inline uint32_t sr_cluster_nctaid_z() { return 1; }
+// Clusters (a block without one is a cluster of one). A block's rank orders its place in the cluster x first.
+CUDASIM_INTERNAL inline uint32_t my_rank() { return static_cast<uint32_t>(g.cur ? g.cur->cta : 0); }
+inline uint32_t sr_cluster_ctarank() { return my_rank(); }
+inline uint32_t sr_cluster_nctarank() { return g.cluster_size; }
+inline bool sr_is_explicit_cluster() { return g.cluster_size > 1; }  // a predicate register
+inline uint32_t sr_clusterid_x() { return g.block_idx.x / g.cluster_dim.x; }
+inline uint32_t sr_clusterid_y() { return g.block_idx.y / g.cluster_dim.y; }
+inline uint32_t sr_clusterid_z() { return g.block_idx.z / g.cluster_dim.z; }
+inline uint32_t sr_nclusterid_x() { return g.grid_dim.x / g.cluster_dim.x; }
+inline uint32_t sr_nclusterid_y() { return g.grid_dim.y / g.cluster_dim.y; }
+inline uint32_t sr_nclusterid_z() { return g.grid_dim.z / g.cluster_dim.z; }
+inline uint32_t sr_cluster_ctaid_x() { return g.block_idx.x % g.cluster_dim.x; }
+inline uint32_t sr_cluster_ctaid_y() { return g.block_idx.y % g.cluster_dim.y; }
+inline uint32_t sr_cluster_ctaid_z() { return g.block_idx.z % g.cluster_dim.z; }
+inline uint32_t sr_cluster_nctaid_x() { return g.cluster_dim.x; }
+inline uint32_t sr_cluster_nctaid_y() { return g.cluster_dim.y; }
+inline uint32_t sr_cluster_nctaid_z() { return g.cluster_dim.z; }
 inline uint32_t sr_lanemask_eq() { return 1u << lane_of_cur(); }
 inline uint32_t sr_lanemask_lt() { return (1u << lane_of_cur()) - 1u; }
 inline uint32_t sr_lanemask_le() { return (2u << lane_of_cur()) - 1u; }

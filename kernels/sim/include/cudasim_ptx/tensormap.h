@@ -3,8 +3,11 @@
 // through cudaGetDriverEntryPoint / cudaGetDriverEntryPointByVersion (what code that does not link
 // libcuda does). The stand-in keeps the parameters in the map's 128 opaque bytes and checks them as
 // the driver documents (cuda.h); a map it refuses returns CUDA_ERROR_INVALID_VALUE, as the driver
-// does, and says why on stderr. Not simulated (an error naming the parameter): interleaved layouts,
-// the 128B_ATOM swizzles, the sub-byte data types, im2col maps.
+// does, and says why on stderr. Interleaved layouts (CU_TENSOR_MAP_INTERLEAVE_16B, _32B) are encoded
+// with the rules the H100's driver was seen to apply to them (tests/ptx_vectors/ptx_tma_interleave.pt);
+// how a copy walks such a map is async.h's (interleaved_walk). Not simulated (an error naming the
+// parameter): the 128B_ATOM swizzles, the sub-byte data types, im2col maps, and the interleaved boxes
+// whose acceptance was not recorded.
 #pragma once
 #include "../cudasim.h"
 
@@ -84,14 +87,19 @@ namespace tma {
 constexpr uint64_t kMagic = 0x5041'4D52'4F53'4E45ull;  // marks a map this stand-in encoded
 
 // A tensor map's parameters, decoded. strides[0] is the element size; dims, box, estride per dim.
+// An interleaved map's dimension 0 counts slices of `slice` bytes (16 or 32), not elements, and its
+// dimension rank - 2 is not walked (async.h, interleaved_walk); box_bytes is then the bytes of its lines.
 struct Map {
-  int dtype = 0, rank = 0, swizzle = 0, oob = 0;
-  uint64_t base = 0, elem = 0;
+  int dtype = 0, rank = 0, swizzle = 0, oob = 0, interleave = 0;  // interleave: 0 none, 1 16B, 2 32B
+  uint64_t base = 0, elem = 0, slice = 0;
   uint64_t dims[5] = {1, 1, 1, 1, 1}, strides[5] = {0, 0, 0, 0, 0};
   uint32_t box[5] = {1, 1, 1, 1, 1}, estride[5] = {1, 1, 1, 1, 1};
-  uint32_t n[5] = {1, 1, 1, 1, 1};  // elements the box has along each dim: ceil(box / estride)
+  uint32_t n[5] = {1, 1, 1, 1, 1};  // elements (an interleaved map's dim 0: slices) along each dim: ceil(box / estride)
   uint64_t box_bytes = 0;
 };
+
+// The dimension of an interleaved map that the H100 does not walk: only its coordinate places the box.
+CUDASIM_INTERNAL inline int unwalked_dim(const Map& m) { return m.rank - 2; }
 
 CUDASIM_INTERNAL inline int elem_size(int dtype) {
   static const int sizes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
@@ -111,6 +119,8 @@ CUDASIM_INTERNAL inline bool decode(const CUtensorMap& t, Map& m) {
   uint64_t w = t.opaque[2];
   m.dtype = static_cast<int>(w & 0xFF);
   m.rank = static_cast<int>((w >> 8) & 0xFF);
+  m.interleave = static_cast<int>((w >> 16) & 0xFF);
+  m.slice = m.interleave == CU_TENSOR_MAP_INTERLEAVE_16B ? 16 : m.interleave == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 0;
   m.swizzle = static_cast<int>((w >> 24) & 0xFF);
   m.oob = static_cast<int>((w >> 40) & 0xFF);
   m.base = t.opaque[1];
@@ -120,9 +130,16 @@ CUDASIM_INTERNAL inline bool decode(const CUtensorMap& t, Map& m) {
     m.dims[d] = d < m.rank ? t.opaque[3 + d] : 1;
     m.strides[d] = d == 0 ? m.elem : d < m.rank ? t.opaque[7 + d] : 0;
     m.box[d] = d < m.rank ? static_cast<uint32_t>((t.opaque[12] >> (9 * d)) & 0x1FF) : 1;
-    m.estride[d] = d < m.rank && d > 0 ? static_cast<uint32_t>((t.opaque[13] >> (4 * d)) & 0xF) : 1;
+    // dimension 0's element stride counts only in an interleaved map (the driver ignores it otherwise)
+    const bool strided = d < m.rank && (d > 0 || m.interleave);
+    m.estride[d] = strided ? static_cast<uint32_t>((t.opaque[13] >> (4 * d)) & 0xF) : 1;
     m.n[d] = (m.box[d] + m.estride[d] - 1) / m.estride[d];
     m.box_bytes *= m.n[d];
+  }
+  if (m.interleave) {  // lines of n[0] slices, one per step of the walked dimensions
+    m.box_bytes = m.n[0] * m.slice;
+    for (int d = 1; d < m.rank; ++d)
+      if (d != unwalked_dim(m)) m.box_bytes *= m.n[d];
   }
   return true;
 }
@@ -141,9 +158,17 @@ CUDASIM_INTERNAL inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataT
   int es = elem_size(static_cast<int>(dtype));
   if (!es) return refuse("unknown data type " + std::to_string(static_cast<int>(dtype)));
   if (rank < 1 || rank > 5) return refuse("the rank must be 1 to 5, got " + std::to_string(rank));
-  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) not_simulated("an interleaved layout (CU_TENSOR_MAP_INTERLEAVE_16B/32B)");
+  if (static_cast<int>(interleave) < 0 || interleave > CU_TENSOR_MAP_INTERLEAVE_32B)
+    return refuse("unknown interleave " + std::to_string(static_cast<int>(interleave)));
+  const bool interleaved = interleave != CU_TENSOR_MAP_INTERLEAVE_NONE, il32 = interleave == CU_TENSOR_MAP_INTERLEAVE_32B;
+  if (interleaved && rank < 3)
+    return refuse("an interleaved layout (CU_TENSOR_MAP_INTERLEAVE_16B/32B) needs a rank of 3 to 5, got " +
+                  std::to_string(rank));
   if (swizzle > CU_TENSOR_MAP_SWIZZLE_128B) not_simulated("the swizzle mode " + std::to_string(static_cast<int>(swizzle)));
-  if (!global || reinterpret_cast<uintptr_t>(global) % 16) return refuse("globalAddress must be 16-byte aligned");
+  const unsigned align = il32 ? 32 : 16;  // the 32-byte interleave wants a 32-byte aligned address and strides
+  if (!global || reinterpret_cast<uintptr_t>(global) % align)
+    return refuse("globalAddress must be " + std::to_string(align) + "-byte aligned" +
+                  (il32 ? " with CU_TENSOR_MAP_INTERLEAVE_32B" : ""));
   for (cuuint32_t d = 0; d < rank; ++d) {
     if (dims[d] == 0 || dims[d] > (1ull << 32))
       return refuse("globalDim[" + std::to_string(d) + "] must be 1 to 2^32, got " + std::to_string(dims[d]));
@@ -151,14 +176,23 @@ CUDASIM_INTERNAL inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataT
       return refuse("boxDim[" + std::to_string(d) + "] must be 1 to 256, got " + std::to_string(box[d]));
     if (estride[d] == 0 || estride[d] > 8)
       return refuse("elementStrides[" + std::to_string(d) + "] must be 1 to 8, got " + std::to_string(estride[d]));
-    if (d + 1 < rank && (strides[d] % 16 || strides[d] >= (1ull << 40)))
-      return refuse("globalStrides[" + std::to_string(d) + "] must be a multiple of 16 bytes below 2^40, got " +
+    if (d + 1 < rank && (strides[d] % align || strides[d] >= (1ull << 40)))
+      return refuse("globalStrides[" + std::to_string(d) + "] must be a multiple of " + std::to_string(align) +
+                    " bytes below 2^40" + (il32 ? " with CU_TENSOR_MAP_INTERLEAVE_32B" : "") + ", got " +
                     std::to_string(strides[d]));
   }
+  // The 16-byte rule binds interleaved maps too (the H100's driver refuses an 8-byte box with the 16B
+  // interleave, though cuda.h states the rule for CU_TENSOR_MAP_INTERLEAVE_NONE only).
   if (box[0] * es % 16)
     return refuse("boxDim[0] * the element size must be a multiple of 16 bytes, got " + std::to_string(box[0] * es));
+  if (il32 && box[0] * es % 32)
+    not_simulated("CU_TENSOR_MAP_INTERLEAVE_32B with boxDim[0] * the element size = " + std::to_string(box[0] * es) +
+                  " bytes, not a multiple of 32 (whether the driver accepts it is not recorded)");
+  // The swizzle's span bounds the box's inner dimension only without interleave (cuda.h; the H100's driver
+  // accepts a 64-byte box under the 32-byte swizzle with the 16B interleave). Any swizzle goes with either
+  // interleave: the driver takes the 32B interleave without a swizzle and with the 64-byte one.
   static const unsigned span[] = {0, 32, 64, 128};
-  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * es > span[swizzle])
+  if (!interleaved && swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && box[0] * es > span[swizzle])
     return refuse("with a " + std::to_string(span[swizzle]) + "B swizzle the box's inner dimension (boxDim[0] * the "
                   "element size) must be at most " + std::to_string(span[swizzle]) + " bytes, got " +
                   std::to_string(box[0] * es));
@@ -168,8 +202,8 @@ CUDASIM_INTERNAL inline CUresult encode_tiled(CUtensorMap* map, CUtensorMapDataT
   map->opaque[0] = kMagic;
   map->opaque[1] = reinterpret_cast<uint64_t>(global);
   map->opaque[2] = static_cast<uint64_t>(dtype) | (static_cast<uint64_t>(rank) << 8) |
-                   (static_cast<uint64_t>(swizzle) << 24) | (static_cast<uint64_t>(l2) << 32) |
-                   (static_cast<uint64_t>(oob) << 40);
+                   (static_cast<uint64_t>(interleave) << 16) | (static_cast<uint64_t>(swizzle) << 24) |
+                   (static_cast<uint64_t>(l2) << 32) | (static_cast<uint64_t>(oob) << 40);
   for (cuuint32_t d = 0; d < rank; ++d) {
     map->opaque[3 + d] = dims[d];
     if (d + 1 < rank) map->opaque[8 + d] = strides[d];

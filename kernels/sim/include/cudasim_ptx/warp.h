@@ -89,17 +89,18 @@ CUDASIM_RT_STATE PerBlock<NamedBarrier> named_barriers;
 CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint32_t id, uint32_t count, bool has_count) {
   SimScope scope;
   if (id > 15) fail_at(s, "the barrier id must be 0 to 15, got " + std::to_string(id));
-  if (has_count && (count == 0 || count % 32 || count > static_cast<uint32_t>(g.nthreads) + 31))
+  const size_t slot = static_cast<size_t>(me(s).cta) * 16 + id;  // each block of a cluster has its own 16
+  if (has_count && (count == 0 || count % 32 || count > static_cast<uint32_t>(g.cta_threads) + 31))
     fail_at(s, "the thread count must be a non-zero multiple of 32 up to the block's threads, got " +
                std::to_string(count));
-  if (!arrive_only && (!has_count || count >= static_cast<uint32_t>(g.nthreads))) {
+  if (!arrive_only && (!has_count || count >= static_cast<uint32_t>(g.cta_threads))) {
     if (id == 0) {
       barrier(BarKind::Plain, 0, s.file, s.line, -1000 - s.line);
       return;
     }
-    count = (static_cast<uint32_t>(g.nthreads) + 31) / 32 * 32;
+    count = (static_cast<uint32_t>(g.cta_threads) + 31) / 32 * 32;
   }
-  NamedBarrier& b = named_barriers.at(id);
+  NamedBarrier& b = named_barriers.at(slot);
   if (b.arrived == 0) b.expected = count;
   if (b.expected != count)
     fail_at(s, "barrier " + std::to_string(id) + " is in use with a count of " + std::to_string(b.expected) +
@@ -119,7 +120,7 @@ CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint
     return;
   }
   if (arrive_only) return;
-  wait_until(s, [&] { return named_barriers.at(id).generation != mine; }, [&] {
+  wait_until(s, [&] { return named_barriers.at(slot).generation != mine; }, [&] {
     return "deadlock: barrier " + std::to_string(id) + " waits for " + std::to_string(b.expected) + " threads and " +
            std::to_string(b.arrived) + " have arrived; no other thread can arrive";
   });

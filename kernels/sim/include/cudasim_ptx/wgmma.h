@@ -39,9 +39,11 @@ struct Desc {
   uint64_t start, lbo, sbo;
   int base, layout, bits, width;
 };
-CUDASIM_INTERNAL inline Desc decode_desc(uint64_t d) {
+// `cta_base`: where the issuing block's shared memory starts in the window (a cluster's block of rank r: r *
+// kCtaStride); a descriptor's start address is an offset in the block's own shared memory.
+CUDASIM_INTERNAL inline Desc decode_desc(uint64_t d, uint64_t cta_base) {
   Desc x;
-  x.start = (d & 0x3FFF) << 4;
+  x.start = cta_base + ((d & 0x3FFF) << 4);
   x.lbo = ((d >> 16) & 0x3FFF) << 4;
   x.sbo = ((d >> 32) & 0x3FFF) << 4;
   x.base = static_cast<int>((d >> 49) & 7);
@@ -87,6 +89,7 @@ struct WgOp {
   bool a_regs = false, scale_d = true;
   int sa = 1, sb = 1, ta = 0, tb = 0;
   uint64_t adesc = 0, bdesc = 0;
+  uint64_t cta_base = 0;             // the issuing block's shared memory (decode_desc)
   unsigned long long group = ~0ull;  // ~0 until committed
   std::vector<Acc> accs;             // 32 * nd, lane by lane
   std::vector<uint32_t> start;       // the accumulators' values at issue
@@ -171,7 +174,7 @@ struct WgJob : WarpJob {
 template <int BYTES>
 CUDASIM_INTERNAL inline void add_reads_of(const Site& s, WgOp& op, uint64_t desc, bool mn_major, int i0, int rows) {
   constexpr int bytes = BYTES;
-  Desc d = decode_desc(desc);
+  Desc d = decode_desc(desc, op.cta_base);
   if (d.base) fail_at(s, "a matrix descriptor with a non-zero base offset (bits 49-51) is not simulated");
   uint64_t lo = ~0ull, hi = 0;
   for (int i = i0; i < i0 + rows; ++i)
@@ -198,9 +201,9 @@ CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
   auto* j0 = static_cast<WgJob*>(lanes[0]);
   const Site& s = j0->site;
   int warp = j0->self->linear / 32;
-  if ((warp / 4 + 1) * 128 > g.nthreads)
-    fail_at(s, "wgmma runs on a warpgroup of 4 warps (128 threads), but warp " + std::to_string(warp) + "'s "
-            "warpgroup is incomplete: the block has " + std::to_string(g.nthreads) + " threads");
+  if ((j0->self->local / 128 + 1) * 128 > g.cta_threads)
+    fail_at(s, "wgmma runs on a warpgroup of 4 warps (128 threads), but warp " + std::to_string(j0->self->local / 32) +
+            "'s warpgroup is incomplete: the block has " + std::to_string(g.cta_threads) + " threads");
   WgWarp& w = wg_warp(s, warp);
   for (int l = 0; l < 32; ++l) {
     auto* j = static_cast<WgJob*>(lanes[l]);
@@ -231,6 +234,7 @@ CUDASIM_INTERNAL inline void wgmma_issue_run(WarpJob* const* lanes) {
   op.tb = j0->tb;
   op.adesc = j0->adesc;
   op.bdesc = j0->bdesc;
+  op.cta_base = static_cast<uint64_t>(j0->self->cta) * kCtaStride;
   op.accs.resize(static_cast<size_t>(32 * op.nd));
   op.start.resize(op.accs.size());
   int wq = warp % 4;
@@ -353,10 +357,10 @@ CUDASIM_INTERNAL inline void wgmma_execute(WgWarp& w, WgOp& op, int warp) {
               op.at == Ty::bf16 ? operand_part<Ty::bf16>(op.a[l][r], e) : operand_part<Ty::f16>(op.a[l][r], e);
         }
   } else {
-    Desc da = decode_desc(op.adesc);
+    Desc da = decode_desc(op.adesc, op.cta_base);
     gather_operand(a.data(), op.at, da, op.ta, 16 * wq, 16, K, K, 1);  // a[m * K + k]
   }
-  Desc db = decode_desc(op.bdesc);
+  Desc db = decode_desc(op.bdesc, op.cta_base);
   gather_operand(b.data(), op.bt, db, op.tb, 0, n, K, 1, n);  // b[k * n + c]
   for (const Range& r : op.reads) note_read(arena + r.lo, r.hi - r.lo, op.site.file, op.site.line);
   // gather D (16 x n) from the lanes: f32 register r of lane l is (row gid + 8 * ((r >> 1) & 1),
