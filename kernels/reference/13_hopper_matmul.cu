@@ -33,7 +33,7 @@
 // an edge of C are dropped (matmul13_5) or skipped by a guard. FLOPs are 2 M N K.
 //
 // Thread-block clusters (TMA multicast of a tile to the blocks of a cluster, which share the loads of A or B) are
-// the next step of the ladder; they are left out here because the simulator runs one block at a time.
+// the next step of the ladder, not built here yet (the simulator runs them: kernels/sim/README.md).
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
