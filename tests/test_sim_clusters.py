@@ -131,17 +131,32 @@ MISUSE = {
     5: ("MISUSE-GONE", r"ld\.shared::cluster\.f32 at clusters\.cu:{line}: .* block of rank 1, whose threads have all "
                        r"exited"),
     6: ("MISUSE-TWICE", r"barrier\.cluster at clusters\.cu:{line}: this thread arrives a second time"),
+    7: ("MISUSE-ARRIVE-GONE", r"mbarrier\.arrive\S* at clusters\.cu:{line}: .* block of rank 0, whose threads have "
+                              r"all exited"),
+    8: ("MISUSE-CTA-SPACE", r"ld\.shared::cta\.f32 at clusters\.cu:{line}: .* block of rank \d \(an address from mapa\), "
+                            r"where this instruction's \.shared::cta space reaches only"),
+    9: ("", r"shared memory byte 0x1\w+ of the cluster's block of rank 1 was written after all of that block's threads "
+            r"had exited.*block \(1,0,0\)"),
 }
 
 
 @sim_only
 @pytest.mark.parametrize("what", list(MISUSE), ids=["deadlock", "map_rank", "wait_without_arrive", "mapa_rank",
-                                                    "read_after_exit", "arrive_twice"])
+                                                    "read_after_exit", "arrive_twice", "arrive_after_rank_0_exit",
+                                                    "cta_space_of_another_block", "write_after_exit"])
 def test_misuse_of_a_cluster_is_an_error_naming_the_line(what):
     ext = load(CLUSTERS, "sim")
     marker, pattern = MISUSE[what]
-    with pytest.raises(RuntimeError, match=pattern.format(line=_line(marker))):
+    with pytest.raises(RuntimeError, match=pattern.format(line=_line(marker) if marker else 0)):
         ext.misuse(torch.randn(64), what)
+
+
+@sim_only
+def test_a_warp_operation_settles_while_another_block_waits_at_the_cluster_barrier():
+    # rank 0 polls at cluster.sync() from the start, so the run queue never empties; rank 1's __activemask() must
+    # still be settled (all 32 lanes are there)
+    x = load(CLUSTERS, "sim").misuse(torch.zeros(64), 10)
+    assert torch.equal(x[32:], torch.full((32,), 32.0))
 
 
 # Planted bugs: a cluster kernel that skips a cluster.sync() computes with memory that is not there (yet, or any

@@ -64,6 +64,21 @@ def test_asm_becomes_calls_of_the_simulator_and_keeps_the_line_count():
     assert "#include <cudasim_ptx.h>" in out
 
 
+def test_a_special_register_written_with_one_percent_is_read_as_with_two():
+    # published kernels write %laneid and %clusterid.x with one '%': nvcc passes a '%' before a letter on as written
+    one = ('unsigned a, b, c;\n  asm volatile("mov.u32 %0, %laneid;\\n mov.u32 %1, %clusterid.x;\\n'
+           ' mov.u32 %2, %cluster_ctarank;" : "=r"(a), "=r"(b), "=r"(c));\n  o[a] = b + c;')
+    out = _translate(one)
+    assert "sr_laneid()" in out and "sr_clusterid_x()" in out and "sr_cluster_ctarank()" in out
+    assert out == _translate(one.replace("%l", "%%l").replace("%c", "%%c"))
+
+
+@pytest.mark.parametrize("template", ["add.u32 %0, %0, %_x;", "add.u32 %0, %0, 1; %", "mov.u32 %0, % laneid;"])
+def test_a_stray_percent_in_an_asm_with_operands_is_still_refused(template):
+    with pytest.raises(TranslateError, match=r"t\.cu:2: '%.?' in an asm template: the simulator knows %0, %1"):
+        _translate(f'  asm volatile("{template}" : "+r"(o[0]));')
+
+
 def test_files_without_asm_do_not_include_the_ptx_header():
     assert "cudasim_ptx.h" not in translate_source("__global__ void k() {}\n", "t.cu")
     assert "cudasim_ptx.h" in translate_source("size_t a = __cvta_generic_to_shared(p);\n", "t.cu")

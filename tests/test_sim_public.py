@@ -271,6 +271,22 @@ def test_atomic_add_on_bfloat162_from_many_blocks_adds_every_thread_once(halves)
     torch.testing.assert_close(out, torch.tensor([[40.0, 80.0]] * 5))
 
 
+def test_bfloat16_pairs_read_through_an_int_pointer_are_the_values_just_stored(halves):
+    # type punning as fast.cu packs bf16 pairs: with C++'s strict aliasing rules the host compiler may read the
+    # ints before the bf16 stores of the same round (clang did), so sim builds turn them off
+    backend, ext = halves
+    x = torch.randn(32) * 100
+    pairs = x.bfloat16().view(torch.int32).view(4, 4)[:, [0, 3]].reshape(-1)
+    assert torch.equal(ext.bf16_pack(x.to(_device(backend))).cpu(), pairs)
+
+
+def test_cache_hinted_stores_of_a_float_through_a_bfloat16_pointer_convert_it(halves):
+    backend, ext = halves
+    x = torch.randn(300)
+    want = torch.stack([x.bfloat16(), x.bfloat16(), (2 * x).bfloat16()], 1)
+    assert torch.equal(ext.bf16_stores(x.to(_device(backend))).cpu(), want)
+
+
 @pytest.mark.sim_only
 def test_the_race_check_sees_16_bit_atomic_adds_as_atomics_and_a_plain_add_as_a_race():
     from kernels.sim.instrumented import compiler_problem

@@ -31,8 +31,11 @@ from ..build.toolchain import compiler_for, cxx, cxx_version
 from ..paths import INCLUDE, SIM, SIM_INCLUDE, build_root
 
 # -g1: line tables only, so that a fault in a kernel thread can name its source line (cudasim.h).
-FLAGS = ["-O2", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden", "-Wno-unused-variable",
-         "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+# -fno-strict-aliasing: CUDA code reads values through pointers of another type (bf16 pairs packed through an
+# int*, `*(float4*)&x[i]`), which nvcc compiles as written; under C++'s strict aliasing rules the host compiler
+# may reorder or drop such accesses and give a wrong answer.
+FLAGS = ["-O2", "-fno-strict-aliasing", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+         "-Wno-unused-variable", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
          "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
 PCH_SWITCH = "KERNELS_SIM_PCH"  # =0 turns the precompiled headers off
 

@@ -261,10 +261,16 @@ def tokenize(stmt: AsmStatement, path: str) -> list[Tok]:
                 toks.append(Tok("id", m.group(0), ln(i)))
                 i = m.end()
                 continue
+            nxt = t[i + 1:i + 2]
+            if nxt.isascii() and nxt.isalpha():  # %laneid with one '%', which nvcc also reads as a literal '%'
+                m = _ID_RE.match(t, i)
+                toks.append(Tok("id", m.group(0), ln(i)))
+                i = m.end()
+                continue
             m = re.match(r"%(\d+)|%\[(\w+)\]", t[i:])
             if not m:
                 raise PtxError(f"{path}:{ln(i)}: '{t[i:i + 2]}' in an asm template: the simulator knows %0, %1, ... "
-                               "and %[name] for operands and %% for a literal %")
+                               "and %[name] for operands, %% for a literal % and %name for a special register")
             idx = int(m.group(1)) if m.group(1) else by_name.get(m.group(2), -1)
             if not 0 <= idx < len(stmt.operands):
                 raise PtxError(f"{path}:{ln(i)}: the asm template names operand {m.group(0)}, but the statement has "

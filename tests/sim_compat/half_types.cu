@@ -16,6 +16,9 @@
 //   fp8           float to fp8 e4m3 and e5m2, saturating and not, and back to float
 //   bf162_sum     atomicAdd on __nv_bfloat162 from every thread of many blocks (with `atomic` false, a
 //                 plain read-modify-write instead: a race, for the simulator's race check)
+//   bf16_pack     bfloat16 values read in pairs through an int* over a __nv_bfloat16 array (type punning,
+//                 as fast.cu packs them for stmatrix), the array refilled before each read
+//   bf16_stores   __stwt, __stcg and __stcs of a float value through a __nv_bfloat16 pointer
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -137,6 +140,28 @@ __global__ void bf162_sum_kernel(__nv_bfloat162* pairs, int n_pairs, bool atomic
     pairs[i % n_pairs] = pairs[i % n_pairs] + one_two;  // RACE-LINE
 }
 
+// One thread: out[2 * j] and out[2 * j + 1] are the first and last pair of x[8 * j .. 8 * j + 7] in bfloat16,
+// read through an int* over the array that holds them.
+__global__ void bf16_pack_kernel(const float* x, int* out) {
+  __nv_bfloat16 h[8];
+  int* p = (int*)h;
+  for (int j = 0; j < 4; ++j) {
+    for (int k = 0; k < 8; ++k) h[k] = (__nv_bfloat16)(x[8 * j + k]);
+    out[2 * j] = p[0];
+    out[2 * j + 1] = p[3];
+  }
+}
+
+// out[3 * i .. 3 * i + 2] = x[i], x[i], 2 * x[i] in bfloat16: the value is a float, converted as CUDA's
+// overloads of the stores convert it.
+__global__ void bf16_stores_kernel(const float* x, __nv_bfloat16* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  __stwt(&out[3 * i], x[i]);
+  __stcg(&out[3 * i + 1], x[i]);
+  __stcs(&out[3 * i + 2], 2.0f * x[i]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // launchers
 
@@ -213,6 +238,27 @@ at::Tensor bf162_sum(const at::Tensor& like, int64_t pairs, int64_t blocks, int6
   return out;
 }
 
+at::Tensor bf16_pack(const at::Tensor& x) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.numel() == 32, "expected 32 values, got ", std::to_string(x.numel()));
+  auto out = at::empty({8}, x.options().dtype(at::kInt));
+  bf16_pack_kernel<<<1, 1>>>(x.data_ptr<float>(), out.data_ptr<int>());
+  CHECK_LAUNCH();
+  return out;
+}
+
+at::Tensor bf16_stores(const at::Tensor& x) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  const int n = static_cast<int>(x.numel());
+  auto out = at::empty({n, 3}, x.options().dtype(at::kBFloat16));
+  auto* o = reinterpret_cast<__nv_bfloat16*>(out.data_ptr());
+  if (n) bf16_stores_kernel<<<ceil_div(n, 128), 128>>>(x.data_ptr<float>(), o, n);
+  CHECK_LAUNCH();
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------------
 // registration
 
@@ -224,6 +270,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("arith(Tensor a, Tensor b, Tensor c, bool bf16) -> Tensor");
   m.def("fp8(Tensor x) -> Tensor[]");
   m.def("bf162_sum(Tensor like, int pairs, int blocks, int threads, bool atomic=True) -> Tensor");
+  m.def("bf16_pack(Tensor x) -> Tensor");
+  m.def("bf16_stores(Tensor x) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -234,4 +282,6 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("arith", &arith);
   m.impl("fp8", &fp8);
   m.impl("bf162_sum", &bf162_sum);
+  m.impl("bf16_pack", &bf16_pack);
+  m.impl("bf16_stores", &bf16_stores);
 }

@@ -194,6 +194,39 @@ __global__ void __cluster_dims__(2, 1, 1) misuse_kernel(float* x, int what) {
     asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
     asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");  // MISUSE-TWICE
   }
+  if (what == 7) {  // the block of rank 0 leaves once its mbarrier is set; rank 1 then arrives on that mbarrier
+    __shared__ alignas(8) uint64_t bar;
+    if (threadIdx.x == 0) {
+      mbar_init(&bar, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cluster.sync();  // both barriers exist before anyone arrives on them
+    if (cluster.block_rank() == 0) return;
+    for (int i = 0; i < 64; ++i) __nanosleep(100);
+    const uint32_t remote = mapa(smem_addr(&bar), 0);
+    if (threadIdx.x == 0)
+      asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");  // MISUSE-ARRIVE-GONE
+    return;
+  }
+  if (what == 8) {  // an address in the other block's memory through .shared::cta, which reaches only this block's
+    cluster.sync();
+    float v;
+    asm volatile("ld.shared::cta.f32 %0, [%1];" : "=f"(v) : "r"(mapa(smem_addr(&s[threadIdx.x]), cluster.block_rank() ^ 1)));  // MISUSE-CTA-SPACE
+    x[threadIdx.x] = v;
+    cluster.sync();
+    return;
+  }
+  if (what == 9) {  // the block of rank 1 leaves at once; rank 0 then writes into its shared memory
+    if (cluster.block_rank() == 1) return;
+    for (int i = 0; i < 64; ++i) __nanosleep(100);
+    *cluster.map_shared_rank(&s[threadIdx.x], 1) = 1.0f;
+    return;
+  }
+  if (what == 10) {  // not a mistake: rank 1 takes __activemask() while rank 0 already waits at the cluster barrier
+    if (cluster.block_rank() == 1) x[32 + threadIdx.x] = static_cast<float>(__popc(__activemask()));
+    cluster.sync();
+    return;
+  }
   cluster.sync();
 }
 

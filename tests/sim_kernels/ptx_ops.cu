@@ -379,15 +379,16 @@ std::vector<at::Tensor> shfl_raw(const at::Tensor& v, const at::Tensor& b, int64
 
 // =============================================================================================
 // specials_raw: one row per thread of a (2, 3) grid of (40, 2) blocks (a partial warp in each).
+// %laneid and %ctaid.x are written with one '%', as published kernels write them (nvcc takes either).
 constexpr int kSpecials = 11;
 __global__ void specials_raw_kernel(uint32_t* out) {
   uint32_t v[kSpecials];
-  asm("mov.u32 %0, %%laneid;" : "=r"(v[0]));
+  asm("mov.u32 %0, %laneid;" : "=r"(v[0]));
   asm("mov.u32 %0, %%tid.x;" : "=r"(v[1]));
   asm("mov.u32 %0, %%tid.y;" : "=r"(v[2]));
   asm("mov.u32 %0, %%ntid.x;" : "=r"(v[3]));
   asm("mov.u32 %0, %%ntid.y;" : "=r"(v[4]));
-  asm("mov.u32 %0, %%ctaid.x;" : "=r"(v[5]));
+  asm("mov.u32 %0, %ctaid.x;" : "=r"(v[5]));
   asm("mov.u32 %0, %%ctaid.y;" : "=r"(v[6]));
   asm("mov.u32 %0, %%nctaid.x;" : "=r"(v[7]));
   asm("mov.u32 %0, %%nctaid.y;" : "=r"(v[8]));

@@ -213,7 +213,7 @@ class cluster_group {
       ::cudasim::fail("cluster_group::map_shared_rank at " + ::cudasim::base_name(file) + ":" + std::to_string(line) +
                       ": rank " + std::to_string(rank) + ", but the cluster has " +
                       std::to_string(::cudasim::g.cluster_size) + " block(s)");
-    return ::cudasim::arena + rank * ::cudasim::kCtaStride + off % ::cudasim::kCtaStride;
+    return ::cudasim::arena + ::cudasim::at_rank(off, rank);
   }
 };
 

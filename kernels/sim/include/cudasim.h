@@ -294,6 +294,7 @@ constexpr size_t kOptinSharedLimit = 227 * 1024;   // the H100's per-block maxim
 constexpr size_t kCanary = 64;                     // guard bytes after dynamic shared memory
 constexpr unsigned char kPoison = 0xFF;            // a NaN in every float type, -1 in integers
 constexpr unsigned kMaxCluster = 16;               // blocks in a cluster: 8 portable, 16 with the opt-in
+constexpr int kIdleRounds = 2000;                  // polls with nothing moving on before a wait is a deadlock
 constexpr unsigned kPortableCluster = 8;
 
 // ---------------------------------------------------------------------------------------------
@@ -450,6 +451,8 @@ constexpr size_t kCtaStride = size_t(1) << 20;
 static_assert(kCtaRegion <= kCtaStride, "a block's shared-memory window must fit its stride");
 alignas(1024) inline unsigned char arena[kCtaStride * kMaxCluster];
 constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
+// The same byte of shared memory in the cluster's block of rank `rank`, for a window offset in any block's memory.
+CUDASIM_INTERNAL inline uint64_t at_rank(uint64_t off, unsigned rank) { return rank * kCtaStride + off % kCtaStride; }
 
 inline Sim g;
 
@@ -486,8 +489,8 @@ CUDASIM_RT std::string base_name(const char* path) {
 CUDASIM_RT std::string where() {
   char buf[256];
   const Thread* t = g.cur;
-  std::snprintf(buf, sizeof buf, " [kernel %s, block (%u,%u,%u)", g.kernel, g.block_idx.x, g.block_idx.y,
-                g.block_idx.z);
+  const uint3 b = t && g.cluster_size > 1 ? g.cta_idx[t->cta] : g.block_idx;  // in a cluster: the thread's own block
+  std::snprintf(buf, sizeof buf, " [kernel %s, block (%u,%u,%u)", g.kernel, b.x, b.y, b.z);
   std::string s = buf;
   if (t) {
     std::snprintf(buf, sizeof buf, ", thread (%u,%u,%u)", t->idx.x, t->idx.y, t->idx.z);
@@ -548,6 +551,9 @@ CUDASIM_RT void note_write(void* p, size_t bytes, const char* file, int line) {
 
 // In a cluster, a block's __syncthreads is released as soon as its last thread arrives (its threads at the barrier
 // and those that ended make up the block), since the cluster's other blocks may still be running.
+// Whether thread slot `id` is a thread of the launch (in a cluster, not the padding between two blocks' slots).
+CUDASIM_INTERNAL inline bool slot_exists(int id) { return id < g.nthreads && id % g.cta_stride < g.cta_threads; }
+
 CUDASIM_INTERNAL inline void cta_check(int cta) {
   if (g.cta_at_barrier[cta] && g.cta_at_barrier[cta] + g.cta_done[cta] == g.cta_threads) g.cta_release = true;
 }
@@ -837,14 +843,15 @@ CUDASIM_RT void check_shuffle_lanes(int warp, unsigned present) {
     if (src == lane) continue;
     const int id = warp * 32 + src;
     char buf[700];
-    if (id >= g.nthreads) {
+    if (!slot_exists(id)) {
+      const int w = warp * 32 % g.cta_stride / 32;  // the warp in its block
       std::snprintf(buf, sizeof buf,
                     "%s at %s:%d: lane %d reads lane %d of warp %d, which does not exist: the block has %d threads, "
                     "so its last warp has %d lanes. What a shuffle reads from a lane that does not exist is "
                     "undefined on a GPU; keep the source inside the warp's lanes (check the offset against the "
                     "number of lanes) or give the block a multiple of 32 threads",
-                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, lane, src, warp, g.nthreads,
-                    g.nthreads - warp * 32);
+                    shuffle_name(t.wop), base_name(t.wfile).c_str(), t.wline, lane, src, w, g.cta_threads,
+                    g.cta_threads - w * 32);
       g.cur = &g.threads[warp * 32 + lane];
       fail(buf);
     }
@@ -888,11 +895,12 @@ CUDASIM_RT void check_collective(int warp, const Thread& t, WarpJob* const* jobs
   char buf[600];
   for (int lane = 0; lane < 32; ++lane) {
     int id = warp * 32 + lane;
-    if (id >= g.nthreads) {
+    if (!slot_exists(id)) {
+      const int w = warp * 32 % g.cta_stride / 32;  // the warp in its block
       std::snprintf(buf, sizeof buf,
                     "%s at %s:%d is a warp-wide call, but warp %d has only %d lanes: the block has %d threads. "
                     "All 32 lanes of a warp must make it; give the block a multiple of 32 threads",
-                    t.wname, base_name(t.wfile).c_str(), t.wline, warp, g.nthreads - warp * 32, g.nthreads);
+                    t.wname, base_name(t.wfile).c_str(), t.wline, w, g.cta_threads - w * 32, g.cta_threads);
       fail(buf);
     }
     const Thread& o = g.threads[id];
@@ -1175,7 +1183,7 @@ CUDASIM_RT void cluster_wait(const char* file, int line) {
     if (g.progress != seen) {
       seen = g.progress;
       idle = 0;
-    } else if (++idle > 2000) {
+    } else if (++idle > kIdleRounds) {
       std::string missing;
       for (unsigned r = 0; r < g.cluster_size; ++r) {
         int n = 0;
@@ -1653,11 +1661,21 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   CUDASIM_EVENT(block_begin());
   if (tracing.blocks) trace::block_begin();
   size_t round_end = 0;  // the trace's clock: where the run queue's current round ends
+  // A round in which nothing moved on (only polls: an mbarrier or cluster wait, a spin) counts as "no thread can run"
+  // for the warp operations that wait for their lanes' states (__activemask, lanes that exited): polling threads
+  // never let the run queue empty, where complete_pending_warps would otherwise settle them.
+  size_t poll_round_end = 0;
+  unsigned long long round_progress = g.progress;
   for (;;) {
     while (g.runq_head < g.runq.size()) {
       if (tracing.block && g.runq_head >= round_end) {  // a round: the threads queued when it began, one turn each
         round_end = g.runq.size();
         tracing.step += 1;
+      }
+      if (g.runq_head >= poll_round_end) {
+        if (poll_round_end && g.progress == round_progress) complete_pending_warps();
+        poll_round_end = g.runq.size();
+        round_progress = g.progress;
       }
       int id = g.runq[g.runq_head++];
       Thread& t = g.threads[id];
@@ -1675,7 +1693,7 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
     }
     g.runq.clear();
     g.runq_head = 0;
-    round_end = 0;
+    round_end = poll_round_end = 0;
     if (complete_pending_warps()) continue;
     bool done = true;
     for (auto& t : g.threads) done &= t.state == State::Done;
@@ -1685,6 +1703,24 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   }
   CUDASIM_EVENT(block_end());
   if (tracing.block) trace::block_end();
+  // A cluster's block was poisoned when its last thread ended (thread_ended): a byte that is not poison now was
+  // written after that, by another block, into memory that was gone.
+  for (unsigned r = 0; r < ranks && ranks > 1; ++r) {
+    const unsigned char* base = arena + r * kCtaStride;
+    const std::pair<size_t, size_t> parts[] = {{0, g.dyn_bytes}, {g.static_base, g.static_base + g.static_used}};
+    for (auto [lo, hi] : parts)
+      for (size_t i = lo; i < hi; ++i)
+        if (base[i] != kPoison) {
+          g.cur = nullptr;
+          g.block_idx = g.cta_idx[r];
+          char buf[300];
+          std::snprintf(buf, sizeof buf, "shared memory byte 0x%zx of the cluster's block of rank %u was written after "
+                        "all of that block's threads had exited: a block's shared memory goes with it, so the cluster "
+                        "must synchronise (barrier.cluster, cluster.sync()) before a block that others write exits",
+                        r * kCtaStride + i, r);
+          fail(buf);
+        }
+  }
   for (unsigned r = 0; r < ranks; ++r) {
     const unsigned char* base = arena + r * kCtaStride;
     for (size_t i = 0; i < kCanary; ++i)
@@ -1755,7 +1791,6 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
   g.launch_line = line;
   g.grid_dim = gr;
   g.block_dim = bl;
-  g.cluster_size = cluster;
   g.cluster_dim = cl;
   g.cta_threads = static_cast<int>(threads);
   // a block's slots start at a multiple of 512: no warp, warpgroup or tile of up to 512 threads spans two blocks
@@ -1779,6 +1814,7 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
                   g.file_static_overflow ? "' does not fit)" : "");
     fail(buf);
   }
+  g.cluster_size = cluster;  // after the checks above, which fail outside the launch's clean-up
   g.body = body;
   g.body_ctx = body_ctx;
   g.error = nullptr;
@@ -2128,9 +2164,14 @@ template <class T> inline T __ldg(const T* p) { return *p; }
 template <class T> inline T __ldcg(const T* p) { return *p; }
 template <class T> inline T __ldcs(const T* p) { return *p; }
 template <class T> inline T __ldlu(const T* p) { return *p; }
-template <class T> inline void __stcg(T* p, T v) { *p = v; }
-template <class T> inline void __stcs(T* p, T v) { *p = v; }
-template <class T> inline void __stwt(T* p, T v) { *p = v; }
+// The stores take T from the pointer alone and convert the value to it, as CUDA's overloads for each type do
+// (__stwt(bf16_ptr, 1.0f)): where the value named T too, a value of another type would fail to compile.
+namespace cudasim {
+template <class T> struct type_identity { using type = T; };  // C++20's std::type_identity; sim builds may be C++17
+}  // namespace cudasim
+template <class T> inline void __stcg(T* p, typename ::cudasim::type_identity<T>::type v) { *p = v; }
+template <class T> inline void __stcs(T* p, typename ::cudasim::type_identity<T>::type v) { *p = v; }
+template <class T> inline void __stwt(T* p, typename ::cudasim::type_identity<T>::type v) { *p = v; }
 
 // CUDA's min/max overloads for integers and floats (the device math library has these).
 #define CUDASIM_MINMAX(T)                                           \

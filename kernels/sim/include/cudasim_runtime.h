@@ -625,7 +625,23 @@ CUDASIM_INTERNAL inline cudaError_t launch_kernel_ex_(const char* name, const ch
          static_cast<std::remove_cv_t<std::remove_reference_t<P>>>(std::forward<A>(args))...);
   return cudaPeekAtLastError();
 }
+// How many clusters of the configuration's shape can run at once: an H100's 132 SMs, one block of the
+// configuration per SM (the simulator does not model GPCs, where a GPU may fit fewer).
+template <class F>
+CUDASIM_INTERNAL inline cudaError_t occupancy_max_active_clusters(int* n, F*, const cudaLaunchConfig_t* cfg) {
+  if (!n || !cfg) return record(cudaErrorInvalidValue);
+  unsigned size = 1;
+  for (unsigned i = 0; i < cfg->numAttrs; ++i)
+    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& d = cfg->attrs[i].val.clusterDim;
+      size = d.x * d.y * d.z;
+    }
+  if (size == 0 || size > kMaxCluster) return record(cudaErrorInvalidClusterSize);
+  *n = static_cast<int>(132 / size);
+  return cudaSuccess;
+}
 }  // namespace cudasim
+#define cudaOccupancyMaxActiveClusters(n, f, cfg) ::cudasim::occupancy_max_active_clusters(n, f, cfg)
 #define cudaLaunchKernelEx(cfg, f, ...) ::cudasim::launch_kernel_ex_(#f, __FILE__, __LINE__, cfg, f, ##__VA_ARGS__)
 
 // ---------------------------------------------------------------------------------------------
@@ -644,7 +660,7 @@ namespace cudasim {
 
 template <class T> inline T __ldca(const T* p) { return *p; }
 template <class T> inline T __ldcv(const T* p) { return *p; }
-template <class T> inline void __stwb(T* p, T v) { *p = v; }
+template <class T> inline void __stwb(T* p, typename ::cudasim::type_identity<T>::type v) { *p = v; }
 
 // Integer intrinsics.
 inline int __hadd(int a, int b) { return static_cast<int>((static_cast<long long>(a) + b) >> 1); }

@@ -120,7 +120,8 @@ CUDASIM_INTERNAL inline void stamp(MBarrier& b) {
 }
 
 CUDASIM_INTERNAL inline MBarrier& find_barrier(const Site& s, Space sp, Addr a) {
-  unsigned char* p = resolve(s, sp == Space::Generic ? Space::Generic : Space::Shared, a, 8, 8, "mbarrier address");
+  unsigned char* p = resolve(s, sp == Space::SharedCluster || sp == Space::Generic ? sp : Space::Shared, a, 8, 8,
+                             "mbarrier address");
   if (!in_window(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
   uint64_t off = window_offset(p);
   for (MBarrier& b : barriers_now()) {
@@ -497,9 +498,9 @@ CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned cha
 CUDASIM_INTERNAL inline void bulk_load(const Site& s, Addr dst, Addr src, uint32_t size, Addr bar) {
   SimScope scope;
   if (size == 0 || size % 16) fail_at(s, "the size must be a non-zero multiple of 16 bytes, got " + std::to_string(size));
-  unsigned char* d = resolve(s, Space::Shared, dst, size, 16, "destination");
+  unsigned char* d = resolve(s, Space::SharedCluster, dst, size, 16, "destination");
   const unsigned char* from = resolve(s, Space::Global, src, size, 16, "source");
-  MBarrier& b = find_barrier(s, Space::Shared, bar);
+  MBarrier& b = find_barrier(s, Space::SharedCluster, bar);
   note_read(from, size, s.file, s.line);
   issue_copy(s, b, d, std::vector<unsigned char>(from, from + size));
 }
@@ -907,9 +908,9 @@ CUDASIM_INTERNAL inline void check_tma(const Site& s, const tma::Map& m, int dim
 CUDASIM_INTERNAL inline void tma_load_interleaved(const Site& s, const tma::Map& m, Addr dst, const int32_t* coords,
                                                   Addr bar) {
   check_interleaved_room(s, m, dst, true);
-  unsigned char* d = resolve(s, Space::Shared, dst, m.box_bytes, 128, "destination");
+  unsigned char* d = resolve(s, Space::SharedCluster, dst, m.box_bytes, 128, "destination");
   const uint64_t base = window_offset(d);
-  MBarrier& b = find_barrier(s, Space::Shared, bar);
+  MBarrier& b = find_barrier(s, Space::SharedCluster, bar);
   std::vector<unsigned char> data(m.box_bytes, 0);  // a line outside the tensor: zeros
   const unsigned char* g0 = reinterpret_cast<const unsigned char*>(m.base);
   const int bits = tma_swizzle_bits(m.swizzle);
@@ -933,9 +934,9 @@ CUDASIM_INTERNAL inline void tma_load(const Site& s, int dims, Addr dst, Addr ma
   const tma::Map m = tensor_map(s, map);
   check_tma(s, m, dims, coords);
   if (m.interleave) return tma_load_interleaved(s, m, dst, coords, bar);
-  unsigned char* d = resolve(s, Space::Shared, dst, box_footprint(m), 128, "destination");
+  unsigned char* d = resolve(s, Space::SharedCluster, dst, box_footprint(m), 128, "destination");
   uint64_t base = window_offset(d);
-  MBarrier& b = find_barrier(s, Space::Shared, bar);
+  MBarrier& b = find_barrier(s, Space::SharedCluster, bar);
   // the gaps between a narrow box's rows keep what they held when the copy was issued (a write into them
   // while the copy is in flight is lost when it lands)
   std::vector<unsigned char> data(d, d + box_footprint(m));
@@ -1012,9 +1013,8 @@ CUDASIM_INTERNAL inline void to_each_rank(const Site& s, Addr dst, Addr bar, uin
   if (mask >> g.cluster_size)
     fail_at(s, "ctaMask " + hex(mask) + " names a block beyond the cluster's " + std::to_string(g.cluster_size) +
             " (bit r is the block of rank r)");
-  auto at = [](Addr a, unsigned r) { return Addr{r * kCtaStride + a.v % kCtaStride}; };
   for (unsigned r = 0; r < g.cluster_size; ++r)
-    if (mask >> r & 1u) copy(at(dst, r), at(bar, r));
+    if (mask >> r & 1u) copy(Addr{at_rank(dst.v, r)}, Addr{at_rank(bar.v, r)});
 }
 
 CUDASIM_INTERNAL inline void tma_load_multicast(const Site& s, int dims, Addr dst, Addr map, const int32_t* coords,

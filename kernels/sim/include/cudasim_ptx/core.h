@@ -287,7 +287,7 @@ CUDASIM_INTERNAL inline unsigned char* shared_at(const Site& s, uint64_t a, uint
   if (align > 1 && a % align)
     fail_at(s, std::string("the ") + what + " " + hex(a) + " is not " + std::to_string(align) + "-byte aligned");
   const uint64_t rank = a / kCtaStride;
-  if (rank && g.cta_done[rank] == g.cta_threads)
+  if (g.cluster_size > 1 && g.cta_done[rank] == g.cta_threads)
     fail_at(s, std::string("the ") + what + " " + hex(a) + " is in the shared memory of the cluster's block of rank " +
             std::to_string(rank) + ", whose threads have all exited: a block's shared memory goes with it, so the "
             "cluster must synchronise (barrier.cluster, cluster.sync()) before a block that others read exits");
@@ -307,7 +307,13 @@ CUDASIM_INTERNAL inline unsigned char* resolve(const Site& s, Space sp, Addr a, 
                                                const char* what = "address") {
   const void* p = reinterpret_cast<const void*>(a.v);
   switch (sp) {
-    case Space::Shared:
+    case Space::Shared:  // .shared, .shared::cta: the running block's own memory only
+      if (g.cluster_size > 1 && g.cur && a.v < kWindow && a.v / kCtaStride != static_cast<uint64_t>(g.cur->cta))
+        fail_at(s, std::string("the ") + what + " " + hex(a.v) + " is in the shared memory of the cluster's block of "
+                "rank " + std::to_string(a.v / kCtaStride) + " (an address from mapa), where this instruction's "
+                ".shared::cta space reaches only the running block's own memory (rank " + std::to_string(g.cur->cta) +
+                "): use the .shared::cluster form");
+      return shared_at(s, a.v, n, align, what);
     case Space::SharedCluster:
       return shared_at(s, a.v, n, align, what);
     case Space::Global:
@@ -360,7 +366,7 @@ CUDASIM_INTERNAL inline T mapa(const Site& s, bool generic, const X& x, const R&
     fail_at(s, "the operand " + hex(v) + " is not a shared-memory address (mapa.shared::cluster takes one; plain "
             "mapa takes a generic address)");
   }
-  const uint64_t out = rank * kCtaStride + v % kCtaStride;
+  const uint64_t out = at_rank(v, rank);
   if constexpr (sizeof(T) == 4) {
     if (generic) fail_at(s, "a generic address needs 64 bits (mapa.u64)");
     return static_cast<T>(out);
@@ -399,7 +405,6 @@ struct PerBlock {
 
 // Let the other threads run; used by waits that poll (mbarrier.try_wait, a named barrier). A wait
 // that sees nothing in the block move on for kIdleRounds polls can never end: `why` says why.
-constexpr int kIdleRounds = 2000;
 template <class Done, class Why>
 CUDASIM_INTERNAL inline void wait_until(const Site& s, Done done, Why why) {
   SimScope scope;
