@@ -235,6 +235,12 @@ PLANTED_REFERENCE = {
     "fp8_stage_depth": ("constexpr int kStageK = HBK * 2 / static_cast<int>(sizeof(T));", "constexpr int kStageK = HBK;",
                         lambda ext: check_scaled_mm13(ext.scaled_mm13, ((72, 264, 656),), backend="sim", quiet=True),
                         "announced 49152 bytes this phase, copies delivered 24576"),
+    # matmul13_6's consumers hand a stage back to their own block only: the other block's producer, whose multicast
+    # writes into both, waits for 16 arrivals and gets 8 (the simulator stops at the wait that can never end)
+    "cluster_release_local_only": ("      if constexpr (CLUSTER > 1) mbar_arrive_remote(empty_bar, rank ^ 1);\n", "",
+                                   lambda ext: check_matmul13(ext.matmul13_6, ((256, 256, 320),),
+                                                              dtypes=(torch.bfloat16,), backend="sim", quiet=True),
+                                   "deadlock: this wait for the phase of parity"),
 }
 
 

@@ -124,7 +124,7 @@ def test_the_report_names_barriers_by_their_init_lines_and_is_the_same_at_every_
     assert len(texts) == 1
     text = texts.pop()
     assert f"B  {empty}         4                 8                 8" in text  # the barriers table's row
-    assert "mbar_init(&empty[s], 8);" in text
+    assert "mbar_init(&empty[s], 8 * CLUSTER);" in text  # the line that initialised it
     assert "\n4-11  A " in text  # the consumer warps' rows, shared
     timeline = text.split("timeline:")[1].splitlines()
     assert timeline[1].startswith("  warp 0    |.BBBB") and timeline[2].startswith("  warp 4-11 |....")

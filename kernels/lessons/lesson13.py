@@ -196,7 +196,7 @@ def _matmul_args(n: int, dtype, device) -> tuple:
 
 VARIANTS = [
     Variant("matmul13_1", _matmul_args, HALF_DTYPES, needs=MMA_SYNC),
-    *(Variant(f"matmul13_{k}", _matmul_args, HALF_DTYPES, needs=HOPPER) for k in range(2, 6)),
+    *(Variant(f"matmul13_{k}", _matmul_args, HALF_DTYPES, needs=HOPPER) for k in range(2, 7)),
 ]
 # The functional form takes matmul13_5 on an H100 and matmul13_1 elsewhere: it needs what matmul13_1 needs.
 # linear13 and scaled_mm13 run matmul13_5's kernel only.

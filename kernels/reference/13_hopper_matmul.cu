@@ -17,6 +17,8 @@
 //   matmul13_5  matmul13_4 with the epilogue through shared memory: each consumer rounds its accumulators to
 //               bf16 into 128-byte-swizzled 64x64 tiles and one thread writes them to C by TMA stores; A and B
 //               may each be row- or column-major (the transpose of a contiguous tensor, such as w.t())
+//   matmul13_6  matmul13_5 in thread-block clusters of 2: the two blocks of a cluster take vertically adjacent
+//               tiles of C, which read the same B, and each loads half of B's stage by TMA multicast into both
 //   matmul13    functional form: matmul13_5 where it runs (compute capability 9.0, an sm_90a build, rows of
 //               16-byte multiples), else matmul13_1
 //   linear13    act(x @ w.T + bias), nn.Linear's layout, with the bias and a ReLU or GELU applied in matmul13_5's
@@ -32,8 +34,7 @@
 // 16-byte aligned tensors; ragged edges are TMA's: boxes past an edge of A or B arrive zero-filled, and stores past
 // an edge of C are dropped (matmul13_5) or skipped by a guard. FLOPs are 2 M N K.
 //
-// Thread-block clusters (TMA multicast of a tile to the blocks of a cluster, which share the loads of A or B) are
-// the next step of the ladder, not built here yet (the simulator runs them: kernels/sim/README.md).
+// matmul13_6 takes row-major A and B only (its multicast is written for B's four boxes).
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
@@ -337,6 +338,38 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
       ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)) : "memory");
 }
+// The same box delivered to every block of the cluster named in `mask` (bit r: the block of rank r), each at the
+// same place in its own shared memory, completing on each one's barrier at `bar`'s place (matmul13_6).
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
+                                                   uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(mask)
+      : "memory");
+}
+// One arrival on the barrier at `bar`'s place in the shared memory of the cluster's block of rank `rank`. The
+// default semantics (release at the block's scope) are enough for a consumer that hands a stage back: what must be
+// over before the other block's copy overwrites the stage is this warp's wgmma reading it, which wgmma.wait_group
+// has seen finish. `.release.cluster` would also wait for every earlier memory operation of the thread to be
+// visible cluster-wide: on the H100 that made matmul13_6 1.7 times slower (0.54-0.57x cuBLAS at 4096^3 in three
+// runs, 0.97x without; runs outside the recorded benchmark). CUTLASS's remote arrival has no qualifier either.
+__device__ __forceinline__ void mbar_arrive_remote(uint64_t* bar, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+// Every thread of every block of the cluster gets here before any goes on (cooperative_groups' cluster.sync()).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
 // A TMA store of a shared box to (x, y); the parts outside the tensor are dropped.
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, int x, int y, const void* src) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
@@ -485,9 +518,12 @@ __device__ __forceinline__ void wgmma_m64n256(float (&d)[128], uint64_t adesc, u
 // k; column-major: BM / 64 boxes of 64 k-rows x 64 m at (m0 + 64 j, k0). B row-major: four 64 x 64 boxes at
 // (n0 + 64 j, k0), rows of n; column-major: one box of 256 n-rows x 64 k at (k0, n0). Either way a consumer's 64 rows
 // of A are 8 KB on from the previous consumer's, and a stage holds the same bytes.
-template <int BM, int LAYOUT = ROW_MAJOR>
+// CLUSTER 2 (matmul13_6, B row-major): the two blocks of a cluster need the same B; each loads two of its four boxes
+// and multicasts them to both, so a stage still brings each block its 48 KB, half of B's from the other block.
+template <int BM, int LAYOUT = ROW_MAJOR, int CLUSTER = 1>
 __device__ __forceinline__ void load_stage(unsigned char* stage, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                                           int m0, int n0, int k0, uint64_t* full) {
+                                           int m0, int n0, int k0, uint64_t* full, uint32_t rank = 0) {
+  static_assert(CLUSTER == 1 || LAYOUT == ROW_MAJOR, "the cluster's multicast is written for a row-major B");
   mbar_expect_bytes(full, BM * HBK * 2 + B_STAGE_BYTES);
   if constexpr (LAYOUT & A_COLUMN_MAJOR) {
 #pragma unroll
@@ -498,9 +534,14 @@ __device__ __forceinline__ void load_stage(unsigned char* stage, const CUtensorM
   unsigned char* b = stage + BM * HBK * 2;
   if constexpr (LAYOUT & B_COLUMN_MAJOR) {
     tma_load(b, map_b, k0, n0, full);
-  } else {
+  } else if constexpr (CLUSTER == 1) {
 #pragma unroll
     for (int j = 0; j < HBN / BOX; ++j) tma_load(b + j * B_BOX_BYTES, map_b, n0 + BOX * j, k0, full);
+  } else {
+    constexpr int mine = HBN / BOX / CLUSTER;  // boxes this block loads for the cluster
+#pragma unroll
+    for (int j = rank * mine; j < (rank + 1) * mine; ++j)
+      tma_load_multicast(b + j * B_BOX_BYTES, map_b, n0 + BOX * j, k0, full, (1u << CLUSTER) - 1);
   }
 }
 
@@ -631,7 +672,14 @@ __device__ __forceinline__ int2 tile_at(int t, int tiles_m, int tiles_n, int gro
 // descriptors change. EPI: what TMA_STORE's epilogue does on the way out (bias: N values of T, for EPI_BIAS*).
 // Bounded by the tensor cores once the ring hides TMA's latency; then by the epilogue (not overlapped with the
 // next tile's math: both consumers finish a tile together) and by the last wave's idle SMs.
-template <typename T, bool PERSISTENT, bool TMA_STORE, int LAYOUT = ROW_MAJOR, int EPI = EPI_NONE>
+// CLUSTER 2 (matmul13_6): the blocks run in clusters of 2 along x, and a cluster takes two vertically adjacent tiles
+// at a time, rank r the row tile 2 i + r: they need the same tiles of B, so each block loads half of every stage's B
+// and multicasts it to both (load_stage). A stage is then written by both blocks' loads, so it may be refilled only
+// when both blocks' consumers are done with it: each consumer warp arrives on its own block's empty barrier and on
+// the other block's (16 arrivals a phase). The blocks synchronise as a cluster after initialising their barriers
+// (the other block's must exist before a copy or an arrival reaches them) and before they exit (a block's shared
+// memory and barriers must outlive the other's copies into them and arrivals on them).
+template <typename T, bool PERSISTENT, bool TMA_STORE, int LAYOUT = ROW_MAJOR, int EPI = EPI_NONE, int CLUSTER = 1>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     matmul13_ws_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_c, Out<T>* __restrict__ C, int M, int N, int K,
@@ -639,36 +687,47 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                        const float* __restrict__ scale_b) {
   static_assert(TMA_STORE || EPI == EPI_NONE, "the bias, the activation and the scales are applied by the TMA-store "
                 "epilogue only");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && PERSISTENT), "clusters of 2, for the persistent kernel");
 #ifdef HAS_SM90A
   extern __shared__ __align__(16) unsigned char smem_ws[];
   unsigned char* ring = align1024(smem_ws);
   __shared__ alignas(8) uint64_t full[STAGES];   // the stage's bytes have landed
   __shared__ alignas(8) uint64_t empty[STAGES];  // both consumers' wgmma have read the stage
   const int wg = threadIdx.x / 128, tiles_m = (M + WS_BM - 1) / WS_BM, tiles_n = (N + HBN - 1) / HBN;
-  const int tiles = tiles_m * tiles_n, steps = (K + kStageK<T> - 1) / kStageK<T>;
+  // the work comes in units of CLUSTER vertically adjacent tiles, one per block of a cluster (one tile without)
+  const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, units = units_m * tiles_n;
+  const int steps = (K + kStageK<T> - 1) / kStageK<T>;
+  const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0;
+  const int first = blockIdx.x / CLUSTER, stride = gridDim.x / CLUSTER;  // this block's cluster, and how many
   auto tile_of = [&](int t) {
-    return PERSISTENT ? tile_at(t, tiles_m, tiles_n, group) : make_int2(t / tiles_n, t % tiles_n);
+    int2 unit = PERSISTENT ? tile_at(t, units_m, tiles_n, max(group / CLUSTER, 1))
+                           : make_int2(t / tiles_n, t % tiles_n);
+    unit.x = unit.x * CLUSTER + rank;  // the tile of rank r (past the last row tile for an odd count: no rows of C)
+    return unit;
   };
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);   // the producer's expect_tx, then the bytes
-      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+      mbar_init(&full[s], 1);             // the producer's expect_tx, then the bytes
+      mbar_init(&empty[s], 8 * CLUSTER);  // one arrival per consumer warp of each block of the cluster
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();  // the barriers are initialised before anyone waits on them; no block-wide barrier after this
+  // the barriers are initialised before anyone waits on them (in a cluster: before the other block's copies and
+  // arrivals reach them); no block-wide barrier after this
+  if constexpr (CLUSTER > 1) cluster_sync();
+  else __syncthreads();
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");  // the producer needs few registers ...
     if (threadIdx.x == 0) {
       int it = 0;  // this block's k-steps so far, over all its tiles: the ring's position
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (int t = first; t < units; t += stride) {
         const int2 tile = tile_of(t);
         for (int s = 0; s < steps; ++s, ++it) {
           const int stage = it % STAGES, use = it / STAGES;
           if (use > 0) mbar_wait(&empty[stage], (use - 1) % 2);  // the consumers released the stage's last use
-          load_stage<WS_BM, LAYOUT>(ring + stage * STAGE_WS_BYTES, &map_a, &map_b, tile.x * WS_BM, tile.y * HBN,
-                                    s * kStageK<T>, &full[stage]);
+          load_stage<WS_BM, LAYOUT, CLUSTER>(ring + stage * STAGE_WS_BYTES, &map_a, &map_b, tile.x * WS_BM,
+                                             tile.y * HBN, s * kStageK<T>, &full[stage], rank);
         }
       }
     }
@@ -680,7 +739,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     float d[128];
     int it = 0;
     bool other_stored = true;  // TMA_STORE: no store is in flight yet, so either wait is right
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    auto release = [&](uint64_t* empty_bar) {  // this warp is done with the stage: in every block that wrote it
+      mbar_arrive(empty_bar);
+      if constexpr (CLUSTER > 1) mbar_arrive_remote(empty_bar, rank ^ 1);
+    };
+    for (int t = first; t < units; t += stride) {
       const int2 tile = tile_of(t);
       const int row0 = tile.x * WS_BM + 64 * c, n0 = tile.y * HBN;
 #pragma unroll
@@ -691,10 +754,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         const uint32_t a = smem_addr(ring + stage * STAGE_WS_BYTES);
         wgmma_stage<T, LAYOUT>(d, a + c * 64 * 128, a + A_WS_BYTES);
         wgmma_wait<1>();  // the previous step's wgmma have read their stage: hand it back
-        if (s > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        if (s > 0 && lane == 0) release(&empty[(it - 1) % STAGES]);
       }
       wgmma_wait<0>();
-      if (steps > 0 && lane == 0) mbar_arrive(&empty[(it - 1) % STAGES]);
+      if (steps > 0 && lane == 0) release(&empty[(it - 1) % STAGES]);
 
       if constexpr (!TMA_STORE) {
         store_direct<Out<T>>(d, C, M, N, row0, n0);
@@ -743,6 +806,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     }
     if (TMA_STORE && threadIdx.x % 128 == 0) tma_store_wait_read<0>();  // shared memory must outlive the reads
   }
+  if constexpr (CLUSTER > 1) cluster_sync();  // the other block's copies into this one and arrivals on it are over
 #else
   (void)M, (void)N, (void)K, (void)C, (void)group, (void)bias, (void)scale_a, (void)scale_b;
   __trap();  // built without sm_90a: the launcher refuses to start it
@@ -939,23 +1003,48 @@ void matmul13_2(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
 
 // PERSISTENT: one block per SM (fewer for a small C); else one per tile. A column-major operand's tensor map
 // describes the row-major tensor it is the transpose of (a.t(): [K, M]; b.t(): [N, K]), in the boxes load_stage reads.
-template <typename T, bool PERSISTENT, bool TMA_STORE, int LAYOUT, int EPI = EPI_NONE>
+// CLUSTER 2: clusters of two blocks along x (cudaLaunchKernelEx's cluster attribute), as many as the GPU runs at once
+// (cudaOccupancyMaxActiveClusters: a cluster's blocks must find SMs in one GPC, so fewer than one per two SMs may fit,
+// and a persistent cluster that has to wait for a free pair doubles the time).
+template <typename T, bool PERSISTENT, bool TMA_STORE, int LAYOUT, int EPI = EPI_NONE, int CLUSTER = 1>
 static void launch_ws(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int group, const Out<T>* bias = nullptr,
                       const float* scale_a = nullptr, const float* scale_b = nullptr) {
   const int M = a.size(0), K = a.size(1), N = b.size(1);
-  const int64_t tiles = ceil_div((int64_t)M, (int64_t)WS_BM) * ceil_div((int64_t)N, (int64_t)HBN);
-  TORCH_CHECK(tiles < (int64_t(1) << 31), "C has too many tiles for this kernel: ", std::to_string(tiles));
+  const int64_t units =
+      ceil_div(ceil_div((int64_t)M, (int64_t)WS_BM), (int64_t)CLUSTER) * ceil_div((int64_t)N, (int64_t)HBN);
+  TORCH_CHECK(units < (int64_t(1) << 31), "C has too many tiles for this kernel: ", std::to_string(units));
   const int64_t sms = device_attribute(cudaDevAttrMultiProcessorCount);
-  const int64_t blocks = PERSISTENT ? std::min<int64_t>(tiles, sms) : tiles;
+  const int64_t blocks = CLUSTER * (PERSISTENT ? std::min<int64_t>(units, sms / CLUSTER) : units);
   constexpr int KS = kStageK<T>;  // a box's K: 128 bytes of it
   const CUtensorMap map_a = LAYOUT & A_COLUMN_MAJOR ? tensor_map(a.t(), 64, KS) : tensor_map(a, KS, WS_BM);
   const CUtensorMap map_b = LAYOUT & B_COLUMN_MAJOR ? tensor_map(b.t(), KS, HBN) : tensor_map(b, BOX, KS);
   const CUtensorMap map_c = TMA_STORE ? tensor_map(c, BOX, 64) : map_b;  // unused without TMA stores
   constexpr int shared = TMA_STORE ? SHARED_WS_STORE : SHARED_WS;
-  auto kernel = matmul13_ws_kernel<T, PERSISTENT, TMA_STORE, LAYOUT, EPI>;
+  auto kernel = matmul13_ws_kernel<T, PERSISTENT, TMA_STORE, LAYOUT, EPI, CLUSTER>;
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-  kernel<<<(unsigned)blocks, WS_THREADS, shared, c10::cuda::getCurrentCUDAStream()>>>(
-      map_a, map_b, map_c, mut<Out<T>>(c), M, N, K, group, bias, scale_a, scale_b);
+  if constexpr (CLUSTER > 1) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(CLUSTER * units));
+    config.blockDim = dim3(WS_THREADS);
+    config.dynamicSmemBytes = shared;
+    config.stream = c10::cuda::getCurrentCUDAStream();
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CLUSTER;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int fit = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &config));
+    TORCH_CHECK(fit > 0, "no cluster of ", CLUSTER, " blocks of ", shared, " bytes of shared memory fits this GPU");
+    config.gridDim = dim3((unsigned)(CLUSTER * std::min<int64_t>(units, fit)));
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_c, mut<Out<T>>(c), M, N, K, group, bias,
+                                      scale_a, scale_b));
+  } else {
+    kernel<<<(unsigned)blocks, WS_THREADS, shared, c10::cuda::getCurrentCUDAStream()>>>(
+        map_a, map_b, map_c, mut<Out<T>>(c), M, N, K, group, bias, scale_a, scale_b);
+  }
   CHECK_LAUNCH();
 }
 
@@ -998,6 +1087,11 @@ void matmul13_4(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
 }
 void matmul13_5(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   matmul_ws<true, true>("matmul13_5", a, b, c);
+}
+void matmul13_6(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  if (!hopper_args("matmul13_6", a, b, c)) return;  // row-major operands (the multicast is written for them)
+  if (a.scalar_type() == at::kBFloat16) launch_ws<__nv_bfloat16, true, true, ROW_MAJOR, EPI_NONE, 2>(a, b, c, GROUP);
+  else launch_ws<__half, true, true, ROW_MAJOR, EPI_NONE, 2>(a, b, c, GROUP);
 }
 
 #ifdef MATMUL13_SWEEP
@@ -1127,6 +1221,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("matmul13_3(Tensor a, Tensor b, Tensor(a!) c) -> ()");
   m.def("matmul13_4(Tensor a, Tensor b, Tensor(a!) c) -> ()");
   m.def("matmul13_5(Tensor a, Tensor b, Tensor(a!) c) -> ()");
+  m.def("matmul13_6(Tensor a, Tensor b, Tensor(a!) c) -> ()");
 #ifdef MATMUL13_SWEEP
   m.def("matmul13_sweep(Tensor a, Tensor b, Tensor(a!) c, int variant, int group) -> ()");
 #endif
@@ -1141,6 +1236,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("matmul13_3", &matmul13_3);
   m.impl("matmul13_4", &matmul13_4);
   m.impl("matmul13_5", &matmul13_5);
+  m.impl("matmul13_6", &matmul13_6);
 #ifdef MATMUL13_SWEEP
   m.impl("matmul13_sweep", &matmul13_sweep);
 #endif
