@@ -75,6 +75,9 @@ def _rstd_error(ext, name, offset, dev):
 
 
 def test_e_x2_minus_e_x_squared_cancels_on_shifted_rows_where_two_pass_and_welford_do_not(ext, dev):
+    # fixed rows: each _rstd_error draws its own, and at -2.3 the ratio below ranges over about 4-22 with the draw
+    # (it fell under 4 once, in a run where the tests before this one had moved the generator on)
+    torch.manual_seed(0)
     # x = 1000 + randn: E[x^2] is about 1e6 + 1, and float32 keeps 7 digits of it
     assert _rstd_error(ext, "layernorm2", 1000.0, dev) > 0.1
     for name in SOUND:
