@@ -17,8 +17,10 @@ SOLUTION = ROOT / "solutions" / "05_fused"
 
 SHAPES = ROWS + ((0, 8),)  # ragged rows and columns, one element (1x1), and an empty tensor
 DTYPES = (torch.float32, torch.bfloat16)
-# Column sums in float32 are added in another order than PyTorch's: allow a few ulps of the sum.
-SUM_TOL = {torch.float32: (1e-5, 1e-5)}
+# Column sums in float32 are added in another order than PyTorch's: allow for the rounding of up to 64 additions
+# (rows of SHAPES) of terms near 1, about 64 x 6e-8 x the partial sums (a draw once put one sum 1.5e-5 off at 0.43,
+# past the 1.4e-5 that (1e-5, 1e-5) allowed there).
+SUM_TOL = {torch.float32: (1e-5, 3e-5)}
 
 
 @pytest.fixture(scope="module")
