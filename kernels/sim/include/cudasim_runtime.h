@@ -609,18 +609,26 @@ struct cudaLaunchConfig_t {
   unsigned int numAttrs;
 };
 namespace cudasim {
+// A launch configuration's cluster shape: its cluster attribute's (the last one given), {0, 0, 0} without one.
+CUDASIM_INTERNAL inline dim3 cluster_attribute(const cudaLaunchConfig_t& cfg) {
+  dim3 out(0, 0, 0);
+  for (unsigned i = 0; i < cfg.numAttrs; ++i)
+    if (cfg.attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& d = cfg.attrs[i].val.clusterDim;
+      out = dim3(d.x, d.y, d.z);
+    }
+  return out;
+}
+
 template <class... P, class... A>
 CUDASIM_INTERNAL inline cudaError_t launch_kernel_ex_(const char* name, const char* file, int line,
                                                       const cudaLaunchConfig_t* cfg, void (*f)(P...), A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "cudaLaunchKernelEx: give one argument per kernel parameter");
   if (!cfg) return record(cudaErrorInvalidValue);
   Config c = config(cfg->gridDim, cfg->blockDim, cfg->dynamicSmemBytes, cfg->stream);
-  for (unsigned i = 0; i < cfg->numAttrs; ++i)
-    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) {
-      const auto& d = cfg->attrs[i].val.clusterDim;
-      c.cluster = dim3(d.x, d.y, d.z);
-      if (!d.x || !d.y || !d.z) return record(cudaErrorInvalidClusterSize);
-    }
+  c.cluster = cluster_attribute(*cfg);
+  const bool given = c.cluster.x || c.cluster.y || c.cluster.z;
+  if (given && (!c.cluster.x || !c.cluster.y || !c.cluster.z)) return record(cudaErrorInvalidClusterSize);
   launch(name, file, line, c, [&](auto&... a) { f(a...); },
          static_cast<std::remove_cv_t<std::remove_reference_t<P>>>(std::forward<A>(args))...);
   return cudaPeekAtLastError();
@@ -630,12 +638,8 @@ CUDASIM_INTERNAL inline cudaError_t launch_kernel_ex_(const char* name, const ch
 template <class F>
 CUDASIM_INTERNAL inline cudaError_t occupancy_max_active_clusters(int* n, F*, const cudaLaunchConfig_t* cfg) {
   if (!n || !cfg) return record(cudaErrorInvalidValue);
-  unsigned size = 1;
-  for (unsigned i = 0; i < cfg->numAttrs; ++i)
-    if (cfg->attrs[i].id == cudaLaunchAttributeClusterDimension) {
-      const auto& d = cfg->attrs[i].val.clusterDim;
-      size = d.x * d.y * d.z;
-    }
+  const dim3 d = cluster_attribute(*cfg);
+  const unsigned size = d.x || d.y || d.z ? d.x * d.y * d.z : 1;
   if (size == 0 || size > kMaxCluster) return record(cudaErrorInvalidClusterSize);
   *n = static_cast<int>(132 / size);
   return cudaSuccess;
