@@ -108,6 +108,8 @@ class Diagnosis(enum.Enum):
     WGMMA_IN_FLIGHT = ("a copy into shared memory that a wgmma still in flight reads (the simulator): a stage released "
                        "or refilled before the wgmma that reads it completed")
     WGMMA_DESCRIPTOR = "a wgmma matrix descriptor that reaches outside the block's shared memory (the simulator)"
+    CLUSTER_SYNC = ("a block of a thread-block cluster reached another block's shared memory or mbarriers before that "
+                    "block started (or initialised them) or after it exited (the simulator): a missing cluster barrier")
     ACCESS_PATTERN = ("right values, but memory accesses unlike the exercise's design, by the simulator's access "
                       "profile (say, an inner loop that reads global memory instead of the shared-memory tiles)")
     BUILD_FAILED = "the file does not compile (or a Python file does not import)"
@@ -131,6 +133,12 @@ ERROR_DIAGNOSES: tuple[tuple[type, str, Diagnosis], ...] = (
     (RuntimeError, r"^cudasim:.* that the wgmma\.mma_async issued at \S+ still reads", Diagnosis.WGMMA_IN_FLIGHT),
     (RuntimeError, r"^cudasim: wgmma\.\S* at .*: the matrix descriptor .* outside the block's shared memory",
      Diagnosis.WGMMA_DESCRIPTOR),
+    # a block of a cluster that reaches another's memory too early or too late (kernels/sim/README.md, "Thread-block
+    # clusters"): the simulator runs one block of each cluster ahead of the others
+    (RuntimeError, r"^cudasim:.*(?:, which has not started yet \(|was written before that block started|whose threads "
+                   r"have all exited: a block's shared memory goes|was written after all of that block's threads had "
+                   r"exited|no mbarrier is initialised at shared address \S+ in the cluster's block of rank)",
+     Diagnosis.CLUSTER_SYNC),
     (RuntimeError, r"\bwhich has exited \(|\blane \d+ \(thread \([\d,]+\)\) has exited \(", Diagnosis.EXITED_LANE),
     (RuntimeError, r"CUDA error: invalid (argument|configuration argument)\b", Diagnosis.INVALID_LAUNCH),
     (RuntimeError, r"^[\w.\[\]'\" ]+ must (be|have|equal) ", Diagnosis.INPUT_REFUSED),
@@ -610,6 +618,11 @@ HINTS = {
                                 "empty barrier) only after a wgmma.wait_group that covers the wgmma reading it"),
     Diagnosis.WGMMA_DESCRIPTOR: ("a wgmma descriptor reaches outside shared memory: check its start address (>> 4), "
                                  "its leading and stride byte offsets (>> 4) and its swizzle mode"),
+    Diagnosis.CLUSTER_SYNC: ("the blocks of a cluster need not start or finish together (the simulator runs one of "
+                             "them ahead of the others): synchronise the cluster (cluster.sync(), or barrier.cluster "
+                             "arrive and wait) after every block has initialised its mbarriers and shared memory and "
+                             "before any block touches another's (a multicast copy, a remote arrival, a store through "
+                             "mapa or map_shared_rank), and again before a block whose memory others use exits"),
     Diagnosis.OUT_OF_BOUNDS: ("an access outside memory the kernel may use (the failing case names the line and how far "
                               "past which tensor): check every index against its bound (`if (i < n)`, not `i <= n`), "
                               "including the ragged edge of a tile"),
@@ -703,7 +716,7 @@ def check(fn: Callable, ref: Callable, inputs: Callable, *, out: Callable | None
         for k, order in enumerate(orders):
             outcome = _run_case(fn, ref, raw, out, out_names, device, tol.get(dtype, (0.0, 0.0)), be, order,
                                 racecheck=racecheck and k == 0)
-            if outcome.diagnosis in (Diagnosis.RACE, Diagnosis.OUT_OF_BOUNDS) and not passed_in:
+            if outcome.diagnosis in (Diagnosis.RACE, Diagnosis.OUT_OF_BOUNDS, Diagnosis.CLUSTER_SYNC) and not passed_in:
                 failure = (order, outcome)  # the check named it: no other order can clear it
                 break
             if outcome.ok:
@@ -836,8 +849,8 @@ class _Outcome:
 
 def error_problem(error: BaseException, diagnosis: Diagnosis) -> str:
     """The failing case's one-line problem for a raised error: what the simulator's race and bounds check
-    found ("data race on global memory", "wrote out of bounds: 1 element of 4 bytes past the end of out"),
-    else "raised <type>"."""
+    found ("data race on global memory", "wrote out of bounds: 1 element of 4 bytes past the end of out"), what a
+    block of a cluster did too early or too late, else "raised <type>"."""
     text = str(error).strip()
     if diagnosis is Diagnosis.RACE:
         found = re.search(r"\bdata race on ([^:]+):", text)
@@ -848,6 +861,12 @@ def error_problem(error: BaseException, diagnosis: Diagnosis) -> str:
         if found:
             where = found.group(2).split(": ")[-1]  # "outside every tensor ...: 1 element of 4 bytes past the end of `x` (33 float32)"
             return f"{'wrote' if found.group(1) == 'write' else 'read'} out of bounds: {where}"
+    if diagnosis is Diagnosis.CLUSTER_SYNC:
+        if re.search(r"has not started yet|before that block started", text):
+            return "a block of the cluster reached another's shared memory before that block started"
+        if "exited" in text:
+            return "a block of the cluster reached another's shared memory after that block exited"
+        return "a block of the cluster used another's mbarrier before that block initialised it"
     return "raised " + type(error).__name__
 
 

@@ -241,6 +241,21 @@ PLANTED_REFERENCE = {
                                    lambda ext: check_matmul13(ext.matmul13_6, ((256, 256, 320),),
                                                               dtypes=(torch.bfloat16,), backend="sim", quiet=True),
                                    "deadlock: this wait for the phase of parity"),
+    # matmul13_6's blocks synchronise as a block only, not as a cluster, after initialising their barriers: a block
+    # may start later than the other (the simulator runs one block of the cluster ahead), and the other's multicast
+    # then reaches its shared memory before it has started
+    "cluster_no_sync_after_init": ("  if constexpr (CLUSTER > 1) cluster_sync();\n  else __syncthreads();\n",
+                                   "  __syncthreads();\n",
+                                   lambda ext: check_matmul13(ext.matmul13_6, ((256, 256, 320),),
+                                                              dtypes=(torch.bfloat16,), backend="sim", quiet=True),
+                                   "which has not started yet"),
+    # matmul13_6 without its last cluster barrier: a block exits while the other's consumers still hand stages back to
+    # it (arrive on its empty barriers)
+    "cluster_no_sync_before_exit": ("  if constexpr (CLUSTER > 1) cluster_sync();  // the other block's copies into "
+                                    "this one and arrivals on it are over\n", "",
+                                    lambda ext: check_matmul13(ext.matmul13_6, ((256, 256, 320),),
+                                                               dtypes=(torch.bfloat16,), backend="sim", quiet=True),
+                                    "whose threads have all exited"),
 }
 
 

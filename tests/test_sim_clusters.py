@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kernels import barrier_trace, load
+from kernels.sim import knobs
 from kernels.sim.translate import translate_source
 from planting import plant
 
@@ -99,18 +100,34 @@ def test_cluster_shapes_cuda_refuses_give_its_error(clusters, grid, cluster, err
     assert ext.bad_cluster(grid, cluster) == error
 
 
+@pytest.mark.parametrize("cluster, opt_in", [(8, False), (9, False), (16, False), (16, True)],
+                         ids=["portable_8", "9_without_the_opt_in", "16_without_the_opt_in", "16_with_the_opt_in"])
+def test_the_occupancy_of_a_cluster_shape_is_refused_as_its_launch_is(clusters, cluster, opt_in):
+    backend, ext = clusters
+    got = ext.occupancy(cluster, opt_in)
+    if cluster > 8 and not opt_in:
+        assert got == "cudaErrorInvalidClusterSize"
+    else:  # the simulator: 132 SMs, one block each (a GPU's GPCs may fit fewer)
+        assert got.isdigit() and (backend != "sim" or int(got) == 132 // cluster), got
+
+
 @sim_only
-def test_cluster_kernels_survive_every_thread_and_block_order(monkeypatch):
+@pytest.mark.parametrize("lead", [None, "none", "last"], ids=["lead_by_order", "together", "last_ahead"])
+def test_cluster_kernels_survive_every_thread_and_block_order(monkeypatch, lead):
+    # lead: which block of each cluster runs ahead of the others; unset (None) forward order runs the first ahead,
+    # reverse the last, random a drawn one
     ext = load(CLUSTERS, "sim")
     x = torch.randn(2048)
     v = torch.randint(0, 256, (5000,), dtype=torch.int32)
     m = torch.randn(128, 64)
-    for order in ("reverse", "random"):
-        monkeypatch.setenv("CUDASIM_ORDER", order)
-        monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
-        assert torch.equal(ext.rotate(x), _rotated(x))
-        assert torch.equal(ext.histogram(v, 256, 4), torch.bincount(v, minlength=256).int())
-        assert torch.equal(ext.multicast(m), m.view(2, 1, 64, 64).expand(2, 2, 64, 64))
+    s = torch.randn(6)
+    monkeypatch.delenv(knobs.CLUSTER_LEAD, raising=False)
+    for order in ("forward", "reverse", "random"):
+        with knobs.set(order=order, shuffle_blocks=order != "forward", cluster_lead=lead):
+            assert torch.equal(ext.rotate(x), _rotated(x))
+            assert torch.equal(ext.histogram(v, 256, 4), torch.bincount(v, minlength=256).int())
+            assert torch.equal(ext.multicast(m), m.view(2, 1, 64, 64).expand(2, 2, 64, 64))
+            assert torch.equal(ext.swap(s), s.view(-1, 2).flip(1).reshape(-1))
 
 
 def _line(marker: str) -> int:
@@ -152,11 +169,73 @@ def test_misuse_of_a_cluster_is_an_error_naming_the_line(what):
 
 
 @sim_only
-def test_a_warp_operation_settles_while_another_block_waits_at_the_cluster_barrier():
-    # rank 0 polls at cluster.sync() from the start, so the run queue never empties; rank 1's __activemask() must
-    # still be settled (all 32 lanes are there)
-    x = load(CLUSTERS, "sim").misuse(torch.zeros(64), 10)
+@pytest.mark.parametrize("lead", ["first", "last", "none"])
+def test_a_warp_operation_settles_while_another_block_waits_at_the_cluster_barrier(lead):
+    # rank 0 polls at cluster.sync() from the start (or runs ahead to it), so the run queue never empties; rank 1's
+    # __activemask() must still be settled (all 32 lanes are there)
+    with knobs.set(cluster_lead=lead):
+        x = load(CLUSTERS, "sim").misuse(torch.zeros(64), 10)
     assert torch.equal(x[32:], torch.full((32,), 32.0))
+
+
+# A block of a cluster may start later than the others and finish earlier: cluster.sync() is what makes sure every
+# block has started (and initialised its barriers and shared memory) before another reaches its memory, and that none
+# has exited while another still does. The simulator runs one block of each cluster ahead of the others (the knob
+# CUDASIM_CLUSTER_LEAD; unset, forward order runs the first ahead, reverse the last): each of these kernels leaves out
+# one such cluster barrier, and is an error naming it with either block ahead. {ahead}: the block run ahead,
+# {other}: the other.
+SKEWED = {
+    11: ("MISUSE-EARLY-ARRIVE", r"mbarrier\.arrive\S* at clusters\.cu:{line}: the mbarrier address 0x\w+ is in the shared "
+                                r"memory of the cluster's block of rank {other}, which has not started yet \(the block "
+                                r"of rank {ahead} ran ahead of the others\): .* must synchronise"),
+    12: ("", r"shared memory byte 0x\w+ of the cluster's block of rank {other} was written before that block started "
+             r"\(the block of rank {ahead} ran ahead of the others\).*block \({other},0,0\)"),
+    13: ("MISUSE-HANDBACK-GONE", r"mbarrier\.arrive\S* at clusters\.cu:{line}: the mbarrier address 0x\w+ is in the "
+                                 r"shared memory of the cluster's block of rank {ahead}, whose threads have all exited"
+                                 r".*block \({other},0,0\)"),
+}
+
+
+@sim_only
+@pytest.mark.parametrize("lead", ["first", "last"])
+@pytest.mark.parametrize("what", list(SKEWED), ids=["arrive_before_the_other_started", "store_before_the_other_started",
+                                                    "arrive_after_the_other_exited"])
+def test_a_missing_cluster_barrier_is_an_error_when_one_block_runs_ahead(what, lead):
+    ext = load(CLUSTERS, "sim")
+    marker, pattern = SKEWED[what]
+    ahead = 0 if lead == "first" else 1
+    with knobs.set(cluster_lead=lead), pytest.raises(RuntimeError, match=pattern.format(
+            line=_line(marker) if marker else 0, ahead=ahead, other=1 - ahead)):
+        ext.misuse(torch.randn(64), what)
+    # with the blocks started together and taking turns (the only schedule before CUDASIM_CLUSTER_LEAD) the same
+    # kernel runs to its end: these mistakes went unseen
+    with knobs.set(cluster_lead="none"):
+        ext.misuse(torch.randn(64), what)
+
+
+@sim_only
+@pytest.mark.parametrize("order, ahead", [("forward", 0), ("reverse", 1), ("random", None)])
+def test_the_thread_order_says_which_block_runs_ahead(monkeypatch, order, ahead):
+    # what the checker runs (its orders, without the knob set): forward and reverse put each block ahead once
+    monkeypatch.delenv(knobs.CLUSTER_LEAD, raising=False)
+    ext = load(CLUSTERS, "sim")
+    with knobs.set(order=order), pytest.raises(RuntimeError, match=r"which has not started yet \(the block of rank "
+                                                                   rf"{ahead if ahead is not None else '[01]'} ran"):
+        ext.misuse(torch.randn(64), 11)
+
+
+def test_the_cluster_lead_knob_is_refused_with_the_values_it_takes_on_both_sides(monkeypatch):
+    with pytest.raises(ValueError, match=re.escape("CUDASIM_CLUSTER_LEAD=second is not a cluster lead; use one of: "
+                                                   "none, first, last, random")):
+        with knobs.set(cluster_lead="second"):
+            pass
+    m = re.search(r"kLeadNames\[\]\s*=\s*\{([^}]*)\}", (Path(knobs.__file__).parent / "include" / "cudasim.h").read_text())
+    assert m and tuple(re.findall(r'"(\w+)"', m.group(1))) == knobs.CLUSTER_LEADS
+    if "sim" in BACKENDS:
+        monkeypatch.setenv(knobs.CLUSTER_LEAD, "second")  # written by hand: the C++ side refuses it at the launch
+        with pytest.raises(RuntimeError, match=re.escape("CUDASIM_CLUSTER_LEAD=second is not a cluster lead; use one "
+                                                         "of: none, first, last, random")):
+            load(CLUSTERS, "sim").swap(torch.randn(2))
 
 
 # Planted bugs: a cluster kernel that skips a cluster.sync() computes with memory that is not there (yet, or any

@@ -3,6 +3,8 @@ CUDASIM_CAPABILITY, which the simulated device's properties read at every query:
 
     with knobs.set(order="reverse", shuffle_blocks=True, seed=11):
         ext.sum3(x, out)
+    with knobs.set(cluster_lead="none"):  # a cluster's blocks start together (unset: the order says which leads)
+        ext.rotate(x)
 
 This module owns their names and the values each takes, refuses a value the simulator would refuse
 (cudasim.h's read_knobs refuses it too, at the launch: a test keeps the two lists in step), and is the
@@ -21,11 +23,16 @@ SHUFFLE_BLOCKS = "CUDASIM_SHUFFLE_BLOCKS"
 SEED = "CUDASIM_SEED"
 STACK_KB = "CUDASIM_STACK_KB"
 CAPABILITY = "CUDASIM_CAPABILITY"  # the compute capability the simulated device reports (an H100's 9.0 unset)
-NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, CAPABILITY)
+CLUSTER_LEAD = "CUDASIM_CLUSTER_LEAD"  # which block of a cluster runs ahead of the others (unset: the order's)
+NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, CAPABILITY, CLUSTER_LEAD)
 
 # The orders in which a block's threads run, as cudasim.h's kOrderNames lists them (same order: the
 # index is what the simulator stores).
 ORDERS = ("forward", "reverse", "random")
+# Which block of each thread-block cluster runs ahead of the others, as cudasim.h's kLeadNames lists them: none (the
+# blocks start together and take turns), the first (rank 0), the last, or one drawn from the seed. Unset, the order
+# says: forward the first, reverse the last, random a drawn one (kernels/sim/README.md, "Thread-block clusters").
+CLUSTER_LEADS = ("none", "first", "last", "random")
 STACK_KB_RANGE = (16, 1024 * 1024)
 
 
@@ -34,6 +41,13 @@ def order_value(order: str) -> str:
     if order not in ORDERS:
         raise ValueError(f"{ORDER}={order} is not a thread order; use one of: {', '.join(ORDERS)}")
     return order
+
+
+def cluster_lead_value(lead: str) -> str:
+    """`lead` when it is one of CLUSTER_LEADS, else a ValueError that lists them."""
+    if lead not in CLUSTER_LEADS:
+        raise ValueError(f"{CLUSTER_LEAD}={lead} is not a cluster lead; use one of: {', '.join(CLUSTER_LEADS)}")
+    return lead
 
 
 def shuffle_value(shuffle: bool | int | str) -> str:
@@ -71,9 +85,12 @@ def capability_value(capability: tuple[int, int] | str) -> str:
 
 
 def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,
-           stack_kb: int | None = None, capability: tuple[int, int] | str | None = None) -> dict[str, str]:
+           stack_kb: int | None = None, capability: tuple[int, int] | str | None = None,
+           cluster_lead: str | None = None) -> dict[str, str]:
     """The environment entries for the knobs given (None leaves a knob as it is), each value checked."""
     out = {}
+    if cluster_lead is not None:
+        out[CLUSTER_LEAD] = cluster_lead_value(cluster_lead)
     if capability is not None:
         out[CAPABILITY] = capability_value(capability)
     if order is not None:
@@ -89,10 +106,12 @@ def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: i
 
 @contextlib.contextmanager
 def set(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,  # noqa: A001
-        stack_kb: int | None = None, capability: tuple[int, int] | str | None = None) -> Iterator[None]:
+        stack_kb: int | None = None, capability: tuple[int, int] | str | None = None,
+        cluster_lead: str | None = None) -> Iterator[None]:
     """Run the block with these knobs (None: as they are); what was there before comes back after it.
-    `capability` is what the simulated device reports, (7, 5) for a T4 (the launchers' gates read it)."""
-    new = values(order, shuffle_blocks, seed, stack_kb, capability)
+    `capability` is what the simulated device reports, (7, 5) for a T4 (the launchers' gates read it);
+    `cluster_lead` which block of a thread-block cluster runs ahead (one of CLUSTER_LEADS)."""
+    new = values(order, shuffle_blocks, seed, stack_kb, capability, cluster_lead)
     old = {k: os.environ.get(k) for k in new}
     os.environ.update(new)
     try:

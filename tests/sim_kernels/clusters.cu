@@ -20,7 +20,10 @@
 //   multicast(x)         x [rows, 64] floats, rows a multiple of 64: clusters of 2 blocks share each 64-row slab,
 //                        each block loading half of it by TMA multicast into both; out [rows / 64, 2, 64, 64]
 //                        is what each block of each cluster received
-//   misuse(x, what)      a mistake with clusters (simulator only)
+//   occupancy(c, opt_in) cudaOccupancyMaxActiveClusters for clusters of c blocks, with or without the opt-in to
+//                        more than 8: the number of clusters or the error's name
+//   misuse(x, what)      a mistake with clusters (simulator only); 11-13 leave out a cluster barrier that a block
+//                        which starts later or finishes earlier than the other needs
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -227,6 +230,56 @@ __global__ void __cluster_dims__(2, 1, 1) misuse_kernel(float* x, int what) {
     cluster.sync();
     return;
   }
+  // 11-13: cluster barriers left out where the blocks of a cluster may be apart: a block may start later than the
+  // others, and finish earlier. The simulator runs one block of each cluster ahead of the others (unless
+  // CUDASIM_CLUSTER_LEAD=none, where they start together and take turns, and each of these runs to its end).
+  const uint32_t other = cluster.block_rank() ^ 1u;
+  if (what == 11) {  // each block hands a token to the other's mbarrier after a block barrier, not a cluster barrier
+    __shared__ alignas(8) uint64_t token;
+    if (threadIdx.x == 0) {
+      mbar_init(&token, 2);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();  // this block's barrier is initialised; the other block's need not be (nor the block started)
+    if (threadIdx.x == 0) {
+      mbar_arrive(&token);
+      const uint32_t remote = mapa(smem_addr(&token), other);
+      asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");  // MISUSE-EARLY-ARRIVE
+      mbar_wait(&token, 0);
+    }
+    cluster.sync();
+    return;
+  }
+  if (what == 12) {  // each block stores its values into the other's shared memory before any cluster barrier
+    __shared__ float got[32];
+    *cluster.map_shared_rank(&got[threadIdx.x], other) = x[threadIdx.x];  // MISUSE-EARLY-STORE
+    cluster.sync();
+    x[threadIdx.x] = got[threadIdx.x];
+    cluster.sync();
+    return;
+  }
+  if (what == 13) {  // four steps, each handed back to both blocks' mbarriers (as matmul13_6's consumers hand a stage
+                     // back), then an epilogue and no cluster barrier before exit: nothing waits for the last hand-back
+    __shared__ alignas(8) uint64_t handed;
+    if (threadIdx.x == 0) {
+      mbar_init(&handed, 8);  // the four steps of both blocks
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cluster.sync();  // both barriers exist before anyone arrives on them
+    float acc = 0.0f;
+    for (int step = 0; step < 4; ++step) {
+      acc += __shfl_xor_sync(0xffffffffu, x[threadIdx.x] * static_cast<float>(step), 1);
+      if (threadIdx.x == 0) {
+        mbar_arrive(&handed);
+        const uint32_t remote = mapa(smem_addr(&handed), other);
+        asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");  // MISUSE-HANDBACK-GONE
+      }
+    }
+    acc = __shfl_xor_sync(0xffffffffu, acc, 2);  // the epilogue
+    acc = __shfl_xor_sync(0xffffffffu, acc, 4);
+    if (cluster.block_rank() == 0) x[32 + threadIdx.x] = acc;
+    return;  // without cluster.sync(): a block may exit while the other still arrives on its barrier
+  }
   cluster.sync();
 }
 
@@ -329,6 +382,22 @@ std::string bad_cluster(int64_t grid, int64_t cluster) {
   return cudaGetErrorName(e);
 }
 
+// What cudaOccupancyMaxActiveClusters answers for histogram_kernel in clusters of `cluster` blocks (128 threads,
+// 256 bytes of shared memory a block), with or without the opt-in to clusters of more than 8: the number of
+// clusters, or the error's name. The opt-in is taken back afterwards.
+std::string occupancy(int64_t cluster, bool non_portable) {
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t config = cluster_launch(cluster, 128, 256, cluster, attr);
+  if (non_portable)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(histogram_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  int n = -1;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, histogram_kernel, &config);
+  cudaGetLastError();
+  if (non_portable)
+    C10_CUDA_CHECK(cudaFuncSetAttribute(histogram_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
+  return e == cudaSuccess ? std::to_string(n) : std::string(cudaGetErrorName(e));
+}
+
 at::Tensor misuse(const at::Tensor& x, int64_t what) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
@@ -345,6 +414,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("swap(Tensor x) -> Tensor");
   m.def("multicast(Tensor x) -> Tensor");
   m.def("bad_cluster(int grid, int cluster) -> str", &bad_cluster);
+  m.def("occupancy(int cluster, bool non_portable) -> str", &occupancy);
   m.def("misuse(Tensor x, int what) -> Tensor");
 }
 

@@ -9,7 +9,8 @@
 // errors instead of lucky passes:
 //   - shared memory is poisoned (all bytes 0xFF, a NaN for floats) at every block start;
 //   - threads can run forward, in reverse or in random order, blocks can be shuffled
-//     (CUDASIM_ORDER=forward|reverse|random, CUDASIM_SHUFFLE_BLOCKS=1, CUDASIM_SEED=n);
+//     (CUDASIM_ORDER=forward|reverse|random, CUDASIM_SHUFFLE_BLOCKS=1, CUDASIM_SEED=n), and one block of
+//     a thread-block cluster runs ahead of the others (CUDASIM_CLUSTER_LEAD=first|last|random|none);
 //   - a barrier reached at different places, a warp operation that waits for a lane that never
 //     comes, a shuffle naming a lane that has exited, a deadlock, a spin that never ends and a
 //     stack overflow raise an error naming the kernel, the block and the line;
@@ -396,6 +397,7 @@ struct Sim {
   // knobs
   int order = 0;  // 0 forward, 1 reverse, 2 random
   bool shuffle_blocks = false;
+  int lead_knob = -1;  // CUDASIM_CLUSTER_LEAD, as kLeadNames: 0 none, 1 first, 2 last, 3 random; -1 (unset) by order
   std::mt19937_64 rng{0};
   // spinning detection: yields in a row without any thread finishing or passing a barrier
   unsigned long long idle_yields = 0;
@@ -434,6 +436,14 @@ struct Sim {
   bool cta_release = false;                    // a block's threads have all reached its __syncthreads
   unsigned long long cluster_phase = 0;        // barrier.cluster phases completed in the running cluster
   int cluster_arrivals = 0;                    // arrivals in the current phase
+  // The rank of the running cluster that runs ahead of the others (-1: none, its blocks start together and take
+  // turns round by round): the other ranks start only once it can go no further alone, and after that their threads
+  // run only in the rounds where it cannot move on (`hold` false), so it also exits first when it can. While `hold`,
+  // the others' threads taken from the run queue wait in `held` for the next round in which they may run.
+  int lead = -1;
+  bool hold = false;
+  std::vector<int> held;
+  bool cta_started[kMaxCluster] = {};          // a thread of the rank has run (a block's memory is its own from then)
   std::vector<std::pair<std::string, dim3>> cluster_dims;  // __cluster_dims__ by kernel name
   std::vector<std::pair<std::string, int>> non_portable;   // cudaFuncAttributeNonPortableClusterSizeAllowed
 };
@@ -1352,9 +1362,11 @@ CUDASIM_RT bool register_cluster_dims(const char* kernel, unsigned x, unsigned y
   return true;
 }
 
-// The cluster shape of a launch: __cluster_dims__ or the launch's attribute (both: they must agree), checked as
-// CUDA checks it; {1, 1, 1} without either. A shape CUDA refuses gives false (cudaErrorInvalidClusterSize).
-CUDASIM_RT bool cluster_of(const char* kernel, const Config& c, dim3& out) {
+// A kernel's cluster shape, given a launch's cluster attribute `given` (x 0: none): __cluster_dims__ or the
+// attribute (both: they must agree); {1, 1, 1} without either. A shape CUDA refuses gives false
+// (cudaErrorInvalidClusterSize): an empty one, or more than 8 blocks (16 with
+// cudaFuncAttributeNonPortableClusterSizeAllowed). cudaOccupancyMaxActiveClusters checks the same.
+CUDASIM_RT bool cluster_shape(const char* kernel, dim3 given, dim3& out) {
   const std::string k = strip_name(kernel);
   const dim3* fixed = nullptr;
   for (auto& e : g.cluster_dims)
@@ -1363,14 +1375,19 @@ CUDASIM_RT bool cluster_of(const char* kernel, const Config& c, dim3& out) {
   for (auto& e : g.non_portable)
     if (e.first == k) non_portable = e.second != 0;
   out = dim3(1, 1, 1);
-  if (c.cluster.x) out = c.cluster;
+  if (given.x) out = given;
   if (fixed) {
-    if (c.cluster.x && (c.cluster.x != fixed->x || c.cluster.y != fixed->y || c.cluster.z != fixed->z)) return false;
+    if (given.x && (given.x != fixed->x || given.y != fixed->y || given.z != fixed->z)) return false;
     out = *fixed;
   }
   const unsigned long long n = 1ull * out.x * out.y * out.z;
-  if (n == 0 || c.grid.x % out.x || c.grid.y % out.y || c.grid.z % out.z) return false;
-  return n <= (non_portable ? kMaxCluster : kPortableCluster);
+  return n != 0 && n <= (non_portable ? kMaxCluster : kPortableCluster);
+}
+
+// The cluster shape of a launch (cluster_shape), which must also divide its grid.
+CUDASIM_RT bool cluster_of(const char* kernel, const Config& c, dim3& out) {
+  if (!cluster_shape(kernel, c.cluster, out)) return false;
+  return c.grid.x % out.x == 0 && c.grid.y % out.y == 0 && c.grid.z % out.z == 0;
 }
 
 CUDASIM_RT int opt_in_limit(const char* kernel) {
@@ -1382,6 +1399,10 @@ CUDASIM_RT int opt_in_limit(const char* kernel) {
 
 // The values of CUDASIM_ORDER, in the order of Sim::order (kernels/sim's knobs module lists the same).
 inline constexpr const char* kOrderNames[] = {"forward", "reverse", "random"};
+// The values of CUDASIM_CLUSTER_LEAD, in the order of Sim::lead_knob (the knobs module lists the same): which block
+// of each cluster runs ahead of the others. Unset, the thread order says: forward the first block (rank 0), reverse
+// the last, random one drawn from the seed.
+inline constexpr const char* kLeadNames[] = {"none", "first", "last", "random"};
 
 CUDASIM_RT void read_knobs() {
   const char* o = std::getenv("CUDASIM_ORDER");
@@ -1400,6 +1421,16 @@ CUDASIM_RT void read_knobs() {
     throw std::runtime_error(std::string("cudasim: CUDASIM_SHUFFLE_BLOCKS=") + sb + " is not a switch; use 1 (blocks "
                              "in random order) or 0 (in order)");
   g.shuffle_blocks = sb && std::strcmp(sb, "1") == 0;
+  const char* lead = std::getenv("CUDASIM_CLUSTER_LEAD");
+  g.lead_knob = -1;
+  if (lead && *lead) {
+    for (int i = 0; i < 4; ++i)
+      if (std::strcmp(lead, kLeadNames[i]) == 0) g.lead_knob = i;
+    if (g.lead_knob < 0)
+      throw std::runtime_error(std::string("cudasim: CUDASIM_CLUSTER_LEAD=") + lead + " is not a cluster lead; use "
+                               "one of: " + kLeadNames[0] + ", " + kLeadNames[1] + ", " + kLeadNames[2] + ", " +
+                               kLeadNames[3]);
+  }
   const char* kb = std::getenv("CUDASIM_STACK_KB");
   long long stack_kb = kb && *kb ? std::strtoll(kb, nullptr, 10) : 256;
   if (stack_kb < 16 || stack_kb > 1024 * 1024)
@@ -1613,6 +1644,54 @@ inline std::vector<void (*)()> block_end_checks;
 inline std::string (*shared_write_watch)(const void* p, size_t bytes, std::string (*line)(const void* where),
                                          const void* where) = nullptr;
 
+// The rank of a cluster of `ranks` blocks that runs ahead of the others (Sim::lead): CUDASIM_CLUSTER_LEAD's, or unset
+// the thread order's (forward the first, reverse the last, random one drawn from the seed); -1 for none, and
+// without a cluster.
+CUDASIM_RT int pick_lead(unsigned ranks) {
+  if (ranks < 2) return -1;
+  const int how = g.lead_knob >= 0 ? g.lead_knob : g.order + 1;
+  if (how == 0) return -1;
+  if (how == 1) return 0;
+  if (how == 2) return static_cast<int>(ranks) - 1;
+  return static_cast<int>(g.rng() % ranks);
+}
+
+// The offset of the first byte of block r's shared memory in use (dynamic, then static) that is not poison, or -1:
+// a cluster's blocks are poisoned before they start and after they end, so such a byte was written by another block.
+CUDASIM_RT long long first_unpoisoned(unsigned r) {
+  const unsigned char* base = arena + r * kCtaStride;
+  const std::pair<size_t, size_t> parts[] = {{0, g.dyn_bytes}, {g.static_base, g.static_base + g.static_used}};
+  for (auto [lo, hi] : parts)
+    for (size_t i = lo; i < hi; ++i)
+      if (base[i] != kPoison) return static_cast<long long>(i);
+  return -1;
+}
+
+// The threads held back while the lead ran alone (Sim::held) go on in the next round.
+CUDASIM_RT void release_held() {
+  for (int id : g.held)
+    if (g.threads[id].state == State::Ready) g.runq.push_back(id);
+  g.held.clear();
+}
+
+// A block of the cluster starts: its first thread is about to run (while another block runs ahead). Its shared
+// memory was poisoned when the cluster began, so a byte that is not poison now was written by another block before
+// this one started: on a GPU that memory is not yet this block's, and its own initialisation would overwrite it.
+CUDASIM_RT void start_cta(unsigned r) {
+  g.cta_started[r] = true;
+  const long long i = first_unpoisoned(r);
+  if (i < 0) return;
+  g.cur = nullptr;
+  g.block_idx = g.cta_idx[r];
+  char buf[600];
+  std::snprintf(buf, sizeof buf, "shared memory byte 0x%llx of the cluster's block of rank %u was written before that "
+                "block started (the block of rank %d ran ahead of the others): a block of a cluster may start later "
+                "than the others, so the cluster must synchronise (barrier.cluster, cluster.sync()) after its blocks "
+                "start and initialise their shared memory, before a block writes into another's",
+                static_cast<unsigned long long>(r * kCtaStride + i), r, g.lead);
+  fail(buf);
+}
+
 // Run one block, or in a cluster launch the cluster whose first block is (bx, by, bz), to its end.
 CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.block_idx = uint3{bx, by, bz};
@@ -1631,6 +1710,10 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   g.cta_release = false;
   g.cluster_phase = 0;
   g.cluster_arrivals = 0;
+  g.lead = pick_lead(ranks);
+  g.hold = g.lead >= 0;
+  g.held.clear();
+  for (unsigned r = 0; r < ranks; ++r) g.cta_started[r] = g.lead < 0 || r == static_cast<unsigned>(g.lead);
   std::memset(arena + kFileBase, kPoison, g.file_static_used);
   g.runq.clear();
   g.runq_head = 0;
@@ -1673,13 +1756,29 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
         tracing.step += 1;
       }
       if (g.runq_head >= poll_round_end) {
-        if (poll_round_end && g.progress == round_progress) complete_pending_warps();
+        const bool idle = g.progress == round_progress;
+        if (!poll_round_end) {  // the first round (after the queue emptied): nothing to judge yet
+        } else if (g.lead >= 0 && g.hold == idle) {
+          // the lead alone moved nothing in its round: the others run the next one; after a round of all that moved
+          // something, the lead runs alone again
+          if (g.hold) release_held();
+          g.hold = !g.hold;
+        } else if (idle) {
+          complete_pending_warps();
+        }
         poll_round_end = g.runq.size();
         round_progress = g.progress;
       }
       int id = g.runq[g.runq_head++];
       Thread& t = g.threads[id];
       if (t.state != State::Ready) continue;
+      if (g.lead >= 0) {
+        if (g.hold && t.cta != g.lead) {
+          g.held.push_back(id);
+          continue;
+        }
+        if (!g.cta_started[t.cta]) start_cta(static_cast<unsigned>(t.cta));
+      }
       resume(t);
       if (g.fault_thread >= 0) report_fault();
       if (g.finding_thread >= 0) {
@@ -1694,6 +1793,11 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
     g.runq.clear();
     g.runq_head = 0;
     round_end = poll_round_end = 0;
+    if (!g.held.empty()) {  // the lead can go no further alone: the others run (before any warp or barrier is settled)
+      release_held();
+      g.hold = false;
+      continue;
+    }
     if (complete_pending_warps()) continue;
     bool done = true;
     for (auto& t : g.threads) done &= t.state == State::Done;
@@ -1706,20 +1810,16 @@ CUDASIM_RT void run_block(unsigned bx, unsigned by, unsigned bz) {
   // A cluster's block was poisoned when its last thread ended (thread_ended): a byte that is not poison now was
   // written after that, by another block, into memory that was gone.
   for (unsigned r = 0; r < ranks && ranks > 1; ++r) {
-    const unsigned char* base = arena + r * kCtaStride;
-    const std::pair<size_t, size_t> parts[] = {{0, g.dyn_bytes}, {g.static_base, g.static_base + g.static_used}};
-    for (auto [lo, hi] : parts)
-      for (size_t i = lo; i < hi; ++i)
-        if (base[i] != kPoison) {
-          g.cur = nullptr;
-          g.block_idx = g.cta_idx[r];
-          char buf[300];
-          std::snprintf(buf, sizeof buf, "shared memory byte 0x%zx of the cluster's block of rank %u was written after "
-                        "all of that block's threads had exited: a block's shared memory goes with it, so the cluster "
-                        "must synchronise (barrier.cluster, cluster.sync()) before a block that others write exits",
-                        r * kCtaStride + i, r);
-          fail(buf);
-        }
+    const long long i = first_unpoisoned(r);
+    if (i < 0) continue;
+    g.cur = nullptr;
+    g.block_idx = g.cta_idx[r];
+    char buf[300];
+    std::snprintf(buf, sizeof buf, "shared memory byte 0x%llx of the cluster's block of rank %u was written after all "
+                  "of that block's threads had exited: a block's shared memory goes with it, so the cluster must "
+                  "synchronise (barrier.cluster, cluster.sync()) before a block that others write exits",
+                  static_cast<unsigned long long>(r * kCtaStride + i), r);
+    fail(buf);
   }
   for (unsigned r = 0; r < ranks; ++r) {
     const unsigned char* base = arena + r * kCtaStride;

@@ -634,18 +634,24 @@ CUDASIM_INTERNAL inline cudaError_t launch_kernel_ex_(const char* name, const ch
   return cudaPeekAtLastError();
 }
 // How many clusters of the configuration's shape can run at once: an H100's 132 SMs, one block of the
-// configuration per SM (the simulator does not model GPCs, where a GPU may fit fewer).
+// configuration per SM (the simulator does not model GPCs, where a GPU may fit fewer). The shape is the kernel's
+// __cluster_dims__ or the configuration's attribute, refused as the launch refuses it (cluster_shape): more than 8
+// blocks without cudaFuncAttributeNonPortableClusterSizeAllowed is cudaErrorInvalidClusterSize. `name` is the
+// kernel as written in the call (the launch finds its attributes by the same name).
 template <class F>
-CUDASIM_INTERNAL inline cudaError_t occupancy_max_active_clusters(int* n, F*, const cudaLaunchConfig_t* cfg) {
+CUDASIM_INTERNAL inline cudaError_t occupancy_max_active_clusters(const char* name, int* n, F*,
+                                                                  const cudaLaunchConfig_t* cfg) {
   if (!n || !cfg) return record(cudaErrorInvalidValue);
-  const dim3 d = cluster_attribute(*cfg);
-  const unsigned size = d.x || d.y || d.z ? d.x * d.y * d.z : 1;
-  if (size == 0 || size > kMaxCluster) return record(cudaErrorInvalidClusterSize);
-  *n = static_cast<int>(132 / size);
+  const dim3 given = cluster_attribute(*cfg);
+  if ((given.x || given.y || given.z) && (!given.x || !given.y || !given.z))
+    return record(cudaErrorInvalidClusterSize);
+  dim3 d;
+  if (!cluster_shape(name, given, d)) return record(cudaErrorInvalidClusterSize);
+  *n = static_cast<int>(132 / (d.x * d.y * d.z));
   return cudaSuccess;
 }
 }  // namespace cudasim
-#define cudaOccupancyMaxActiveClusters(n, f, cfg) ::cudasim::occupancy_max_active_clusters(n, f, cfg)
+#define cudaOccupancyMaxActiveClusters(n, f, cfg) ::cudasim::occupancy_max_active_clusters(#f, n, f, cfg)
 #define cudaLaunchKernelEx(cfg, f, ...) ::cudasim::launch_kernel_ex_(#f, __FILE__, __LINE__, cfg, f, ##__VA_ARGS__)
 
 // ---------------------------------------------------------------------------------------------

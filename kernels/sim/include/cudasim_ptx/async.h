@@ -134,6 +134,12 @@ CUDASIM_INTERNAL inline MBarrier& find_barrier(const Site& s, Space sp, Addr a) 
               "mbarrier.inval");
     return b;
   }
+  const uint64_t rank = off / kCtaStride;
+  if (g.cluster_size > 1 && g.cur && rank != static_cast<uint64_t>(g.cur->cta))
+    fail_at(s, "no mbarrier is initialised at shared address " + hex(off) + " in the cluster's block of rank " +
+            std::to_string(rank) + " (this thread's block is rank " + std::to_string(g.cur->cta) + "): that block "
+            "must initialise it, and the cluster synchronise (fence.mbarrier_init, then barrier.cluster or "
+            "cluster.sync()), before another block arrives on it or a copy completes on it");
   fail_at(s, "no mbarrier is initialised at shared address " + hex(off) + " in this block: call mbarrier.init "
           "(and make the other threads wait for it: fence.mbarrier_init or __syncthreads) before using it");
 }

@@ -290,7 +290,14 @@ CUDASIM_INTERNAL inline unsigned char* shared_at(const Site& s, uint64_t a, uint
   if (g.cluster_size > 1 && g.cta_done[rank] == g.cta_threads)
     fail_at(s, std::string("the ") + what + " " + hex(a) + " is in the shared memory of the cluster's block of rank " +
             std::to_string(rank) + ", whose threads have all exited: a block's shared memory goes with it, so the "
-            "cluster must synchronise (barrier.cluster, cluster.sync()) before a block that others read exits");
+            "cluster must synchronise (barrier.cluster, cluster.sync()) before a block that others read, write or "
+            "arrive on exits");
+  if (g.cluster_size > 1 && !g.cta_started[rank])
+    fail_at(s, std::string("the ") + what + " " + hex(a) + " is in the shared memory of the cluster's block of rank " +
+            std::to_string(rank) + ", which has not started yet (the block of rank " + std::to_string(g.lead) +
+            " ran ahead of the others): a block of a cluster may start later than the others, so the cluster must "
+            "synchronise (barrier.cluster, cluster.sync()) after its blocks initialise their mbarriers and shared "
+            "memory, before a block reaches another's");
   return arena + a;
 }
 
