@@ -2,6 +2,7 @@
 forward and backward variant against the reference (masked and not, ragged lengths, grouped heads, rows that
 attend to nothing, large logits); bad inputs; the op's autograd registration, opcheck and torch.compile; the
 exercise and its teeth."""
+import os
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,14 @@ SOLUTION = ROOT / "solutions" / "12_attention" / "flash_online.cu"
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
 # (small cases, first order) finds what the other orders would show. The exercise and its planted bugs keep all three.
 ONE_ORDER = ("forward",)
-TENSOR_CORE_VARIANTS = ("attention3", "attention_backward2", "attention_backward3")
+TENSOR_CORE_VARIANTS = ("attention3", "attention4", "attention_backward2", "attention_backward3", "attention_backward4")
+HOPPER_VARIANTS = ("attention4", "attention_backward4")  # bf16 only
 
 
 def dtypes_of(name: str) -> tuple:
-    """float32 and bf16 for the CUDA-core variants, bf16 and fp16 for the tensor-core ones."""
+    """float32 and bf16 for the CUDA-core variants, bf16 and fp16 for the tensor-core ones, bf16 for Hopper's."""
+    if name in HOPPER_VARIANTS:
+        return (torch.bfloat16,)
     return HALF_DTYPES if name in TENSOR_CORE_VARIANTS else (torch.float32, torch.bfloat16)
 
 
@@ -135,17 +139,27 @@ def _misaligned(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("case", ["bf16 D64", "fp32", "bf16 D40", "bf16 misaligned"])
+def _hopper(dev) -> bool:
+    """Whether the device is a 9.x GPU (the simulator's is an H100 unless told otherwise)."""
+    if dev.type == "cpu":
+        from kernels.sim import knobs
+        return knobs.capability_value(os.environ.get(knobs.CAPABILITY, "9.0")).startswith("9.")
+    return torch.cuda.get_device_capability(dev)[0] == 9
+
+
+@pytest.mark.parametrize("case", ["bf16 D64", "fp16 D64", "fp32", "bf16 D40", "bf16 misaligned"])
 def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case):
     # the benchmark's bars name the variant from attention_variant / attention_backward_variant; 24 keys: one key tile,
-    # so dq's atomics (backward1) add once and the bits compare
-    dtype = torch.float32 if case == "fp32" else torch.bfloat16
+    # so dq's atomics (backward1) add once and the bits compare. bf16 on an H100: attention4 forward.
+    dtype = {"fp32": torch.float32, "fp16 D64": torch.float16}.get(case, torch.bfloat16)
     q, k, v = qkv()((1, 2, 1, 33, 24, 40 if case == "bf16 D40" else 64), dtype, dev)
     if case == "bf16 misaligned":
         q = _misaligned(q)
     dout = torch.randn_like(q)
-    tensor_cores = case == "bf16 D64"
+    tensor_cores = case in ("bf16 D64", "fp16 D64")
     fwd, bwd = ("attention3", "attention_backward3") if tensor_cores else ("attention2", "attention_backward1")
+    if case == "bf16 D64" and _hopper(dev):
+        fwd, bwd = "attention4", "attention_backward4"
     assert (ext.attention_variant(q, k, v), ext.attention_backward_variant(q, k, v, dout)) == (fwd, bwd)
     scale = default_scale(q)
     out, lse = ext.attention(q, k, v, True, scale)
@@ -280,7 +294,7 @@ def _forward_call(ext, name):
 @pytest.mark.parametrize("name", [*lesson12.FORWARD, "attention"])
 def test_bad_forward_inputs_are_refused_saying_what_was_expected(ext, dev, name):
     call = _forward_call(ext, name)
-    dt = torch.bfloat16 if name == "attention3" else torch.float32
+    dt = torch.bfloat16 if name in ("attention3", "attention4") else torch.float32
     q, k, v = (torch.randn(1, 4, 8, 64, device=dev, dtype=dt) for _ in range(3))
     with pytest.raises(RuntimeError, match=r"q must be (float32, )?float16 or bfloat16.*got Double"):
         call(q.double(), k.double(), v.double())
@@ -294,7 +308,7 @@ def test_bad_forward_inputs_are_refused_saying_what_was_expected(ext, dev, name)
         call(q, k, v[:, :, :5].contiguous())
     with pytest.raises(RuntimeError, match="q, k and v must have one dtype"):
         call(q, k.to(torch.float16), v)
-    if name == "attention3":
+    if name in ("attention3", "attention4"):
         with pytest.raises(RuntimeError, match="takes head dim D = 64 or 128, got D = 40"):
             call(q[..., :40].contiguous(), k[..., :40].contiguous(), v[..., :40].contiguous())
     if name != "attention":
@@ -345,3 +359,71 @@ def test_a_gpu_below_8_0_is_refused_by_the_tensor_core_variants_even_for_an_empt
                                         torch.randn_like(q), False, 0.125, *grads)
         out2, _ = ext.attention(q, k, v, False, 0.125)  # the functional form runs attention2 there instead
         torch.testing.assert_close(out2, attention_ref(q, k, v)[0])
+
+
+def test_the_hopper_variants_refuse_float16_and_a_gpu_before_hopper_even_for_an_empty_call(ext, dev):
+    if dev.type != "cpu" and not _hopper(dev):
+        pytest.skip("attention4 and attention_backward4 need an H100 (or the simulator)")
+    q, k, v = (torch.randn(1, 1, 8, 64, device=dev, dtype=torch.float16) for _ in range(3))
+    lse = torch.zeros(1, 1, 8, device=dev)
+
+    def backward(q, k, v):
+        grads = [torch.empty_like(t) for t in (q, k, v)]
+        ext.attention_backward4(q, k, v, q.clone(), lse, torch.randn_like(q), False, 0.125, *grads)
+
+    with pytest.raises(RuntimeError, match="`attention4` takes bfloat16, got float16.*attention3 takes float16"):
+        ext.attention4(q, k, v, False, 0.125, torch.empty_like(q), torch.empty(1, 1, 8, device=dev))
+    with pytest.raises(RuntimeError, match="`attention_backward4` takes bfloat16, got float16.*attention_backward3"):
+        backward(q, k, v)
+    if dev.type != "cpu":
+        return
+    from kernels.sim import knobs
+
+    q, k, v = (t.bfloat16() for t in (q, k, v))
+    with knobs.set(capability=(8, 0)):
+        for keys in (8, 0):
+            kk, vv = k[:, :, :keys].contiguous(), v[:, :, :keys].contiguous()
+            with pytest.raises(RuntimeError, match="needs compute capability 9.0"):
+                ext.attention4(q, kk, vv, False, 0.125, torch.empty_like(q), torch.empty(1, 1, 8))
+            with pytest.raises(RuntimeError, match="needs compute capability 9.0"):
+                backward(q, kk, vv)
+        # the functional forms run attention3 and attention_backward3 there
+        assert ext.attention_variant(q, k, v) == "attention3"
+        assert ext.attention_backward_variant(q, k, v, q) == "attention_backward3"
+
+
+# Bugs planted in attention4 (a copy of the reference file, built for the simulator): its check must fail on each.
+REFERENCE = ROOT / "kernels" / "reference" / "12_attention.cu"
+PLANTED_REFERENCE = {
+    # O is never moved onto a new running max: right only while the first tile holds every row's max
+    "attention4_no_rescale": ("        for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];\n", "", "elements differ"),
+    # the wait for a stage of K one phase off (parity 1 in phase 0 returns at once): the scores read K before it landed
+    "attention4_wrong_parity": ("mbar_wait(&k_full[stage], t / STAGES4 % 2);",
+                                "mbar_wait(&k_full[stage], (t / STAGES4 + 1) % 2);", "deadlock"),
+    # causal: the block's key tiles counted up to its first row's diagonal instead of its last row's
+    "attention4_causal_tiles": ("keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;",
+                                "keys_of_row(i0, Tq, Tk, causal) + BN4 - 1) / BN4;",
+                                "elements differ"),
+}
+
+
+PLANTED_BACKWARD = {
+    # dS = P dP, without D (the row sums of dO * O)
+    "backward4_no_row_sums": ("dp[r] = s[r] * (dp[r] - (DQ ? delta_row[r / 2 % 2] : delta_s[stage][co]));",
+                              "dp[r] = s[r] * dp[r];", "elements differ"),
+    # causal: the dQ kernel's key tiles counted up to its first row's diagonal instead of its last row's
+    "backward4_causal_tiles": ("per_head = (keys_of_row(min(r0 + 128, Tq) - 1, Tq, Tk, causal) + BS - 1) / BS;",
+                               "per_head = (keys_of_row(r0, Tq, Tk, causal) + BS - 1) / BS;", "elements differ"),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond({**PLANTED_REFERENCE, **PLANTED_BACKWARD},
+                                               keep=("attention4_wrong_parity", "backward4_no_row_sums")))
+def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
+    old, new, said = {**PLANTED_REFERENCE, **PLANTED_BACKWARD}[bug]
+    planted = load(plant(REFERENCE, old, new, f"lesson12_reference_{bug}.cu"), "sim", quiet=True)
+    run = check_attention_backward if bug in PLANTED_BACKWARD else check_attention
+    report = run(getattr(planted, "attention_backward4" if bug in PLANTED_BACKWARD else "attention4"),
+                 TENSOR_CORE_SHAPES, dtypes=(torch.bfloat16,), backend="sim", quiet=True, orders=ONE_ORDER,
+                 large=False)
+    assert not report.passed and any(said in c.problem + c.detail for c in report.cases if not c.passed), str(report)

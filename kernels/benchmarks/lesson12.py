@@ -12,7 +12,8 @@ products against the forward's two), as FlashAttention's papers count them. The 
     torch sdpa ...   F.scaled_dot_product_attention restricted to one backend: flash (FlashAttention 2's
                      kernels), efficient (memory-efficient, from xFormers), cudnn
     torch flex       FlexAttention under torch.compile, with a causal block mask where causal
-    attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs)
+    attentionN       the lesson's kernels (attention1 and attention2 only at T = 1024: they are the slow rungs;
+                     attention4, Hopper's wgmma and TMA, on a 9.x GPU)
 
 Then grouped-query attention at T = 4096, D 128, causal (16 query heads, 4 kv heads; enable_gqa=True for SDPA and
 FlexAttention, k and v repeated for eager), forward and backward. Then lesson 10's model (width 768, 12 heads of 64,
@@ -21,7 +22,7 @@ kernels on an H100) and with this lesson's op (eager and compiled).
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
 forward (eager up to T = 2048: its graph at 8192 does not fit beside the others), each SDPA backend's, and the
-lesson's attention_backward2 (dQ by atomics) and 3 (deterministic).
+lesson's attention_backward2 (dQ by atomics), 3 (deterministic) and 4 (3 on Hopper's wgmma and TMA).
 `python -m kernels.benchmarks.lesson12 --quick` times the rows with bars (T = 2048 and 8192, both head sizes,
 causal and not) and prints PASS or MISS for each; it writes no CSV.
 """
@@ -37,7 +38,10 @@ import torch.nn.functional as F
 
 from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
 from ..build import load
+from ..gates import runnable
+from ..lessons import op_gates
 from ..lessons.lesson12 import default_scale, register_attention
+from ..paths import reference_file
 from . import Bar, print_quick, quick_main
 
 TOKENS = 16384
@@ -46,17 +50,22 @@ QUICK_SEQUENCES = (2048, 8192)
 HEADS = {128: 16, 64: 32}  # head dimension: heads (a width of 2048)
 DTYPE = torch.bfloat16
 SLOW = ("attention1", "attention2")  # timed only at the shortest sequence
-FORWARD = ("attention3",)
-BACKWARD = ("attention_backward2", "attention_backward3")
+FORWARD = ("attention3", "attention4")
+BACKWARD = ("attention_backward2", "attention_backward3", "attention_backward4")
 # Eager's graph keeps five T x T matrices for its backward (34 GB at T = 8192, B = 2, 16 heads), too many beside the
 # compiled and SDPA graphs of the same benchmark on an 80 GB GPU: its backward row stops at T = 2048.
 EAGER_BACKWARD_UP_TO = 2048
-BACKWARD_OP = "attention_backward3"  # the variant the functional attention_backward runs on these inputs
+BACKWARD_OP = "attention_backward4"  # the variant the functional attention_backward runs on these inputs (an H100)
 GQA_SEQUENCE, GQA_GROUPS = 4096, 4  # the grouped-query rows: causal, D 128, 4 query heads per kv head
+NEEDS = op_gates(reference_file("12"))  # what a GPU below a variant's gate lacks is left out of the timings
 
 
 def _same_choice(chosen: str, named: str, op: str) -> None:
-    """The bars name the kernel the functional op runs (the op says which): refuse to measure when they part."""
+    """The bars name the kernel the functional op runs (the op says which): refuse to measure when they part. On a GPU
+    that is not a 9.x, the Hopper variants are left out of the timings and the functional ops run backward3/attention3:
+    no bar applies there."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        return
     if chosen != named:
         raise RuntimeError(f"the functional {op} runs {chosen} on the benchmark's inputs, but the bars name {named}: "
                            "change the benchmark's FORWARD[-1] / BACKWARD_OP to match")
@@ -150,7 +159,7 @@ def time_forward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path |
     lse = q.new_empty(q.shape[:3], dtype=torch.float32)
     _same_choice(ext.attention_variant(q, k, v), FORWARD[-1], "attention")
     want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **_gqa(q, k))
-    names = [*FORWARD, *(SLOW if t == SEQUENCES[0] and not quick else ())]
+    names = runnable([*FORWARD, *(SLOW if t == SEQUENCES[0] and not quick else ())], NEEDS.get, DTYPE)
     baselines = {label: _sdpa(be, causal) for label, be in _sdpa_backends().items()}
     baselines["torch flex"] = _flex(causal, b, h, t, groups)
     baselines = _available(baselines, q, k, v)
@@ -194,9 +203,11 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
     def backward_of(o):
         return lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
 
+    names = runnable(list(BACKWARD), NEEDS.get, DTYPE)
+
     def correct() -> bool:
         ok = []
-        for name in BACKWARD:
+        for name in names:
             for g in grads:
                 g.fill_(float("nan"))
             getattr(ext, name)(qd, kd, vd, out, lse, dout, causal, scale, *grads)
@@ -205,7 +216,7 @@ def _backward(ext, t: int, d: int, causal: bool, copy: float, out_dir: Path | No
 
     variants = {label: backward_of(o) for label, o in graphs.items() if label != "eager"}
     variants.update({name: (lambda f=getattr(ext, name): f(qd, kd, vd, out, lse, dout, causal, scale, *grads))
-                     for name in BACKWARD})
+                     for name in names})
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
     eager = graphs.get("eager")
     return bench(_name(t, d, causal, "bwd", groups), variants, flops=int(2.5 * _flops(b, h, t, d, causal)),
@@ -307,7 +318,7 @@ def run(out_dir: Path) -> list[Row]:
 
 # The lesson's bars: the final kernels against SDPA's flash backend, bf16, sequences of 2048 and more.
 BARS = [
-    *(Bar(_name(t, d, c, "fwd"), "attention3", "vs:torch sdpa flash", 0.8)
+    *(Bar(_name(t, d, c, "fwd"), FORWARD[-1], "vs:torch sdpa flash", 0.8)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
     *(Bar(_name(t, d, c, "bwd"), BACKWARD_OP, "vs:torch sdpa flash", 0.6)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),

@@ -50,6 +50,7 @@ LARGE_TOLERANCE = {**TOLERANCE, torch.float32: ((1e-3, 1e-4), LARGE_LSE_TOLERANC
                    torch.float16: ((4e-3, 2e-3), LARGE_LSE_TOLERANCE), torch.bfloat16: ((2e-2, 1.6e-2), LARGE_LSE_TOLERANCE)}
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 TENSOR_CORES = Needs((8, 0), "mma.sync m16n8k16 on fp16/bf16 and cp.async")  # the launchers say the same
+HOPPER = Needs((9, 0), "TMA, mbarrier transactions and wgmma")  # attention4; lesson 13's gate
 
 
 def default_scale(q: torch.Tensor) -> float:
@@ -399,11 +400,14 @@ VARIANTS = [
     Variant("attention1", _forward_args, ALL_DTYPES),
     Variant("attention2", _forward_args, ALL_DTYPES),
     Variant("attention3", _forward_args, HALF_DTYPES, needs=TENSOR_CORES),
+    Variant("attention4", _forward_args, (torch.bfloat16,), needs=HOPPER),
     Variant("attention_backward1", _backward_args, ALL_DTYPES),
     Variant("attention_backward2", _backward_args, HALF_DTYPES, needs=TENSOR_CORES),
     Variant("attention_backward3", _backward_args, HALF_DTYPES, needs=TENSOR_CORES),
+    Variant("attention_backward4", _backward_args, (torch.bfloat16,), needs=HOPPER),
 ]
-# The functional forms need no gate: they take attention3 and attention_backward3 where the GPU and the input allow
-# (fp16 or bf16, D 64 or 128, compute capability 8.0 or later), the CUDA-core variants elsewhere.
+# The functional forms need no gate: they take attention4 on an H100 (bf16, an sm_90a build), attention3 and
+# attention_backward3 where the GPU and the input allow (fp16 or bf16, D 64 or 128, compute capability 8.0 or later),
+# the CUDA-core variants elsewhere.
 FORWARD = [v.name for v in VARIANTS if v.args is _forward_args]
 BACKWARD = [v.name for v in VARIANTS if v.args is _backward_args]

@@ -14,6 +14,11 @@
 //                        by cp.async, the score tile kept in registers and fed back as the A operand of P V, one
 //                        rescale of the output per tile, causal tiles above the diagonal skipped. fp16 and bf16,
 //                        D 64 or 128, compute capability 8.0 or later
+//   attention4           attention3's algorithm on Hopper's instructions (FlashAttention 3's structure): a producer
+//                        warpgroup loads Q, then K and V tiles by TMA into a two-stage mbarrier ring; two consumer
+//                        warpgroups (three at D 64) compute S = Q K^T with wgmma from shared memory, the online
+//                        softmax on the accumulators, and O += P V with P from registers; a tile's scores overlap
+//                        the previous tile's P V. bf16, D 64 or 128, a 9.x GPU and an sm_90a build (hopper.cuh)
 //   attention_backward1  FlashAttention 2's backward on CUDA cores: P recomputed from q, k and lse per tile; a block
 //                        per key tile accumulates dK and dV over every query row of its kv head; dQ by float32 atomics.
 //                        Any D up to 128
@@ -21,10 +26,15 @@
 //                        D 64 or 128, compute capability 8.0 or later
 //   attention_backward3  attention_backward2 made deterministic: dK and dV as there, dQ by a second kernel per query
 //                        tile that recomputes P and dS instead of adding into dQ with atomics. Same inputs as backward2
-//   attention            functional form: attention3 where it runs (fp16/bf16, D 64 or 128, 16-byte aligned, compute
-//                        capability 8.0 or later), else attention2; returns (out, lse)
-//   attention_backward   functional backward: attention_backward3 where it runs (deterministic, and faster than
-//                        attention_backward2 at every shape measured), else attention_backward1; returns (dq, dk, dv)
+//   attention_backward4  attention_backward3 on Hopper's instructions: one warp-specialised kernel in two modes (dK
+//                        and dV per 128 keys, dQ per 128 queries), TMA and wgmma, every score tile fed back from
+//                        registers. Deterministic. Same inputs as attention4
+//   attention            functional form: attention4 on a 9.x GPU in an sm_90a build (bf16), else attention3 where it
+//                        runs (fp16/bf16, D 64 or 128, 16-byte aligned, compute capability 8.0 or later), else
+//                        attention2; returns (out, lse)
+//   attention_backward   functional backward: attention_backward4 where attention4 runs, else attention_backward3
+//                        where it runs (deterministic, and faster than attention_backward2 at every shape measured),
+//                        else attention_backward1; returns (dq, dk, dv)
 //   attention_variant, attention_backward_variant   the name of the variant the functional form runs on these inputs
 //
 // Conventions, the same for every op:
@@ -63,6 +73,7 @@
 // ---------------------------------------------------------------------------------------------
 // Includes.
 #include "helpers.cuh"
+#include "hopper.cuh"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -608,6 +619,507 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Kernel: attention4, FlashAttention 3's forward on Hopper (bf16, D 64 or 128, sm_90a).
+//
+// The structure of lesson 13's warp-specialised matmul with attention's two products inside. A block owns 128 query
+// rows of one head (192 at D 64: Fwd4): warpgroup 0 produces, its one thread loading Q once and then K and V tile by
+// tile by TMA into rings of two stages (separate full/empty barriers for K and V, so that S = Q K^T can start before
+// V has landed); the other warpgroups consume, each 64 of the rows. A consumer computes its 64 x 128 score tile with wgmma from shared
+// memory (Q and K both K-major: rows of D), runs the online softmax on the accumulator registers (the layout is
+// mma.sync's C fragment, so lesson 12's softmax code carries over), and feeds P back from registers as wgmma's A
+// operand against V, read MN-major (V's rows are keys: the transpose immediate). Two of FlashAttention 3's ideas:
+// warp specialisation, and the overlap inside a warpgroup, where the score product of tile t is issued before the
+// P V product of tile t - 1 and both run while this warpgroup waits for the first, then does tile t's softmax as
+// the second finishes: the tensor cores stay busy through the exponentials. (Its third, ping-pong scheduling of the
+// consumers, and its fp8 path are not here.) The rows the tiles above the diagonal never reach are skipped as in
+// attention3; causal blocks run longest first.
+constexpr int BN4 = 128, STAGES4 = 2, THREADS4_WS = 384;
+constexpr int PANEL4 = 128 * 128;  // a 128-row tile's 64 columns of bf16, 128-byte swizzled: 16 KB
+
+// D 128: two consumer warpgroups, 128 query rows a block. D 64: three, 192 rows: a consumer's registers then hold
+// 64 + 32 + 32 (S, O, P) of the 160 that three of them can have, and each K and V tile serves 1.5 times as many
+// rows (FlashAttention 3's choice for D 64 too). setmaxnreg: 128 x (24 + WGS x REGS) <= 65536.
+template <int D>
+struct Fwd4 {
+  static constexpr int WGS = D == 64 ? 3 : 2, BM = 64 * WGS, THREADS = 128 * (1 + WGS), REGS = WGS == 3 ? 160 : 240;
+  static constexpr int PANELS = D / 64, TILE_BYTES = PANELS * PANEL4;  // a K or a V tile: 128 rows x D
+  static constexpr int Q_PANEL = BM * 128, Q_BYTES = PANELS * Q_PANEL;  // Q: BM rows x D
+  static constexpr int SMEM = Q_BYTES + 2 * STAGES4 * TILE_BYTES + 1024;  // Q, the K and V rings, alignment
+};
+
+#ifdef HAS_SM90A
+// s (64 x 128 scores, fp32) += Q (64 x 16, K-major through its descriptor) K^T (16 x 128: K's rows, K-major).
+// Register r of lane l of warp w holds row 16 w + l / 4 + 8 ((r / 2) % 2), column 8 (r / 4) + 2 (l % 4) + r % 2.
+// accumulate 0: d = Q K^T, whatever d held (the backward's first k-step of a tile: no zeroing first).
+__device__ __forceinline__ void wgmma_qk(float (&d)[64], uint64_t qdesc, uint64_t kdesc, int accumulate) {
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "setp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n"
+               "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(qdesc), "l"(kdesc), "r"(accumulate));
+}
+// o (64 x D, fp32) += P (64 x 16 of bf16, in registers: the A fragment, two of the score tile's n8 column groups)
+// V (16 keys x D: V's rows, MN-major, hence the last immediate, transpose B). D = 128 and D = 64.
+__device__ __forceinline__ void wgmma_pv(float (&d)[64], const uint32_t (&p)[4], uint64_t vdesc) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 1;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(p[0]), "r"(p[1]), "r"(p[2]), "r"(p[3]), "l"(vdesc));
+}
+__device__ __forceinline__ void wgmma_pv(float (&d)[32], const uint32_t (&p)[4], uint64_t vdesc) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 1;"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(p[0]), "r"(p[1]), "r"(p[2]), "r"(p[3]), "l"(vdesc));
+}
+#endif
+
+template <int D>
+__global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
+    attention_kernel4(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                      const __grid_constant__ CUtensorMap map_v, __nv_bfloat16* __restrict__ out,
+                      float* __restrict__ lse, int Hq, int Hkv, int Tq, int Tk, bool causal, float scale_log2) {
+#ifdef HAS_SM90A
+  using C = Fwd4<D>;
+  extern __shared__ uint4 attention_smem[];
+  unsigned char* const qs = align1024(reinterpret_cast<unsigned char*>(attention_smem));
+  unsigned char* const ks = qs + C::Q_BYTES;                    // [STAGES4] tiles of K
+  unsigned char* const vs = ks + STAGES4 * C::TILE_BYTES;       // [STAGES4] tiles of V
+  __shared__ alignas(8) uint64_t q_full;            // Q has landed
+  __shared__ alignas(8) uint64_t k_full[STAGES4];   // a stage's K (V) tile has landed
+  __shared__ alignas(8) uint64_t v_full[STAGES4];
+  __shared__ alignas(8) uint64_t k_empty[STAGES4];  // every consumer's wgmma have read it
+  __shared__ alignas(8) uint64_t v_empty[STAGES4];
+  const int wg = threadIdx.x / 128;
+  const int x = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int i0 = x * C::BM, shift = Tk - Tq;
+  const int bh = blockIdx.z * Hq + blockIdx.y, bkv = blockIdx.z * Hkv + blockIdx.y / (Hq / Hkv);
+  const int tiles = (keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;
+  if (threadIdx.x == 0) {
+    mbar_init(&q_full, 1);
+    for (int s = 0; s < STAGES4; ++s) {
+      mbar_init(&k_full[s], 1);   // the producer's expect_tx, then the bytes
+      mbar_init(&v_full[s], 1);
+      mbar_init(&k_empty[s], 4 * C::WGS);  // one arrival per consumer warp
+      mbar_init(&v_empty[s], 4 * C::WGS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    if (threadIdx.x == 0) {
+      mbar_expect_bytes(&q_full, C::Q_BYTES);
+      for (int p = 0; p < C::PANELS; ++p) tma_load3(qs + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, &q_full);
+      for (int t = 0; t < tiles; ++t) {
+        const int stage = t % STAGES4, use = t / STAGES4;
+        unsigned char* kt = ks + stage * C::TILE_BYTES;
+        unsigned char* vt = vs + stage * C::TILE_BYTES;
+        if (use > 0) mbar_wait(&k_empty[stage], (use - 1) % 2);
+        mbar_expect_bytes(&k_full[stage], C::TILE_BYTES);
+        for (int p = 0; p < C::PANELS; ++p) tma_load3(kt + p * PANEL4, &map_k, 64 * p, t * BN4, bkv, &k_full[stage]);
+        if (use > 0) mbar_wait(&v_empty[stage], (use - 1) % 2);
+        mbar_expect_bytes(&v_full[stage], C::TILE_BYTES);
+        for (int p = 0; p < C::PANELS; ++p) tma_load3(vt + p * PANEL4, &map_v, 64 * p, t * BN4, bkv, &v_full[stage]);
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::REGS));
+    const int c = wg - 1, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int w0 = i0 + 64 * c + 16 * warp;  // this warp's first row; this lane's rows: row and row + 8
+    const int row = w0 + lane / 4;
+    const uint32_t q_at = smem_addr(qs) + c * 64 * 128;  // this consumer's 64 rows in each panel of Q
+    auto qk_desc = [&](int kk) { return desc128(q_at + kk / 4 * C::Q_PANEL + kk % 4 * 32, 16, 1024); };
+    auto k_desc = [&](int stage, int kk) {
+      return desc128(smem_addr(ks + stage * C::TILE_BYTES) + kk / 4 * PANEL4 + kk % 4 * 32, 16, 1024);
+    };
+    // V as B, MN-major: 16 keys (rows of 128 bytes) a step; the next 64 columns one panel on (LBO)
+    auto v_desc = [&](int stage, int kk) {
+      return desc128(smem_addr(vs + stage * C::TILE_BYTES) + kk * 16 * 128, PANEL4, 1024);
+    };
+    auto release = [&](uint64_t* bar) {
+      if (lane == 0) mbar_arrive(bar);
+    };
+    float s[64];          // the score tile, then its probabilities
+    float o[D / 2] = {};  // the 64 x D output: register r is row (r / 2) % 2, column 8 (r / 4) + 2 (lane % 4) + r % 2
+    uint32_t p[BN4 / 16][4];
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows row and row + 8: max (log2 units), sum
+
+    // S = Q K^T of tile t into s, issued (not waited for).
+    auto issue_scores = [&](int t) {
+      const int stage = t % STAGES4;
+      mbar_wait(&k_full[stage], t / STAGES4 % 2);
+#pragma unroll
+      for (int r = 0; r < 64; ++r) s[r] = 0.0f;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) wgmma_qk(s, qk_desc(kk), k_desc(stage, kk), 1);
+      wgmma_commit();
+    };
+    // The online softmax of tile t's scores: masked, max, P = exp2(s - max) in place; returns the factors that move
+    // o onto the new maxima (o is not touched here: a P V product may still be adding into it).
+    auto softmax = [&](int t, float(&alpha)[2]) {
+      const int j0 = t * BN4;
+#pragma unroll
+      for (int r = 0; r < 64; ++r) s[r] *= scale_log2;
+      if (j0 + BN4 > Tk || (causal && j0 + BN4 - 1 > w0 + shift)) {
+        const int n0 = keys_of_row(row, Tq, Tk, causal), n1 = keys_of_row(row + 8, Tq, Tk, causal);
+#pragma unroll
+        for (int r = 0; r < 64; ++r)
+          if (j0 + 8 * (r / 4) + 2 * (lane % 4) + r % 2 >= (r / 2 % 2 ? n1 : n0)) s[r] = -INFINITY;
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = m[h];
+#pragma unroll
+        for (int r = 2 * h; r < 64; r += 4) mx = fmaxf(mx, fmaxf(s[r], s[r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;  // a row with no key yet: exp2(-inf - 0) = 0, not NaN
+        alpha[h] = fast_exp2(m[h] - base);
+        m[h] = mx;
+        float sum = 0.0f;
+#pragma unroll
+        for (int r = 2 * h; r < 64; r += 4) {
+          s[r] = fast_exp2(s[r] - base);
+          s[r + 1] = fast_exp2(s[r + 1] - base);
+          sum += s[r] + s[r + 1];
+        }
+        l[h] = l[h] * alpha[h] + sum;
+      }
+    };
+    // P (rounded to bf16) into A fragments: keys 16 kk .. + 15 are the n8 column groups 2 kk and 2 kk + 1.
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < BN4 / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[kk][e] = pack<__nv_bfloat16>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    };
+    // o += P V of tile t, issued.
+    auto issue_pv = [&](int t) {
+      const int stage = t % STAGES4;
+      mbar_wait(&v_full[stage], t / STAGES4 % 2);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN4 / 16; ++kk) wgmma_pv(o, p[kk], v_desc(stage, kk));
+      wgmma_commit();
+    };
+
+    mbar_wait(&q_full, 0);
+    if (tiles > 0) {
+      float alpha[2];
+      issue_scores(0);
+      wgmma_wait<0>();
+      release(&k_empty[0]);
+      softmax(0, alpha);  // o is zero: nothing to rescale
+      for (int t = 1; t < tiles; ++t) {
+        pack_p();
+        issue_scores(t);     // tile t's scores ...
+        issue_pv(t - 1);     // ... and tile t - 1's P V, both in flight
+        wgmma_wait<1>();     // the scores are in
+        release(&k_empty[t % STAGES4]);
+        softmax(t, alpha);   // while the P V product runs
+        wgmma_wait<0>();
+        release(&v_empty[(t - 1) % STAGES4]);
+#pragma unroll
+        for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];
+      }
+      pack_p();
+      issue_pv(tiles - 1);
+      wgmma_wait<0>();
+      release(&v_empty[(tiles - 1) % STAGES4]);
+    }
+
+    // Epilogue: each row's sum over its quad; O / l rounded to bf16, a pair a store; lse = (m + log2 l) ln 2.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = l[h];
+      sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+      sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row with no key: out = 0
+      const int i = row + 8 * h;
+      if (i < Tq) {
+        __nv_bfloat16* orow = out + ((int64_t)bh * Tq + i) * D + 2 * (lane % 4);
+#pragma unroll
+        for (int r = 2 * h; r < D / 2; r += 4)
+          *reinterpret_cast<__nv_bfloat162*>(orow + 8 * (r / 4)) = to_pair<__nv_bfloat16>(o[r] * inv, o[r + 1] * inv);
+        if (lane % 4 == 0) lse[(int64_t)bh * Tq + i] = sum > 0.0f ? (m[h] + log2f(sum)) * LN2 : -INFINITY;
+      }
+    }
+  }
+#else
+  (void)out, (void)lse, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale_log2;
+  __trap();  // built without sm_90a: the launcher refuses to start it
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels: attention_backward4, the backward on Hopper (bf16, D 64 or 128, sm_90a).
+//
+// attention_backward3's two kernels (dK and dV per key tile, then dQ per query tile, each writing its output once:
+// deterministic) rebuilt as attention4 is: a producer warpgroup streams tiles by TMA, two consumer warpgroups own 64
+// rows each and multiply with wgmma, and every product that takes a score tile as its A operand takes it from
+// registers. One kernel, two modes. A block owns 128 rows ("own": 128 keys for dK and dV, 128 queries for dQ), loaded
+// once, and walks the other side in tiles of BS rows ("streamed", kStream4: 128 at D 64, 64 at D 128), two stages
+// deep:
+//
+//            own            streamed     scores (own x streamed)            accumulated (from registers)
+//   dK, dV   K and V        Q and dO     S^T = K Q^T, dP^T = V dO^T         dV += P^T dO, dK += dS^T Q
+//   dQ       Q and dO       K and V      S = Q K^T,  dP = dO V^T            dQ += dS K
+//
+// with P = exp2(S scale log2 e - lse log2 e) and dS = P (dP - D) as in backward3. Both score products of a step are
+// issued together, and the wait for the first leaves the second running while P is computed. For dK and dV the
+// query heads of a kv head's group are walked one after another, and the per-query lse and D of a streamed tile
+// come into shared memory with it by TMA, from copies whose rows are padded to a multiple of 64 (a TMA box starts on
+// a 16-byte boundary): attention_rows_kernel4, the pre-pass, writes them. In the dQ kernel a step's accumulation runs
+// on into the next step's score products; the dK/dV kernel waits for it within the step (DRAIN).
+
+// The streamed tiles' rows: 128 at D 64, 64 at D 128 (the score tiles S and dP take BS / 2 registers each, the
+// accumulators D / 2 each).
+template <int D>
+constexpr int kStream4 = D == 64 ? 128 : 64;
+
+template <int D>
+struct Bwd4 {
+  static constexpr int BS = kStream4<D>;
+  static constexpr int OWN_PANEL = 128 * 128, STR_PANEL = BS * 128;       // 64 columns of 128 or BS rows
+  static constexpr int OWN_BYTES = (D / 64) * OWN_PANEL, STR_BYTES = (D / 64) * STR_PANEL;
+  static constexpr int SMEM = 2 * OWN_BYTES + 2 * STAGES4 * STR_BYTES + 1024;
+};
+
+#ifdef HAS_SM90A
+// The same 64 rows against 64 columns (the backward's score tiles at D 128).
+__device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t adesc, uint64_t bdesc, int accumulate) {
+  asm volatile("{\n"
+               ".reg .pred p;\n"
+               "setp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n"
+               "}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(adesc), "l"(bdesc), "r"(accumulate));
+}
+#endif
+
+template <int D, bool DQ>
+__global__ void __launch_bounds__(THREADS4_WS, 1)
+    attention_backward_kernel4(const __grid_constant__ CUtensorMap map_own1, const __grid_constant__ CUtensorMap map_own2,
+                               const __grid_constant__ CUtensorMap map_str1, const __grid_constant__ CUtensorMap map_str2,
+                               const __grid_constant__ CUtensorMap map_lse, const __grid_constant__ CUtensorMap map_delta,
+                               const float* __restrict__ lse2, const float* __restrict__ delta, int Tpad,
+                               __nv_bfloat16* __restrict__ out1, __nv_bfloat16* __restrict__ out2, int Hq, int Hkv,
+                               int Tq, int Tk, bool causal, float scale, float scale_log2) {
+#ifdef HAS_SM90A
+  using C = Bwd4<D>;
+  constexpr int BS = C::BS;
+  extern __shared__ uint4 attention_smem[];
+  unsigned char* const own = align1024(reinterpret_cast<unsigned char*>(attention_smem));  // own1, then own2
+  unsigned char* const str = own + 2 * C::OWN_BYTES;  // [STAGES4] x (str1, str2)
+  __shared__ alignas(8) uint64_t own_full;           // the own tiles have landed
+  __shared__ alignas(8) uint64_t full[STAGES4];      // a stage's streamed tiles (and lse, D) have landed
+  __shared__ alignas(8) uint64_t empty[STAGES4];     // both consumers' wgmma have read them
+  __shared__ alignas(128) float lse_s[STAGES4][BS];    // dK/dV: the streamed queries' lse log2 e (+inf past Tq)
+  __shared__ alignas(128) float delta_s[STAGES4][BS];  // ... and their D (0 past Tq)
+  const int wg = threadIdx.x / 128, shift = Tk - Tq, groups = Hq / Hkv;
+  const int x = DQ && causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // dQ: the longest query tiles first
+  const int r0 = x * 128;                                                // the block's first own row
+  const int b = blockIdx.z, bkv = b * Hkv + blockIdx.y / (DQ ? groups : 1);
+  // the streamed tiles: dQ, the key tiles up to the block's last row's diagonal; dK/dV, per query head of the
+  // group, the query tiles from the first query that reaches the block's first key
+  int first = 0, per_head = 0;
+  if constexpr (DQ) {
+    per_head = (keys_of_row(min(r0 + 128, Tq) - 1, Tq, Tk, causal) + BS - 1) / BS;
+  } else {
+    const int64_t from = causal && (int64_t)r0 - shift > 0 ? (int64_t)r0 - shift : 0;
+    first = from >= Tq ? 0 : (int)(from / BS);
+    per_head = from >= Tq ? 0 : (Tq + BS - 1) / BS - first;
+  }
+  const int steps = DQ ? per_head : per_head * groups;
+  auto head_of = [&](int t) { return DQ ? b * Hq + blockIdx.y : (b * Hkv + blockIdx.y) * groups + t / per_head; };
+  auto col0_of = [&](int t) { return (first + (DQ ? t : t % per_head)) * BS; };
+  if (threadIdx.x == 0) {
+    mbar_init(&own_full, 1);
+    for (int s = 0; s < STAGES4; ++s) {
+      mbar_init(&full[s], 1);           // the producer's expect_tx, then the bytes
+      mbar_init(&empty[s], 8);          // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    if (threadIdx.x == 0) {
+      const int own_z = DQ ? head_of(0) : bkv;
+      mbar_expect_bytes(&own_full, 2 * C::OWN_BYTES);
+      for (int p = 0; p < D / 64; ++p) {
+        tma_load3(own + p * C::OWN_PANEL, &map_own1, 64 * p, r0, own_z, &own_full);
+        tma_load3(own + C::OWN_BYTES + p * C::OWN_PANEL, &map_own2, 64 * p, r0, own_z, &own_full);
+      }
+      for (int t = 0; t < steps; ++t) {
+        const int stage = t % STAGES4, use = t / STAGES4, z = DQ ? bkv : head_of(t);
+        unsigned char* st = str + stage * 2 * C::STR_BYTES;
+        if (use > 0) mbar_wait(&empty[stage], (use - 1) % 2);
+        mbar_expect_bytes(&full[stage], 2 * C::STR_BYTES + (DQ ? 0 : 2 * BS * 4));
+        if constexpr (!DQ) {  // the tile's lse and D
+          tma_load(lse_s[stage], &map_lse, col0_of(t), head_of(t), &full[stage]);
+          tma_load(delta_s[stage], &map_delta, col0_of(t), head_of(t), &full[stage]);
+        }
+        for (int p = 0; p < D / 64; ++p) {
+          tma_load3(st + p * C::STR_PANEL, &map_str1, 64 * p, col0_of(t), z, &full[stage]);
+          tma_load3(st + C::STR_BYTES + p * C::STR_PANEL, &map_str2, 64 * p, col0_of(t), z, &full[stage]);
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;");
+    const int c = wg - 1, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int o0 = r0 + 64 * c, w0 = o0 + 16 * warp;  // this consumer's and this warp's first own rows
+    const int row = w0 + lane / 4;                     // this lane's own rows: row and row + 8
+    const uint32_t own_at = smem_addr(own) + c * 64 * 128;
+    auto own_desc = [&](int which, int kk) {
+      return desc128(own_at + which * C::OWN_BYTES + kk / 4 * C::OWN_PANEL + kk % 4 * 32, 16, 1024);
+    };
+    auto str_desc = [&](int stage, int which, int kk) {  // K-major: B of the score products
+      return desc128(smem_addr(str + (2 * stage + which) * C::STR_BYTES) + kk / 4 * C::STR_PANEL + kk % 4 * 32, 16,
+                     1024);
+    };
+    auto str_mn_desc = [&](int stage, int which, int kk) {  // MN-major: B of the accumulated products
+      return desc128(smem_addr(str + (2 * stage + which) * C::STR_BYTES) + kk * 16 * 128, C::STR_PANEL, 1024);
+    };
+    // DRAIN (dK and dV): a step's accumulation is waited for within the step. Left running into the next step, as
+    // in the dQ kernel, its accumulators (2 x D / 2) and operands (2 x BS / 4) would be live beside the next score
+    // tiles (2 x BS / 2): 224 registers at D 128 and 256 at D 64, more than a consumer's 240 hold with the addresses,
+    // and ptxas then serialises every wgmma (its warning C7512).
+    constexpr bool DRAIN = !DQ;
+    float acc1[D / 2] = {};             // dK or dQ (times scale at the end)
+    float acc2[DQ ? 1 : D / 2] = {};    // dV
+    float s[BS / 2] = {}, dp[BS / 2] = {};  // the 64 x BS tiles S (then P) and dP (then dS)
+    uint32_t pa[BS / 16][4], sa[BS / 16][4];  // P and dS as A fragments
+    float lse_row[2] = {0.0f, 0.0f}, delta_row[2] = {0.0f, 0.0f};
+    if constexpr (DQ) {
+      const int64_t at = (int64_t)head_of(0) * Tpad;
+      for (int h = 0; h < 2; ++h) {
+        lse_row[h] = row + 8 * h < Tq ? lse2[at + row + 8 * h] : INFINITY;
+        delta_row[h] = row + 8 * h < Tq ? delta[at + row + 8 * h] : 0.0f;
+      }
+    }
+    mbar_wait(&own_full, 0);
+    for (int t = 0; t < steps; ++t) {
+      const int stage = t % STAGES4, col0 = col0_of(t);
+      mbar_wait(&full[stage], t / STAGES4 % 2);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) wgmma_qk(s, own_desc(0, kk), str_desc(stage, 0, kk), kk > 0);
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) wgmma_qk(dp, own_desc(1, kk), str_desc(stage, 1, kk), kk > 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // the last step's accumulation and this step's S are done
+      if (!DRAIN && t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % STAGES4]);
+      // P, masked where the tile crosses the diagonal or an end (query i, key j: own and streamed in either order)
+      const bool edge = (DQ ? (o0 + 64 > Tq || col0 + BS > Tk || (causal && col0 + BS - 1 > w0 + shift))
+                            : (col0 + BS > Tq || o0 + 64 > Tk || (causal && w0 + 15 > col0 + shift)));
+#pragma unroll
+      for (int r = 0; r < BS / 2; ++r) {
+        const int h = r / 2 % 2, co = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+        float p = fast_exp2(s[r] * scale_log2 - (DQ ? lse_row[h] : lse_s[stage][co]));
+        if (edge) {
+          const int i = DQ ? row + 8 * h : col0 + co, j = DQ ? col0 + co : row + 8 * h;
+          if (i >= Tq || j >= keys_of_row(i, Tq, Tk, causal)) p = 0.0f;
+        }
+        s[r] = p;
+      }
+      wgmma_wait<0>();  // dP
+#pragma unroll
+      for (int r = 0; r < BS / 2; ++r) {
+        const int co = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+        dp[r] = s[r] * (dp[r] - (DQ ? delta_row[r / 2 % 2] : delta_s[stage][co]));
+      }
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sa[kk][e] = pack<__nv_bfloat16>(dp[8 * kk + 2 * e], dp[8 * kk + 2 * e + 1]);
+          if constexpr (!DQ) pa[kk][e] = pack<__nv_bfloat16>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+        }
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BS / 16; ++kk) wgmma_pv(acc1, sa[kk], str_mn_desc(stage, 0, kk));
+      if constexpr (!DQ) {
+#pragma unroll
+        for (int kk = 0; kk < BS / 16; ++kk) wgmma_pv(acc2, pa[kk], str_mn_desc(stage, 1, kk));
+      }
+      wgmma_commit();
+      if constexpr (DRAIN) {
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(&empty[stage]);
+      }
+    }
+    wgmma_wait<0>();
+    if (!DRAIN && steps > 0 && lane == 0) mbar_arrive(&empty[(steps - 1) % STAGES4]);
+
+    // Epilogue: rows of this lane's own side below their length, a pair a store.
+    const int limit = DQ ? Tq : Tk;
+    const int64_t at = (int64_t)(DQ ? head_of(0) : bkv) * limit;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = row + 8 * h;
+      if (i >= limit) continue;
+#pragma unroll
+      for (int r = 2 * h; r < D / 2; r += 4) {
+        const int col = 8 * (r / 4) + 2 * (lane % 4);
+        *reinterpret_cast<__nv_bfloat162*>(out1 + (at + i) * D + col) =
+            to_pair<__nv_bfloat16>(acc1[r] * scale, acc1[r + 1] * scale);
+        if constexpr (!DQ)
+          *reinterpret_cast<__nv_bfloat162*>(out2 + (at + i) * D + col) = to_pair<__nv_bfloat16>(acc2[r], acc2[r + 1]);
+      }
+    }
+  }
+#else
+  (void)lse2, (void)delta, (void)Tpad, (void)out1, (void)out2, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale,
+      (void)scale_log2;
+  __trap();  // built without sm_90a: the launcher refuses to start it
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Kernels: the backward's pre-pass and last step, shared by every backward variant.
 //
 // With P = softmax(S), S = scale Q K^T and the output's gradient dO (FlashAttention 2's backward, per query row i
@@ -627,6 +1139,28 @@ __global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rowdot_kernel(co
   for (int d = lane; d < D; d += 32) s += to_float(dout[row * D + d]) * to_float(out[row * D + d]);
   s = warp_allreduce_sum(s);
   if (lane == 0) delta[row] = s;
+}
+
+// attention_rows_kernel4: attention_backward4's pre-pass. Warp w of block b owns row 8b + w of [B Hq, Tpad] (Tpad:
+// Tq rounded up to 64): D_i = dO_i . O_i and lse_i log2 e for a query, 0 and +inf in the padding past Tq.
+__global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rows_kernel4(
+    const __nv_bfloat16* __restrict__ dout, const __nv_bfloat16* __restrict__ out, const float* __restrict__ lse,
+    float* __restrict__ delta, float* __restrict__ lse2, int64_t rows, int Tq, int Tpad, int D) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = blockIdx.x * (int64_t)SOFTMAX_WARPS + threadIdx.x / 32;
+  if (r >= rows) return;  // the whole warp leaves together
+  const int64_t bh = r / Tpad;
+  const int i = (int)(r % Tpad);
+  float s = 0.0f;
+  if (i < Tq) {
+    const int64_t row = bh * Tq + i;
+    for (int d = lane; d < D; d += 32) s += to_float(dout[row * D + d]) * to_float(out[row * D + d]);
+    s = warp_allreduce_sum(s);
+  }
+  if (lane == 0) {
+    delta[r] = s;
+    lse2[r] = i < Tq ? lse[bh * Tq + i] * LOG2E : INFINITY;
+  }
 }
 
 // attention_convert_kernel: dq = the float32 sums the atomics made, rounded once to T; a thread per 1 value.
@@ -1281,6 +1815,52 @@ void attention3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
   });
 }
 
+// attention4's tensor map of q, k or v ([B, H, T, D], contiguous) as a 3-D tensor (D, T, B H): boxes of 64 columns
+// x `rows` rows of one head, so that rows past a head's T arrive as zeros, not as the next head's rows.
+static CUtensorMap head_map(const at::Tensor& t, uint32_t rows) {
+  const cuuint64_t dims[3] = {(cuuint64_t)t.size(3), (cuuint64_t)t.size(2), (cuuint64_t)(t.size(0) * t.size(1))};
+  const cuuint64_t strides[2] = {(cuuint64_t)(t.size(3) * 2), (cuuint64_t)(t.size(2) * t.size(3) * 2)};
+  const cuuint32_t box[3] = {64, rows, 1};
+  return tensor_map_nd(t, 3, dims, strides, box);
+}
+
+template <int D>
+static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale,
+                    at::Tensor& out, at::Tensor& lse, const Dims& d) {
+  const CUtensorMap mq = head_map(q, Fwd4<D>::BM), mk = head_map(k, BN4), mv = head_map(v, BN4);
+  auto kernel = attention_kernel4<D>;
+  allow_shared(kernel, Fwd4<D>::SMEM);
+  kernel<<<head_grid(ceil_div(d.Tq, (int64_t)Fwd4<D>::BM), d, d.Hq), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
+           c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), mut<float>(lse), d.Hq, d.Hkv,
+                                                d.Tq, d.Tk, causal, (float)scale * LOG2E);
+  CHECK_LAUNCH();
+}
+
+void attention4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale, at::Tensor& out,
+                at::Tensor& lse) {
+  const Takes w{"attention4", true, 128, true};
+  Dims d;
+  // the GPU, the dtype and the alignment first: an empty call must be refused where a full one would be
+  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}})
+    TORCH_CHECK(aligned16(*t), "`attention4`: ", name, " must start on a 16-byte boundary (TMA reads whole rows), got a "
+                "view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
+  check_hopper("attention4");
+  TORCH_CHECK(q.scalar_type() != at::kHalf, "`attention4` takes bfloat16, got float16: its wgmma instructions name "
+              "the type, and they are written for bfloat16 only (attention3 takes float16)");
+  if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
+  TORCH_CHECK(d.B * d.Hq < (int64_t(1) << 31), "`attention4`: B * Hq must be below 2^31 (a tensor map's coordinate), "
+              "got ", std::to_string(d.B * d.Hq));
+  if (d.D == 64) launch4<64>(q, k, v, causal, scale, out, lse, d);
+  else launch4<128>(q, k, v, causal, scale, out, lse, d);
+}
+
+// Whether attention4 takes these inputs here: bf16, D 64 or 128, 16-byte aligned, a 9.x GPU and an sm_90a build.
+static bool hopper_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return q.scalar_type() == at::kBFloat16 && (q.size(3) == 64 || q.size(3) == 128) && aligned16(q) && aligned16(k) &&
+         aligned16(v) && device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 && hopper_kernels_in_build() &&
+         q.size(0) * q.size(1) < (int64_t(1) << 31);
+}
+
 // Whether attention3 (and the tensor-core backward) take these inputs on this GPU.
 static bool tensor_cores_take(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
@@ -1291,17 +1871,20 @@ static bool tensor_cores_take(const at::Tensor& q, const at::Tensor& k, const at
 // The variant the functional attention runs on these inputs (an op of its own, so the benchmark and the tests name
 // the kernel they measure from the choice itself).
 std::string attention_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  return q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && tensor_cores_take(q, k, v) ? "attention3" : "attention2";
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || !tensor_cores_take(q, k, v)) return "attention2";
+  return hopper_takes(q, k, v) ? "attention4" : "attention3";
 }
 
-// Functional attention: (out, lse) by attention3 where it runs, else attention2 (float32, other head dims, a GPU
-// before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
+// Functional attention: (out, lse) by attention4 on an H100, attention3 where it runs, else attention2 (float32,
+// other head dims, a GPU before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                              double scale) {
   TORCH_CHECK(q.dim() == 4, "`attention`: q must have 4 dimensions [B, Hq, Tq, D], got shape ", shape_str(q.sizes()));
   at::Tensor out = at::empty_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-  if (attention_variant(q, k, v) == "attention3") attention3(q, k, v, causal, scale, out, lse);
+  const std::string variant = attention_variant(q, k, v);
+  if (variant == "attention4") attention4(q, k, v, causal, scale, out, lse);
+  else if (variant == "attention3") attention3(q, k, v, causal, scale, out, lse);
   else attention2(q, k, v, causal, scale, out, lse);
   return {out, lse};
 }
@@ -1425,6 +2008,69 @@ static void backward_tensor_cores(const Takes& w, const at::Tensor& q, const at:
   });
 }
 
+// attention_backward4's tensor map of its padded rows of lse or D ([B Hq, Tpad] float32), in boxes of `cols` values
+// of one row (no swizzle: a box is 256 or 512 bytes; past a row's end, zeros).
+static CUtensorMap row_map(const at::Tensor& t, uint32_t cols) {
+  const cuuint64_t dims[2] = {(cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};
+  const cuuint64_t strides[1] = {(cuuint64_t)(t.size(1) * 4)};
+  const cuuint32_t box[2] = {cols, 1};
+  return tensor_map_nd(t, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+template <int D, bool DQ>
+static void launch_backward4(const CUtensorMap& own1, const CUtensorMap& own2, const CUtensorMap& str1,
+                             const CUtensorMap& str2, const CUtensorMap& rows_lse, const CUtensorMap& rows_delta,
+                             const at::Tensor& lse2, const at::Tensor& delta, at::Tensor& out1,
+                             __nv_bfloat16* out2, const Dims& d, bool causal, double scale, cudaStream_t stream) {
+  auto kernel = attention_backward_kernel4<D, DQ>;
+  allow_shared(kernel, Bwd4<D>::SMEM);
+  kernel<<<head_grid(ceil_div(DQ ? d.Tq : d.Tk, (int64_t)128), d, DQ ? d.Hq : d.Hkv), THREADS4_WS, Bwd4<D>::SMEM,
+           stream>>>(own1, own2, str1, str2, rows_lse, rows_delta, ptr<float>(lse2), ptr<float>(delta), (int)delta.size(1), mut<__nv_bfloat16>(out1), out2,
+                     d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale, (float)scale * LOG2E);
+  CHECK_LAUNCH();
+}
+
+template <int D>
+static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                      const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                      at::Tensor& dk, at::Tensor& dv, const Dims& d) {
+  constexpr int BS = kStream4<D>;
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t tpad = ceil_div(d.Tq, (int64_t)64) * 64, rows = d.B * d.Hq * tpad;
+  at::Tensor delta = at::empty({d.B * d.Hq, tpad}, lse.options()), lse2 = at::empty({d.B * d.Hq, tpad}, lse.options());
+  CHECK_GRID(ceil_div(rows, (int64_t)SOFTMAX_WARPS));
+  attention_rows_kernel4<<<ceil_div(rows, (int64_t)SOFTMAX_WARPS), SOFTMAX_WARPS * 32, 0, stream>>>(
+      ptr<__nv_bfloat16>(dout), ptr<__nv_bfloat16>(out), ptr<float>(lse), mut<float>(delta), mut<float>(lse2), rows,
+      (int)d.Tq, (int)tpad, (int)d.D);
+  CHECK_LAUNCH();
+  const CUtensorMap lse_rows = row_map(lse2, BS), delta_rows = row_map(delta, BS);
+  launch_backward4<D, false>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
+                             delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), d, causal, scale, stream);
+  launch_backward4<D, true>(head_map(q, 128), head_map(dout, 128), head_map(k, BS), head_map(v, BS), lse_rows,
+                            delta_rows, lse2, delta, dq, nullptr, d, causal, scale, stream);
+}
+
+// attention_backward4: the pre-pass D = rowsum(dO * O), then the dK/dV kernel, then the dQ kernel (Hopper, bf16).
+void attention_backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                         at::Tensor& dk, at::Tensor& dv) {
+  const Takes w{"attention_backward4", true, 128, true};
+  Dims d;
+  // the GPU, the dtype and the alignment first: an empty call must be refused where a full one would be
+  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&dout, "dout"},
+                                {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
+    TORCH_CHECK(aligned16(*t), "`attention_backward4`: ", name, " must start on a 16-byte boundary (TMA reads whole "
+                "rows), got a view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
+  check_hopper("attention_backward4");
+  TORCH_CHECK(q.scalar_type() != at::kHalf, "`attention_backward4` takes bfloat16, got float16: its wgmma instructions "
+              "name the type, and they are written for bfloat16 only (attention_backward3 takes float16)");
+  if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
+  TORCH_CHECK(d.B * d.Hq < (int64_t(1) << 31), "`attention_backward4`: B * Hq must be below 2^31 (a tensor map's "
+              "coordinate), got ", std::to_string(d.B * d.Hq));
+  if (d.D == 64) backward4<64>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
+  else backward4<128>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
+}
+
 void attention_backward2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                          const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
                          at::Tensor& dk, at::Tensor& dv) {
@@ -1439,17 +2085,22 @@ void attention_backward3(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 std::string attention_backward_variant(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const at::Tensor& dout) {
-  return attention_variant(q, k, v) == "attention3" && aligned16(dout) ? "attention_backward3" : "attention_backward1";
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || !tensor_cores_take(q, k, v) || !aligned16(dout))
+    return "attention_backward1";
+  return hopper_takes(q, k, v) ? "attention_backward4" : "attention_backward3";
 }
 
-// Functional backward: (dq, dk, dv) by attention_backward3 where it runs, else attention_backward1 (as `attention`
-// picks attention3 or attention2). The op's derivative.
+// Functional backward: (dq, dk, dv) by attention_backward4, 3 or 1, as `attention` picks attention4, 3 or 2. The op's
+// derivative.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k,
                                                                   const at::Tensor& v, const at::Tensor& out,
                                                                   const at::Tensor& lse, const at::Tensor& dout,
                                                                   bool causal, double scale) {
   at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-  if (attention_backward_variant(q, k, v, dout) == "attention_backward3")
+  const std::string variant = attention_backward_variant(q, k, v, dout);
+  if (variant == "attention_backward4")
+    attention_backward4(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+  else if (variant == "attention_backward3")
     attention_backward3(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
   else
     attention_backward1(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
@@ -1463,12 +2114,15 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("attention1(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
   m.def("attention2(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
   m.def("attention3(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
+  m.def("attention4(Tensor q, Tensor k, Tensor v, bool causal, float scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)");
   m.def("attention_backward1(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
         "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   m.def("attention_backward2(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
         "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   m.def("attention_backward3(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
+        "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
+  m.def("attention_backward4(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
         "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale) "
         "-> (Tensor, Tensor, Tensor)");
@@ -1480,10 +2134,12 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("attention1", &attention1);
   m.impl("attention2", &attention2);
   m.impl("attention3", &attention3);
+  m.impl("attention4", &attention4);
   m.impl("attention", &attention);
   m.impl("attention_backward1", &attention_backward1);
   m.impl("attention_backward2", &attention_backward2);
   m.impl("attention_backward3", &attention_backward3);
+  m.impl("attention_backward4", &attention_backward4);
   m.impl("attention_backward", &attention_backward);
   m.impl("attention_variant", &attention_variant);
   m.impl("attention_backward_variant", &attention_backward_variant);

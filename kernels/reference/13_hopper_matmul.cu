@@ -39,6 +39,7 @@
 // ---------------------------------------------------------------------------------------------
 // Includes.
 #include "helpers.cuh"
+#include "hopper.cuh"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/gelu.h>
@@ -52,21 +53,6 @@
 #include <string>
 #include <type_traits>
 #include <vector>
-
-// wgmma and setmaxnreg exist only in the arch-specific target sm_90a (TMA and the mbarrier's transaction counts in
-// sm_90 and up); the simulator runs them all. Built for any other target the Hopper kernels trap, and their
-// launchers refuse to start them (check_hopper).
-#if defined(CUDASIM) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define HAS_SM90A 1
-#endif
-
-// 1 in a build whose device code has the Hopper kernels (sm_90a), 0 otherwise: the launchers read it once.
-__device__ int hopper_kernels_built =
-#ifdef HAS_SM90A
-    1;
-#else
-    0;
-#endif
 
 // ---------------------------------------------------------------------------------------------
 // Device helpers shared by every variant.
@@ -83,11 +69,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     memcpy(&u, &p, 4);
   }
   return u;
-}
-
-// The shared-state-space address of a pointer into shared memory, as ldmatrix, cp.async, TMA and mbarriers take it.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,37 +288,6 @@ template <typename T>
 constexpr int kStageK = HBK * 2 / static_cast<int>(sizeof(T));
 
 #ifdef HAS_SM90A
-// A fresh mbarrier expects `count` arrivals per phase.
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-// One arrival that also announces `bytes` of copies completing on the barrier in this phase: the phase completes
-// when every arrival is in and every announced byte has landed.
-__device__ __forceinline__ void mbar_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-// Wait until the phase of the given parity has completed. A barrier's phases alternate 0, 1, 0, ...: a waiter that
-// knows which use of the barrier it waits for (use u: parity u % 2) needs no counter shared with the arriving side.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-
-// A TMA load of the box at (x, y) (x along the contiguous dimension) into shared memory, completing on `bar`.
-// Parts of the box outside the tensor arrive as zeros, and still count in the barrier's bytes.
-__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)) : "memory");
-}
 // The same box delivered to every block of the cluster named in `mask` (bit r: the block of rank r), each at the
 // same place in its own shared memory, completing on each one's barrier at `bar`'s place (matmul13_6).
 __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
@@ -381,19 +331,6 @@ template <int N>
 __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
-// Ordinary stores to shared memory made visible to the async proxy (TMA) that reads it next.
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// A barrier for `count` threads of the block (a multiple of 32) under id 1..15; id 0 is __syncthreads'.
-__device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
-// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and stride byte
-// offsets in 16-byte units, layout 1 (128-byte swizzle) in bits 62-63.
-__device__ __forceinline__ uint64_t desc128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return ((addr >> 4) & 0x3FFFull) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) |
-         (1ull << 62);
-}
 // A K-major tile (rows of 64 k, 128 bytes; A row-major) or B K-major (rows of 64 k for each n; B column-major, as
 // nn.Linear's weight is): 8-row groups 1024 bytes apart (SBO); wgmma step kk (k16, or k32 of e4m3) is 32 bytes on.
 __device__ __forceinline__ uint64_t k_major_desc(uint32_t t, int kk) { return desc128(t + kk * 32, 16, 1024); }
@@ -401,14 +338,6 @@ __device__ __forceinline__ uint64_t k_major_desc(uint32_t t, int kk) { return de
 // next 64 columns one box (8 KB) on (LBO); 8 k-rows 1024 bytes apart (SBO); k16 step kk is 16 rows on.
 __device__ __forceinline__ uint64_t mn_major_desc(uint32_t t, int kk) {
   return desc128(t + kk * 16 * 128, B_BOX_BYTES, 1024);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-// Wait until at most N of the warpgroup's committed wgmma groups are in flight.
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
 // d (64 x 256, fp32, spread over the warpgroup) += A (64 x 16) B (16 x 256) (64 x 32 and 32 x 256 for e4m3), both
@@ -577,12 +506,6 @@ __device__ __forceinline__ void store_direct(const float (&d)[128], T* __restric
   }
 }
 #endif
-
-// The first 1024-byte boundary in a dynamic shared buffer: the 128-byte swizzle repeats every 1024 bytes, from
-// shared address 0, so TMA and wgmma agree on a tile that starts there.
-__device__ __forceinline__ unsigned char* align1024(unsigned char* raw) {
-  return raw + (((smem_addr(raw) + 1023) & ~1023u) - smem_addr(raw));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 2: TMA and wgmma from one warpgroup.
@@ -885,28 +808,6 @@ void matmul13_1(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   }
 }
 
-// Whether this build's device code has the Hopper kernels (an sm_90a build; the simulator runs them all).
-static bool hopper_kernels_in_build() {
-#ifdef CUDASIM
-  return true;
-#else
-  static int built = -1;  // read once: the value is fixed by the build
-  if (built < 0) C10_CUDA_CHECK(cudaMemcpyFromSymbol(&built, hopper_kernels_built, sizeof(int)));
-  return built == 1;
-#endif
-}
-
-// The Hopper variants need a 9.x GPU (an sm_90a cubin runs on no other) and a build whose device code has them.
-static void check_hopper(const char* op) {
-  check_capability(op, 900, "TMA, mbarrier transactions and wgmma");
-  const int major = device_attribute(cudaDevAttrComputeCapabilityMajor);
-  TORCH_CHECK(major == 9, "`", op, "` needs a GPU of compute capability 9.x (Hopper: wgmma exists there only), got ",
-              std::to_string(major) + "." + std::to_string(device_attribute(cudaDevAttrComputeCapabilityMinor)));
-  TORCH_CHECK(hopper_kernels_in_build(), "`", op, "` needs a build for sm_90a (wgmma and setmaxnreg exist in that "
-              "target only), got a build without it: load() builds for sm_90a on an H100 unless TORCH_CUDA_ARCH_LIST "
-              "names the targets, so add 9.0a to it");
-}
-
 // Whether the rows TMA reads and writes are multiples of 16 bytes: those in memory, K and N long for a row-major A
 // and B (and C), M long for a column-major A, K long for a column-major B. '' if so, else what is wrong, in words.
 static std::string tma_rows_problem(const at::Tensor& a, const at::Tensor& b) {
@@ -940,45 +841,6 @@ static bool hopper_args(const char* op, const at::Tensor& a, const at::Tensor& b
     return false;
   }
   return true;
-}
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so that the extension needs no libcuda link.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-static EncodeTiled tensor_map_encoder() {
-  static EncodeTiled fn = nullptr;
-  if (!fn) {
-    void* got = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    C10_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &got, 12000, cudaEnableDefault, &found));
-    TORCH_CHECK(found == cudaDriverEntryPointSuccess && got,
-                "cuTensorMapEncodeTiled is not available from this driver");
-    fn = reinterpret_cast<EncodeTiled>(got);
-  }
-  return fn;
-}
-
-// A tensor map of a 2-D row-major bf16/fp16/e4m3 tensor (rows x cols), read or written in boxes of box_cols x box_rows
-// with the 128-byte swizzle; elements outside the tensor read as zeros. (TMA moves bytes: e4m3 values are UINT8 to it.)
-static CUtensorMap tensor_map(const at::Tensor& t, uint32_t box_cols, uint32_t box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {(cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};
-  const cuuint64_t strides[1] = {(cuuint64_t)(t.size(1) * t.element_size())};  // bytes from one row to the next
-  const cuuint32_t box[2] = {box_cols, box_rows}, unit[2] = {1, 1};
-  const at::ScalarType st = t.scalar_type();
-  TORCH_CHECK(st == at::kHalf || st == at::kBFloat16 || st == at::kFloat8_e4m3fn, "tensor_map: no TMA data type for ",
-              st, " here (float16, bfloat16 or float8_e4m3fn)");
-  const auto dtype = st == at::kHalf       ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                     : st == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                           : CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  const CUresult r = tensor_map_encoder()(&map, dtype, 2, t.data_ptr(), dims, strides, box, unit,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled refused a tensor of shape ", shape_str(t.sizes()),
-              " (error ", std::to_string((int)r), ")");
-  return map;
 }
 
 template <typename T>
