@@ -11,6 +11,8 @@
 //   wgmma_fence(), wgmma_commit(), wgmma_wait<N>()
 //   check_hopper(op), hopper_kernels_in_build()     the launchers' gate (host)
 //   tensor_map(t, box_cols, box_rows), tensor_map_nd(t, rank, dims, strides, box)   tensor maps (host)
+//
+// All in namespace hopper (the macro aside): a file takes the ones it uses by `using hopper::name;`.
 #pragma once
 
 #include "helpers.cuh"
@@ -25,6 +27,11 @@
 #if defined(CUDASIM) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HAS_SM90A 1
 #endif
+
+// Everything below is in namespace hopper: a file names what it uses (`using hopper::mbar_wait;` ...), so that the
+// helpers never collide with a file's own of the same names when several files are compiled as one (the compile
+// check), nor with another header's.
+namespace hopper {
 
 // 1 in a build whose device code has the Hopper kernels (sm_90a), 0 otherwise: the launchers read it once.
 __device__ int hopper_kernels_built =
@@ -176,3 +183,5 @@ inline CUtensorMap tensor_map(const at::Tensor& t, uint32_t box_cols, uint32_t b
   const cuuint32_t box[2] = {box_cols, box_rows};
   return tensor_map_nd(t, 2, dims, strides, box);
 }
+
+}  // namespace hopper

@@ -88,6 +88,15 @@
 #include <tuple>
 #include <type_traits>
 
+// The Hopper helpers this file uses (kernels/include/hopper.cuh; the PTX wrappers exist where HAS_SM90A does).
+using hopper::smem_addr; using hopper::align1024; using hopper::check_hopper; using hopper::hopper_kernels_in_build;
+using hopper::tensor_map_nd;
+#ifdef HAS_SM90A
+using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
+using hopper::tma_load; using hopper::tma_load3; using hopper::desc128; using hopper::wgmma_fence;
+using hopper::wgmma_commit; using hopper::wgmma_wait;
+#endif
+
 constexpr float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
 constexpr float LN2 = 0.6931471805599453f;
 

@@ -54,6 +54,15 @@
 #include <type_traits>
 #include <vector>
 
+// The Hopper helpers this file uses (kernels/include/hopper.cuh; the PTX wrappers exist where HAS_SM90A does).
+using hopper::smem_addr; using hopper::align1024; using hopper::check_hopper; using hopper::hopper_kernels_in_build;
+using hopper::tensor_map;
+#ifdef HAS_SM90A
+using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
+using hopper::tma_load; using hopper::fence_async_shared; using hopper::named_barrier; using hopper::desc128;
+using hopper::wgmma_fence; using hopper::wgmma_commit; using hopper::wgmma_wait;
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Device helpers shared by every variant.
 
