@@ -296,7 +296,9 @@ def test_bad_forward_inputs_are_refused_saying_what_was_expected(ext, dev, name)
     call = _forward_call(ext, name)
     dt = torch.bfloat16 if name in ("attention3", "attention4") else torch.float32
     q, k, v = (torch.randn(1, 4, 8, 64, device=dev, dtype=dt) for _ in range(3))
-    with pytest.raises(RuntimeError, match=r"q must be (float32, )?float16 or bfloat16.*got Double"):
+    said = (r"takes bfloat16 .*got Double" if name == "attention4" else
+            r"q must be (float32, )?float16 or bfloat16.*got Double")
+    with pytest.raises(RuntimeError, match=said):
         call(q.double(), k.double(), v.double())
     with pytest.raises(RuntimeError, match=r"q must have 4 dimensions \[B, Hq, Tq, D\], got shape \[4, 8, 64\]"):
         call(q[0].contiguous(), k, v)
@@ -371,9 +373,9 @@ def test_the_hopper_variants_refuse_float16_and_a_gpu_before_hopper_even_for_an_
         grads = [torch.empty_like(t) for t in (q, k, v)]
         ext.attention_backward4(q, k, v, q.clone(), lse, torch.randn_like(q), False, 0.125, *grads)
 
-    with pytest.raises(RuntimeError, match="`attention4` takes bfloat16, got float16.*attention3 takes float16"):
+    with pytest.raises(RuntimeError, match=r"`attention4` takes bfloat16 .*attention3 takes float16 too\), got Half"):
         ext.attention4(q, k, v, False, 0.125, torch.empty_like(q), torch.empty(1, 1, 8, device=dev))
-    with pytest.raises(RuntimeError, match="`attention_backward4` takes bfloat16, got float16.*attention_backward3"):
+    with pytest.raises(RuntimeError, match=r"`attention_backward4` takes bfloat16 .*attention_backward3 takes float16 too\), got Half"):
         backward(q, k, v)
     if dev.type != "cpu":
         return
@@ -397,7 +399,8 @@ REFERENCE = ROOT / "kernels" / "reference" / "12_attention.cu"
 PLANTED_REFERENCE = {
     # O is never moved onto a new running max: right only while the first tile holds every row's max
     "attention4_no_rescale": ("        for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];\n", "", "elements differ"),
-    # the wait for a stage of K one phase off (parity 1 in phase 0 returns at once): the scores read K before it landed
+    # the wait for a stage of K one phase off: waiting for parity 1 while phase 0 is under way asks for a phase after
+    # the one the producer's copy completes, which never comes (the simulator names the deadlock)
     "attention4_wrong_parity": ("mbar_wait(&k_full[stage], t / STAGES4 % 2);",
                                 "mbar_wait(&k_full[stage], (t / STAGES4 + 1) % 2);", "deadlock"),
     # causal: the block's key tiles counted up to its first row's diagonal instead of its last row's
@@ -427,3 +430,34 @@ def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
                  TENSOR_CORE_SHAPES, dtypes=(torch.bfloat16,), backend="sim", quiet=True, orders=ONE_ORDER,
                  large=False)
     assert not report.passed and any(said in c.problem + c.detail for c in report.cases if not c.passed), str(report)
+
+
+# Shapes the Hopper variants' blocks and tiles meet that TENSOR_CORE_SHAPES leave out: two batches (the batch's
+# offsets and the tensor maps' third coordinate), grouped heads at D 128, more queries than keys at D 128 (rows that
+# attend to nothing), and keys past two 128-key tiles.
+HOPPER_SHAPES = ((2, 4, 2, 150, 150, 128), (2, 2, 1, 200, 90, 128), (2, 2, 2, 70, 300, 64))
+
+
+@pytest.mark.parametrize("name", ["attention4", "attention_backward4"])
+def test_the_hopper_variants_match_the_reference_on_batches_grouped_heads_and_empty_rows(ext, dev, name):
+    if dev.type != "cpu" and not _hopper(dev):
+        pytest.skip("attention4 and attention_backward4 need an H100 (or the simulator)")
+    run = check_attention if name == "attention4" else check_attention_backward
+    run(getattr(ext, name), HOPPER_SHAPES, dtypes=(torch.bfloat16,), name=name, quiet=True, raise_on_fail=True,
+        orders=ONE_ORDER, large=False)
+
+
+@pytest.mark.toolkit  # on the simulator every run is the same anyway: the GPU run is the one that can fail
+def test_the_hopper_backward_gives_the_same_bits_on_every_run(ext, dev):
+    if dev.type != "cpu" and not _hopper(dev):
+        pytest.skip("attention_backward4 needs an H100 (or the simulator)")
+    q, k, v = qkv()((1, 4, 2, 512, 512, 64), torch.bfloat16, dev)
+    out, lse = ext.attention(q, k, v, True, default_scale(q))
+    dout = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
+        grads = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+        ext.attention_backward4(q, k, v, out, lse, dout, True, default_scale(q), *grads)
+        runs.append(grads)
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

@@ -1854,11 +1854,11 @@ void attention4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
     TORCH_CHECK(aligned16(*t), "`attention4`: ", name, " must start on a 16-byte boundary (TMA reads whole rows), got a "
                 "view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
   check_hopper("attention4");
-  TORCH_CHECK(q.scalar_type() != at::kHalf, "`attention4` takes bfloat16, got float16: its wgmma instructions name "
-              "the type, and they are written for bfloat16 only (attention3 takes float16)");
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16, "`attention4` takes bfloat16 (its wgmma instructions name the type, "
+              "and they are written for bfloat16 only; attention3 takes float16 too), got ", q.scalar_type());
+  TORCH_CHECK(q.dim() != 4 || q.size(0) * q.size(1) < (int64_t(1) << 31), "`attention4`: B * Hq must be below 2^31 (a "
+              "tensor map's coordinate), got ", std::to_string(q.size(0) * q.size(1)));
   if (!forward_args(w, q, k, v, scale, out, lse, d)) return;
-  TORCH_CHECK(d.B * d.Hq < (int64_t(1) << 31), "`attention4`: B * Hq must be below 2^31 (a tensor map's coordinate), "
-              "got ", std::to_string(d.B * d.Hq));
   if (d.D == 64) launch4<64>(q, k, v, causal, scale, out, lse, d);
   else launch4<128>(q, k, v, causal, scale, out, lse, d);
 }
@@ -2071,11 +2071,11 @@ void attention_backward4(const at::Tensor& q, const at::Tensor& k, const at::Ten
     TORCH_CHECK(aligned16(*t), "`attention_backward4`: ", name, " must start on a 16-byte boundary (TMA reads whole "
                 "rows), got a view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
   check_hopper("attention_backward4");
-  TORCH_CHECK(q.scalar_type() != at::kHalf, "`attention_backward4` takes bfloat16, got float16: its wgmma instructions "
-              "name the type, and they are written for bfloat16 only (attention_backward3 takes float16)");
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16, "`attention_backward4` takes bfloat16 (its wgmma instructions name the type, "
+              "and they are written for bfloat16 only; attention_backward3 takes float16 too), got ", q.scalar_type());
+  TORCH_CHECK(q.dim() != 4 || q.size(0) * q.size(1) < (int64_t(1) << 31), "`attention_backward4`: B * Hq must be below 2^31 (a "
+              "tensor map's coordinate), got ", std::to_string(q.size(0) * q.size(1)));
   if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
-  TORCH_CHECK(d.B * d.Hq < (int64_t(1) << 31), "`attention_backward4`: B * Hq must be below 2^31 (a tensor map's "
-              "coordinate), got ", std::to_string(d.B * d.Hq));
   if (d.D == 64) backward4<64>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
   else backward4<128>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
 }
