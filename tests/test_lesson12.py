@@ -116,7 +116,10 @@ def test_every_backward_variant_matches_the_reference_masked_and_not_on_awkward_
                              raise_on_fail=True, orders=ONE_ORDER)
 
 
-def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev):
+@pytest.mark.parametrize("name", ["attention_backward3", "attention_backward4"])
+def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev, name):
+    if name == "attention_backward4" and dev.type != "cpu" and not _hopper(dev):
+        pytest.skip("attention_backward4 needs an H100 (or the simulator)")
     # 512 keys: eight tiles of keys add into each row of dq (an atomics-based dq is seen to differ between runs on a
     # GPU from a few thousand keys; on the simulator blocks run in a fixed order, so only a GPU can fail this)
     q, k, v = qkv()((1, 4, 2, 512, 512, 64), torch.bfloat16, dev)
@@ -125,7 +128,7 @@ def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev):
     runs = []
     for _ in range(2):
         grads = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
-        ext.attention_backward3(q, k, v, out, lse, dout, True, default_scale(q), *grads)
+        getattr(ext, name)(q, k, v, out, lse, dout, True, default_scale(q), *grads)
         runs.append(grads)
     for a, b in zip(*runs):
         assert torch.equal(a, b)
@@ -446,18 +449,3 @@ def test_the_hopper_variants_match_the_reference_on_batches_grouped_heads_and_em
     run(getattr(ext, name), HOPPER_SHAPES, dtypes=(torch.bfloat16,), name=name, quiet=True, raise_on_fail=True,
         orders=ONE_ORDER, large=False)
 
-
-def test_the_hopper_backward_gives_the_same_bits_on_every_run(ext, dev):
-    # (on the simulator every run is the same anyway: the GPU's run is the one that can fail)
-    if dev.type != "cpu" and not _hopper(dev):
-        pytest.skip("attention_backward4 needs an H100 (or the simulator)")
-    q, k, v = qkv()((1, 4, 2, 512, 512, 64), torch.bfloat16, dev)
-    out, lse = ext.attention(q, k, v, True, default_scale(q))
-    dout = torch.randn_like(q)
-    runs = []
-    for _ in range(2):
-        grads = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
-        ext.attention_backward4(q, k, v, out, lse, dout, True, default_scale(q), *grads)
-        runs.append(grads)
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
