@@ -1,7 +1,7 @@
 """The simulator's race and bounds check (kernels/sim/racecheck.py, include/cudasim_check.h): every race and
-out-of-range access of tests/sim_kernels/races.cu is reported with its lines, every correct form and the
-correct kernels of the other test files pass, the checker turns the findings into failing cases, and code
-that nvcc refuses is refused.
+out-of-range access of tests/sim_kernels/races.cu is reported with its lines, every correct form (a hand-off
+through mbarriers too, in every thread order) and the correct kernels of the other test files pass, the checker
+turns the findings into failing cases, and code that nvcc refuses is refused.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 
 from kernels import load
 from kernels.check import Diagnosis, check, elementwise, rows
+from kernels.sim import knobs
 from kernels.sim.instrumented import compiler_problem
 from kernels.sim.racecheck import checked
 
@@ -112,6 +113,49 @@ def test_a_read_past_the_last_row_is_out_of_bounds_naming_the_tensor(races):
                                            r"of `x` \(2310 float32\)"):
         checked(races.row_sums_window, x, True, labels={x.data_ptr(): "`x` (2310 float32)"})
     torch.testing.assert_close(checked(races.row_sums_window, x, False), x.sum(1), rtol=1e-4, atol=1e-4)
+
+
+# mbarrier_ring's thread orders: the simulator's three, the random one with a few seeds
+RING_ORDERS = [("forward", 0), ("reverse", 0), ("random", 1), ("random", 2), ("random", 3)]
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["plain_stores", "bulk_copies"])
+def test_a_hand_off_through_mbarriers_is_no_race_in_any_thread_order(races, bulk):
+    """Warp 0 fills a stage and arrives on its `full` barrier (lane 0, after a __syncwarp() behind every lane's
+    stores; or with expect_tx before a cp.async.bulk that completes on it); every consumer lane waits for the phase
+    and reads; lane 0 of each consumer warp arrives on `empty`, which the producer waits on before it refills the
+    stage. A completed phase orders the arrivals' accesses (and the copy's bytes) before the waiters' later ones."""
+    x = torch.randn(7, 64)
+    want = x.sum(0) + x.sum(0).flip(0)
+    for order, seed in RING_ORDERS:
+        with knobs.set(order=order, seed=seed):
+            torch.testing.assert_close(checked(races.mbarrier_ring, x, 0, bulk), want, rtol=1e-5, atol=1e-5)
+
+
+# (bug, bulk): what mbarrier_ring's RingBug plants (races.cu), with plain stores or cp.async.bulk copies
+RING_BUGS = {"consumers_read_without_waiting": (1, False), "consumers_wait_for_the_wrong_parity": (2, False),
+             "producer_refills_without_waiting_on_empty": (3, False), "producer_arrives_before_it_writes": (4, False),
+             "consumers_release_before_they_read": (5, False), "copy_lands_under_reads_without_a_wait": (1, True),
+             "copy_lands_under_reads_after_an_early_release": (5, True)}
+
+
+@pytest.mark.parametrize("name", list(RING_BUGS))
+def test_a_broken_mbarrier_hand_off_is_a_race_on_the_ring_in_every_thread_order(races, name):
+    """The hand-off orders only the threads that wait for the phase that the writes' arrival completes: a read
+    without a wait, a wait for the phase before (the wrong parity), a refill before the readers' release, an arrival
+    before the writes it should cover and a release before the reads it should cover each leave a write (a store,
+    or a copy's bytes landing for the thread that issued it) and a read of the ring unordered."""
+    bug, bulk = RING_BUGS[name]
+    x = torch.randn(7, 64)
+    write = _line("cp.async.bulk.shared::cluster.global.mbarrier") if bulk else _line("ring[s][c] = row[c];")
+    read = _line("sum += ring[s][c] + ring[s][63 - c];")
+    for order, seed in RING_ORDERS:
+        with knobs.set(order=order, seed=seed):
+            msg = _finding(races.mbarrier_ring, x, bug, bulk)
+        assert msg.startswith("cudasim: data race on shared memory: "), (order, msg)
+        assert "of the __shared__ `ring` (512 bytes)" in msg
+        assert f"races.cu:{write}" in msg and f"races.cu:{read}" in msg, (order, msg)  # both sides, in either order
+        assert "nor an mbarrier phase that the first thread arrived on" in msg
 
 
 def test_the_checker_fails_racy_cases_as_races_and_passes_the_correct_form(races, capsys):

@@ -3,7 +3,8 @@
 The call runs with the ops (and pybind11 functions) of sim-loaded files taken from their instrumented
 twins (kernels/sim/instrumented.py) with the check of kernels/sim/include/cudasim_check.h on: every load
 and store of a kernel is checked against the other threads' accesses of the same memory (a data race:
-two threads, at least one writing, with no barrier, warp synchronisation or atomic ordering them, in one
+two threads, at least one writing, with no barrier, warp synchronisation, mbarrier hand-off (an arrival
+before the one access, a wait that saw that phase complete before the other) or atomic ordering them, in one
 block or in two) and against the memory the call may use (the tensors it was given, what it allocates
 itself, cudaMalloc'd memory). A finding stops the kernel before the access and raises a RuntimeError
 that names both sides of the race, or the tensor an access missed and by how much; the checker

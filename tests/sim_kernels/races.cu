@@ -22,6 +22,12 @@
 //                    each element guarded                          written far past the end
 //   row_sums_window  rows summed in windows of 64 rows, the last  the last window read in full, past the last
 //                    window cut at the last row                    row (lesson 08's loop without its min)
+//   mbarrier_ring    warp 0 fills a 2-stage ring in shared memory  `bug` (RingBug) plants a mistake of the
+//                    with plain stores (or `bulk`: cp.async.bulk)  hand-off: 1 the consumers read without waiting,
+//                    and arrives on a stage's `full` mbarrier;     2 they wait for the wrong parity, 3 the producer
+//                    warps 1 and 2 wait on its phase, read, and    refills a stage without waiting on `empty`, 4 it
+//                    release the stage on its `empty` mbarrier     arrives before it writes, 5 the consumers
+//                    (a 9.0 GPU; the simulator anywhere)           release the stage before they read it
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -277,6 +283,126 @@ at::Tensor row_sums_window(const at::Tensor& x, bool bug) {
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// mbarrier_ring: out[c] = the sum over rows r of x[r][c] + x[r][63 - c], x: [rows, 64]. Warp 0 produces: it copies
+// row r into stage r % 2 of a ring, then arrives on the stage's `full` mbarrier (one arrival a phase): with plain
+// stores (two floats a lane, then lane 0 arrives), or with `bulk` a cp.async.bulk of the row that completes on the
+// barrier (lane 0 arrives with expect_tx, then issues it). Warps 1 and 2 consume: every lane waits for the stage's
+// phase, reads two elements (each element is read by both warps), and lane 0 of each warp arrives on `empty` (two
+// arrivals a phase), which the producer's lane 0 waits on before the stage is refilled. Row r is use u = r / 2 of its
+// stage: the phase of `full` that it completes is the stage's u-th, of parity u % 2. The __syncwarp()s pass what one
+// lane waited for, or what every lane wrote, on to (or from) the lane that arrives: an mbarrier orders the arriving
+// thread's accesses before the waiting threads', and a warp barrier orders the warp's. PTX's mbarrier.try_wait is
+// sm_90's; below 9.0 the kernel traps (the launcher refuses such a GPU first).
+enum RingBug : int {
+  kRingCorrect = 0,
+  kRingNoWait = 1,       // the consumers read without waiting
+  kRingWrongParity = 2,  // they wait for the phase of the other parity (the one before the row's)
+  kRingNoEmptyWait = 3,  // the producer refills a stage without waiting on `empty`
+  kRingEarlyArrive = 4,  // the producer arrives before it writes (plain stores only)
+  kRingEarlyRelease = 5  // the consumers arrive on `empty` before they read
+};
+
+#if defined(CUDASIM) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#define RING_HAS_TRY_WAIT 1
+__device__ __forceinline__ uint32_t ring_smem(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ring_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ring_smem(bar)), "r"(count));
+}
+__device__ __forceinline__ void ring_arrive(uint64_t* bar) {  // release: this thread's accesses before it
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ring_smem(bar)) : "memory");
+}
+__device__ __forceinline__ void ring_expect_bytes(uint64_t* bar, uint32_t bytes) {  // an arrival, and bytes to come
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ring_smem(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void ring_wait(uint64_t* bar, uint32_t parity) {  // acquire: the phase's arrivals' accesses
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "RING_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra RING_WAIT;\n"
+      "}\n" ::"r"(ring_smem(bar)), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void ring_bulk_load(float* dst, const float* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(ring_smem(dst)), "l"(src), "r"(bytes), "r"(ring_smem(bar)) : "memory");
+}
+#endif
+
+__global__ void mbarrier_ring_kernel(const float* x, float* out, int rows, int bug, bool bulk) {
+#ifdef RING_HAS_TRY_WAIT
+  __shared__ alignas(16) float ring[2][64];
+  __shared__ alignas(8) uint64_t full[2];
+  __shared__ alignas(8) uint64_t empty[2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < 2; ++s) {
+      ring_init(&full[s], 1);
+      ring_init(&empty[s], 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();  // the barriers are initialised before anyone uses them
+  if (warp == 0) {
+    for (int r = 0; r < rows; ++r) {
+      const int s = r % 2, u = r / 2;
+      const float* row = x + static_cast<int64_t>(r) * 64;
+      if (lane == 0 && u > 0 && bug != kRingNoEmptyWait) ring_wait(&empty[s], (u - 1) % 2);  // use u - 1 is read
+      if (bulk) {
+        if (lane == 0) {
+          ring_expect_bytes(&full[s], 64 * sizeof(float));
+          ring_bulk_load(ring[s], row, 64 * sizeof(float), &full[s]);  // lands before the phase completes
+        }
+        continue;
+      }
+      __syncwarp();  // ... and so every lane may overwrite the stage
+      if (lane == 0 && bug == kRingEarlyArrive) ring_arrive(&full[s]);
+      for (int c = lane; c < 64; c += 32) ring[s][c] = row[c];
+      __syncwarp();  // every lane's stores come before lane 0's arrival
+      if (lane == 0 && bug != kRingEarlyArrive) ring_arrive(&full[s]);
+    }
+  } else {
+    const int c = (warp - 1) * 32 + lane;
+    float sum = 0.0f;
+    for (int r = 0; r < rows; ++r) {
+      const int s = r % 2, u = r / 2;
+      if (bug != kRingNoWait) ring_wait(&full[s], bug == kRingWrongParity ? (u + 1) % 2 : u % 2);  // row r is there
+      if (bug == kRingEarlyRelease) {
+        __syncwarp();
+        if (lane == 0) ring_arrive(&empty[s]);
+      }
+      sum += ring[s][c] + ring[s][63 - c];
+      __syncwarp();  // every lane's reads come before lane 0's arrival
+      if (lane == 0 && bug != kRingEarlyRelease) ring_arrive(&empty[s]);
+    }
+    out[c] = sum;
+  }
+#else
+  (void)x, (void)out, (void)rows, (void)bug, (void)bulk;
+  __trap();
+#endif
+}
+
+at::Tensor mbarrier_ring(const at::Tensor& x, int64_t bug, bool bulk) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == 64, "mbarrier_ring: expected x of shape [rows, 64], got ", x.sizes());
+  TORCH_CHECK(bug >= kRingCorrect && bug <= kRingEarlyRelease && !(bulk && bug == kRingEarlyArrive),
+              "mbarrier_ring: bug must be 0 (none) to 5, and not 4 (an arrival before the stores) with bulk, got ",
+              bug);
+  TORCH_CHECK(!bulk || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
+              "mbarrier_ring: cp.async.bulk needs x 16-byte aligned");
+  check_capability("mbarrier_ring", 900, "mbarrier.try_wait and cp.async.bulk");
+  auto out = at::empty({64}, x.options());
+  mbarrier_ring_kernel<<<1, 96>>>(x.data_ptr<float>(), out.data_ptr<float>(), static_cast<int>(x.size(0)),
+                                  static_cast<int>(bug), bulk);
+  CHECK_LAUNCH();
+  return out;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("column_sums(Tensor x, bool bug) -> Tensor");
   m.def("block_total(Tensor x, bool bug) -> Tensor");
@@ -287,6 +413,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("last_block(Tensor x) -> Tensor");
   m.def("fill_tiles(Tensor(a!) out, bool bug) -> ()");
   m.def("row_sums_window(Tensor x, bool bug) -> Tensor");
+  m.def("mbarrier_ring(Tensor x, int bug, bool bulk) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -299,4 +426,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("last_block", &last_block);
   m.impl("row_sums_window", &row_sums_window);
   m.impl("fill_tiles", &fill_tiles);
+  m.impl("mbarrier_ring", &mbarrier_ring);
 }

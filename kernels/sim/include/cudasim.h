@@ -530,7 +530,13 @@ namespace cudasim {
 #ifdef CUDASIM_INSTRUMENTED
 namespace instr {
 CUDASIM_RT void access(const void* p, size_t bytes, bool write, const char* file, int line);
+CUDASIM_RT void access_for(const void* p, size_t bytes, bool write, const char* file, int line, int thread);
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc);
+CUDASIM_RT void sync_object_access(const void* p, size_t bytes, void* pc);
+CUDASIM_RT void mbar_reset(const void* bar);
+CUDASIM_RT void mbar_release(const void* bar, int thread);
+CUDASIM_RT void mbar_completed(const void* bar, uint64_t phase);
+CUDASIM_RT void mbar_acquire(const void* bar, long long phase);
 CUDASIM_RT void launch_begin();
 CUDASIM_RT void launch_end();
 CUDASIM_RT void block_begin();
@@ -557,6 +563,12 @@ CUDASIM_RT void note_read(const void* p, size_t bytes, const char* file, int lin
 CUDASIM_RT void note_write(void* p, size_t bytes, const char* file, int line) {
   CUDASIM_EVENT(access(p, bytes, true, file, line));
   (void)p, (void)bytes, (void)file, (void)line;
+}
+// A write that lands now for another thread of the block (an asynchronous copy completing on an mbarrier, for the
+// thread that issued it): checked as that thread's.
+CUDASIM_RT void note_write_for(void* p, size_t bytes, const char* file, int line, int thread) {
+  CUDASIM_EVENT(access_for(p, bytes, true, file, line, thread));
+  (void)p, (void)bytes, (void)file, (void)line, (void)thread;
 }
 
 // In a cluster, a block's __syncthreads is released as soon as its last thread arrives (its threads at the barrier

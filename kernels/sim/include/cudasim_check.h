@@ -14,10 +14,16 @@
 //     one warp: each access keeps the number of warp operations its warp had completed. Any mask
 //     counts, and shuffles and votes count although CUDA only promises memory ordering for
 //     __syncwarp: both err towards no report (a wrong report costs a learner more than a missed one);
+//   - a chain of mbarrier hand-offs (see "mbarriers" below): the earlier access's thread arrived on a
+//     barrier after it (or a warp mate did, after a warp operation), and the later access's thread
+//     waited for that phase, saw it complete, and made the access after its wait (or a warp mate
+//     waited, before a warp operation). Chains compose: what a thread acquired it passes on with its
+//     own arrivals;
 //   - an atomic: the earlier access's thread made an atomic on some address after the access, and
 //     the later access's block had made an atomic on the same address before it (a lock taken and
 //     freed, a counter of finished blocks: the CUDA samples' "last block" reduction). A simplification
-//     of release and acquire that again errs towards no report.
+//     of release and acquire that again errs towards no report. mbarrier operations are not atomics
+//     here: they have the rule of their own above, which follows PTX's release and acquire.
 // Blocks run one after another here, but on a GPU they run in any order and at once, so two
 // accesses from different blocks are never ordered except through atomics. Two plain writes that
 // conflict are reported only if they wrote different values (threads setting one flag to the same
@@ -32,6 +38,21 @@
 // variables, a pointer to host memory) stops the thread before the access, so nothing is
 // corrupted, with the distance to the nearest region. A shared access must lie in the block's
 // dynamic shared memory or in its __shared__ variables.
+//
+// mbarriers. PTX gives mbarrier.arrive release semantics and a wait that sees its phase complete
+// (try_wait, test_wait, with a parity or a state) acquire semantics, at the block's scope: a completed
+// phase orders what each arriving thread did before its arrival before what each thread that saw that
+// phase complete does after its wait. It is a hand-off between those threads, not a barrier of the
+// block: a thread that did not wait, or waited for another phase (a wrong parity finds the phase before
+// it), stays unordered. The check follows it with vector clocks (Clocks below), for the running block
+// only, built when the block first uses an mbarrier: each thread has a clock that ticks after each of
+// its arrivals and at each warp operation of its warp, and an access keeps its thread's clock; an
+// arrival joins what its thread knows (its own clock, its warp mates' clocks at their last warp
+// operation, what it acquired) into the open phase; a phase that completes keeps that join; a wait that
+// sees it complete joins it into what the waiting thread knows. A copy that completes on a barrier (TMA,
+// cp.async.bulk, cp.async.mbarrier.arrive) lands as a write of the thread that issued it, checked with
+// what that thread knows, and joins its phase as that thread's arrival would: the bytes it brings are
+// ordered before the waiters' reads, and after whatever the issuing thread had waited for.
 //
 // A finding in a running thread stops it where it is (cudasim.h's stop_thread: the hooks cannot throw
 // through the learner's code) and the launch raises it, as the simulator's other errors.
@@ -56,6 +77,7 @@ struct Access {
   uint32_t epoch = 0;   // barriers its block had passed
   uint32_t wgen = 0;    // warp operations its warp had completed
   uint32_t seq = 0;     // atomics its thread had made before it
+  uint32_t clk = 0;     // its thread's clock (Clocks::now) at the access
   uint16_t tid = 0;     // its thread's linear index in the block
   uint8_t mask = 0;     // the bytes of the word it touched
   uint8_t flags = 0;    // kWrite, kAtomic, kHasFile
@@ -92,6 +114,29 @@ struct SharedName {  // a __shared__ variable of the running block, for messages
   const char* name;
 };
 
+// One mbarrier's clocks (see "mbarriers" above): per thread of the block, the highest clock of that thread
+// whose accesses the phase orders before its waiters' later ones.
+struct Phases {
+  std::vector<uint32_t> open;     // the arrivals of the phase that has not completed yet
+  std::vector<uint32_t> done[2];  // the last two completed phases, by parity
+  uint64_t completed = 0;         // phases completed since mbarrier.init
+};
+
+// The vector clocks of the running block. `now` and `synced` are kept in every block (a few stores per warp
+// operation); the rest exists once the block uses an mbarrier (`on`).
+struct Clocks {
+  uint32_t now[1024];           // per thread: its clock; ticks after each arrival and each warp operation of its warp
+  uint32_t synced[1024];        // per thread: its clock at its warp's last warp operation
+  uint8_t fresh[1024];          // per thread: its row of `knows` holds something
+  bool on = false;
+  int n = 0;                    // the block's threads: the length of a row
+  std::vector<uint32_t> knows;  // n rows of n: what each thread acquired since its warp's last warp operation
+  std::vector<uint32_t> warp_knows;  // a row per warp: what its lanes had acquired by its last warp operation
+  const uint32_t* knows_at = nullptr;       // knows.data(), warp_knows.data(): the hot path reads them directly
+  const uint32_t* warp_knows_at = nullptr;
+  std::unordered_map<uintptr_t, Phases> bars;  // per mbarrier, by address
+};
+
 struct State {
   bool on = false;
   bool busy = false;          // in the check's own code: its hooks leave accesses alone
@@ -108,6 +153,8 @@ struct State {
   std::unordered_set<uintptr_t> block_atomics;  // addresses the running block made atomics on
   std::vector<Pending> pending;
   std::vector<SharedName> shared_names;
+  Clocks clocks;
+  int acting = -1;  // >= 0: the access being checked is this thread's (a copy landing for the thread that issued it)
   // shadow
   Cell* shared = nullptr;     // one cell per word of the shared-memory arena, made when first needed
   std::unordered_map<uintptr_t, Cell*> pages;
@@ -220,6 +267,14 @@ CUDASIM_RT std::string memory_name(uintptr_t word, bool shared) {
     if (shared && g.nthreads > 32)  // a tile the whole block shares: the two lanes found may be only the first pair
       fix += " (if other warps also read or write this memory, as they do a tile that the block loads together, the "
              "barrier it needs is __syncthreads())";
+  } else if (S.clocks.on && !atomic) {  // a block that hands memory over through mbarriers
+    why = "no __syncthreads() comes between them, nor an mbarrier phase that the first thread arrived on after its "
+          "access (or a lane of its warp did, after a __syncwarp()) and the second thread waited for, and saw "
+          "complete, before its own; different warps run at their own pace";
+    fix = "the thread that writes arrives on an mbarrier after its writes (mbarrier.arrive releases them) and every "
+          "thread that reads waits for that phase (try_wait.parity with the parity of the phase it needs) before it "
+          "reads; before the buffer is written again, its readers arrive on a second barrier that the writer waits "
+          "for (or put __syncthreads() between, where every thread of the block reaches it)";
   } else {
     why = "no __syncthreads() comes between them, and different warps run at their own pace";
     fix = atomic ? "use atomics for every access to it, or put a __syncthreads() between"
@@ -251,10 +306,22 @@ CUDASIM_RT bool through_atomics(const Access& first) {
   return false;
 }
 
+// The highest clock of thread x whose accesses come before thread u's next one through mbarriers (0: none).
+CUDASIM_INTERNAL inline uint32_t known_clock(int u, int x) {
+  const Clocks& c = S.clocks;
+  uint32_t k = c.warp_knows_at[static_cast<size_t>(u >> 5) * c.n + x];
+  if (c.fresh[u]) {
+    const uint32_t v = c.knows_at[static_cast<size_t>(u) * c.n + x];
+    if (v > k) k = v;
+  }
+  return k;
+}
+
 CUDASIM_RT bool ordered(const Access& first, const Access& second) {
   if (first.blk == second.blk) {
     if (first.tid == second.tid || first.epoch < second.epoch) return true;
     if ((first.tid >> 5) == (second.tid >> 5) && first.wgen < second.wgen) return true;
+    if (S.clocks.on && first.clk <= known_clock(second.tid, first.tid)) return true;
   }
   return through_atomics(first);
 }
@@ -313,12 +380,13 @@ CUDASIM_INTERNAL inline uint32_t word_bytes(uintptr_t word, uint8_t mask) {
 
 // One access of [a, a + n) by the running thread, word by word.
 CUDASIM_RT void shadow_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t where, bool shared) {
-  const int tid = g.cur->linear;
+  const int tid = S.acting >= 0 ? S.acting : g.cur->linear;
   Access me;
   me.blk = S.serial;
   me.epoch = S.epoch;
   me.wgen = S.wgen[tid >> 5];
   me.seq = S.seq[tid];
+  me.clk = S.clocks.now[tid];
   me.tid = static_cast<uint16_t>(tid);
   me.flags = flags;
   me.where = where;
@@ -357,6 +425,106 @@ CUDASIM_RT void settle_pending() {
     uint8_t mask = p.first.mask & p.second.mask;
     if (word_bytes(p.word, mask) != p.before) report_race(p.first, p.second, p.word, p.shared);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mbarriers' vector clocks (see "mbarriers" above). Called from the simulator's events, never on the hot path.
+CUDASIM_RT void clocks_block_begin(int nthreads) {
+  Clocks& c = S.clocks;
+  c.on = false;
+  c.n = nthreads;
+  c.bars.clear();
+  for (int t = 0; t < nthreads; ++t) {
+    c.now[t] = 1;  // 0 in a vector means "nothing of that thread"
+    c.synced[t] = 0;
+    c.fresh[t] = 0;
+  }
+}
+
+// The block's first mbarrier operation: no thread has acquired anything yet.
+CUDASIM_RT void clocks_on() {
+  Clocks& c = S.clocks;
+  if (c.on) return;
+  const size_t n = static_cast<size_t>(c.n), warps = (n + 31) / 32;
+  c.knows.assign(n * n, 0u);
+  c.warp_knows.assign(warps * n, 0u);
+  c.knows_at = c.knows.data();
+  c.warp_knows_at = c.warp_knows.data();
+  c.on = true;
+}
+
+// A warp operation of `warp` completed: what each lane acquired is the whole warp's now, and each lane's
+// accesses so far come before its warp mates' later ones (their arrivals release them).
+CUDASIM_RT void clocks_warp_synced(int warp) {
+  Clocks& c = S.clocks;
+  const int lo = warp * 32, hi = lo + 32 < c.n ? lo + 32 : c.n;
+  for (int l = lo; l < hi; ++l) {
+    if (c.on && c.fresh[l]) {
+      uint32_t* row = c.knows.data() + static_cast<size_t>(l) * c.n;
+      uint32_t* mine = c.warp_knows.data() + static_cast<size_t>(warp) * c.n;
+      for (int x = 0; x < c.n; ++x) {
+        if (row[x] > mine[x]) mine[x] = row[x];
+        row[x] = 0;
+      }
+      c.fresh[l] = 0;
+    }
+    c.synced[l] = c.now[l];
+    c.now[l] += 1;
+  }
+}
+
+CUDASIM_RT Phases& clocks_phases(uintptr_t bar) {
+  Phases& p = S.clocks.bars[bar];
+  const size_t n = static_cast<size_t>(S.clocks.n);
+  if (p.open.size() != n) {
+    p.open.assign(n, 0u);
+    p.done[0].assign(n, 0u);
+    p.done[1].assign(n, 0u);
+  }
+  return p;
+}
+
+// Thread t arrives on `bar`: everything it knows, and its own accesses so far, join the open phase.
+CUDASIM_RT void clocks_release(uintptr_t bar, int t) {
+  Clocks& c = S.clocks;
+  if (t < 0 || t >= c.n) return;
+  clocks_on();
+  uint32_t* open = clocks_phases(bar).open.data();
+  const uint32_t* mine = c.warp_knows.data() + static_cast<size_t>(t >> 5) * c.n;
+  const uint32_t* row = c.knows.data() + static_cast<size_t>(t) * c.n;
+  for (int x = 0; x < c.n; ++x) {
+    uint32_t v = mine[x];
+    if (c.fresh[t] && row[x] > v) v = row[x];
+    if (v > open[x]) open[x] = v;
+  }
+  const int lo = t & ~31, hi = lo + 32 < c.n ? lo + 32 : c.n;
+  for (int l = lo; l < hi; ++l)
+    if (c.synced[l] > open[l]) open[l] = c.synced[l];
+  if (c.now[t] > open[t]) open[t] = c.now[t];
+  c.now[t] += 1;  // its later accesses are not covered by this arrival
+}
+
+CUDASIM_RT void clocks_completed(uintptr_t bar, uint64_t phase) {
+  clocks_on();
+  Phases& p = clocks_phases(bar);
+  p.done[phase & 1].swap(p.open);
+  std::fill(p.open.begin(), p.open.end(), 0u);
+  p.completed = phase + 1;
+}
+
+// Thread u's wait saw phase `phase` of `bar` complete. A phase older than the last two (a state from long ago)
+// finds the latest of its parity, which its arrivals' later clocks cover as well.
+CUDASIM_RT void clocks_acquire(uintptr_t bar, long long phase, int u) {
+  Clocks& c = S.clocks;
+  if (u < 0 || u >= c.n) return;
+  clocks_on();
+  Phases& p = clocks_phases(bar);
+  if (phase < 0 || static_cast<uint64_t>(phase) >= p.completed) return;  // nothing completed: nothing to acquire
+  const uint32_t* from = p.done[phase & 1].data();
+  uint32_t* row = c.knows.data() + static_cast<size_t>(u) * c.n;
+  for (int x = 0; x < c.n; ++x)
+    if (from[x] > row[x]) row[x] = from[x];
+  c.fresh[u] = 1;
 }
 
 // ---------------------------------------------------------------------------------------------

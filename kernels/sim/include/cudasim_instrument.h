@@ -119,6 +119,61 @@ CUDASIM_RT void access(const void* p, size_t bytes, bool write, const char* file
   }
 }
 
+// A write that lands for `thread` (cudasim.h's note_write_for): checked as that thread's access.
+CUDASIM_RT void access_for(const void* p, size_t bytes, bool write, const char* file, int line, int thread) {
+  if (prof::P.on || !check::S.on) {
+    access(p, bytes, write, file, line);
+    return;
+  }
+  check::S.acting = thread;
+  check_access(reinterpret_cast<uintptr_t>(p), bytes,
+               static_cast<uint8_t>((write ? check::kWrite : 0) | check::kHasFile), file_line(file, line), true);
+  check::S.acting = -1;
+}
+
+// An operation on a synchronisation object (an mbarrier's 8 bytes): checked as an atomic (so a plain store over it,
+// or its initialisation unordered with its use, is a race), without the atomics' ordering (mbarriers have their own).
+CUDASIM_RT void sync_object_access(const void* p, size_t bytes, void* pc) {
+  if (prof::P.on) {
+    prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, pc);
+    return;
+  }
+  if (!check::S.on || !g.cur || !g.running) return;
+  check_access(reinterpret_cast<uintptr_t>(p), bytes, check::kWrite | check::kAtomic, reinterpret_cast<uintptr_t>(pc),
+               true);
+}
+
+// The mbarriers' hand-offs (cudasim_check.h, "mbarriers"): ptx::mbar_init, the arrivals (and copies landing), a phase
+// completed, a wait that saw its phase complete.
+template <class F>
+CUDASIM_INTERNAL inline void with_clocks(F&& f) {
+  if (!check::S.on || check::S.busy) return;
+  check::S.busy = true;  // the standard library's containers below are instrumented code
+  f();
+  check::S.busy = false;
+}
+
+CUDASIM_RT void mbar_reset(const void* bar) {
+  with_clocks([&]() CUDASIM_INTERNAL {
+    check::clocks_on();  // the block uses mbarriers (a race report then says what they order)
+    check::S.clocks.bars.erase(reinterpret_cast<uintptr_t>(bar));
+  });
+}
+
+CUDASIM_RT void mbar_release(const void* bar, int thread) {
+  with_clocks([&]() CUDASIM_INTERNAL { check::clocks_release(reinterpret_cast<uintptr_t>(bar), thread); });
+}
+
+CUDASIM_RT void mbar_completed(const void* bar, uint64_t phase) {
+  with_clocks([&]() CUDASIM_INTERNAL { check::clocks_completed(reinterpret_cast<uintptr_t>(bar), phase); });
+}
+
+CUDASIM_RT void mbar_acquire(const void* bar, long long phase) {
+  if (!g.cur) return;
+  const int u = g.cur->linear;
+  with_clocks([&]() CUDASIM_INTERNAL { check::clocks_acquire(reinterpret_cast<uintptr_t>(bar), phase, u); });
+}
+
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   if (prof::P.on) {
     prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, pc);  // counted once, as a read
@@ -146,6 +201,7 @@ CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
 CUDASIM_RT void launch_begin() {
   if (!check::S.on) return;
   check::S.busy = false;  // a thread stopped by a finding of the last launch left it set
+  check::S.acting = -1;   // and so may a copy landing for another thread
   check::S.launch_first = check::S.serial + 1;
   check::S.blocks.clear();
   check::S.atomics.clear();
@@ -187,6 +243,7 @@ CUDASIM_RT void block_begin() {
   check::S.threads_bytes = g.threads.size() * sizeof(Thread);
   check::S.block_atomics.clear();
   check::S.shared_names.clear();
+  check::clocks_block_begin(g.nthreads);
 }
 
 CUDASIM_RT void block_end() {
@@ -204,7 +261,9 @@ CUDASIM_RT void passed_barrier(int thread) {
 }
 
 CUDASIM_RT void warp_synced(int warp) {
-  if (check::S.on) check::S.wgen[warp & 31] += 1;
+  if (!check::S.on) return;
+  check::S.wgen[warp & 31] += 1;
+  with_clocks([&]() CUDASIM_INTERNAL { check::clocks_warp_synced(warp & 31); });
 }
 
 CUDASIM_RT void shared_declared(size_t offset, size_t bytes, const char* name) {

@@ -80,6 +80,7 @@ struct Delivery {
   uint32_t arrivals;  // an arrive-on that comes with it (cp.async.mbarrier.arrive)
   Site site;
   bool records = false;  // data holds (pointer, size, bytes) records of cp.async copies, not one block
+  int issuer = -1;       // the thread that issued it: its bytes land as that thread's writes (the race check)
 };
 
 struct MBarrier {
@@ -144,12 +145,17 @@ CUDASIM_INTERNAL inline MBarrier& find_barrier(const Site& s, Space sp, Addr a) 
           "(and make the other threads wait for it: fence.mbarrier_init or __syncthreads) before using it");
 }
 
-// For the race check of an instrumented build, an arrival and a completed wait are atomics on the
-// barrier's 8 bytes: what a thread did before it arrived is ordered before what a thread that saw
-// the phase complete does after (cudasim_check.h's rule for atomics).
-CUDASIM_INTERNAL inline void ordering_point(const MBarrier& b) {
-  CUDASIM_EVENT(atomic_access(arena + b.off, 8, __builtin_return_address(0)));
+// For the race check of an instrumented build (cudasim_check.h, "mbarriers"): every operation on a barrier is an
+// atomic access of its 8 bytes (so a plain store over it, or an init unordered with its use, is a race); an arrival
+// releases what its thread did before it into the phase, and a wait that sees a phase complete acquires it.
+CUDASIM_INTERNAL inline void touch(const MBarrier& b) {
+  CUDASIM_EVENT(sync_object_access(arena + b.off, 8, __builtin_return_address(0)));
   (void)b;
+}
+CUDASIM_INTERNAL inline void release(const MBarrier& b, int thread) {
+  touch(b);
+  CUDASIM_EVENT(mbar_release(arena + b.off, thread));
+  (void)thread;
 }
 
 CUDASIM_INTERNAL inline std::string describe(const MBarrier& b) {
@@ -166,7 +172,7 @@ CUDASIM_INTERNAL inline std::string describe(const MBarrier& b) {
   return out;
 }
 
-CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d);
+CUDASIM_INTERNAL inline void land(const Site& s, const MBarrier& b, Delivery& d);
 
 // Land what is in flight (all of it once the phase's arrivals are in; before that only the
 // arrive-ons of cp.async, which are arrivals themselves), then complete the phase if it is done.
@@ -174,7 +180,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
   bool any = false;
   for (auto& d : b.inflight)
     if (d.arrivals && d.dst != nullptr) {
-      land(s, d);
+      land(s, b, d);
       if (d.arrivals > b.pending)
         fail_at(d.site, "the cp.async.mbarrier.arrive.noinc arrival is one more than " + describe(b));
       b.pending -= d.arrivals;
@@ -184,7 +190,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
   if (b.pending == 0) {
     for (auto& d : b.inflight)
       if (d.dst) {
-        land(s, d);
+        land(s, b, d);
         if (tracing.block) trace::on_land(b.off, static_cast<long long>(b.phase), d.bytes);
         b.tx -= d.bytes;
         b.delivered += d.bytes;
@@ -200,6 +206,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
               ": the transaction count went below zero (" + describe(b) + ")");
     if (b.tx == 0) {
       if (tracing.block) trace::on_complete(b.off, static_cast<long long>(b.phase));
+      CUDASIM_EVENT(mbar_completed(arena + b.off, b.phase));
       b.phase += 1;
       b.pending = b.count;
       b.expected = b.delivered = 0;
@@ -238,6 +245,7 @@ CUDASIM_INTERNAL inline void mbar_init(const Site& s, Space sp, Addr a, uint32_t
   stamp(*b);
   if (tracing.block) trace::on_init(off, count, s.file, s.line, s.stmt_line);
   note_write(p, 8, s.file, s.line);
+  CUDASIM_EVENT(mbar_reset(arena + off));
   moved_on();
 }
 
@@ -272,7 +280,7 @@ CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, ui
   if (tx) add_tx(s, b, tx);
   if (tracing.block) trace::on_arrive(b.off, static_cast<long long>(b.phase), count, tx, s.file, s.line, s.stmt_line);
   uint64_t token = kTokenTag | (b.phase & 0xFFFFFFFFFFFFull);
-  ordering_point(b);
+  release(b, me(s).linear);
   b.pending -= count;
   if (drop) b.count -= count;
   if (no_complete && b.pending == 0)
@@ -286,7 +294,7 @@ CUDASIM_INTERNAL inline uint64_t mbar_arrive(const Site& s, Space sp, Addr a, ui
 CUDASIM_INTERNAL inline void mbar_expect_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
   SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
-  ordering_point(b);
+  touch(b);  // relaxed (the only form PTX has): it orders nothing
   add_tx(s, b, tx);
   if (tracing.block) trace::on_expect_tx(b.off, static_cast<long long>(b.phase), tx, s.file, s.line, s.stmt_line);
   stamp(b);
@@ -294,7 +302,7 @@ CUDASIM_INTERNAL inline void mbar_expect_tx(const Site& s, Space sp, Addr a, uin
 CUDASIM_INTERNAL inline void mbar_complete_tx(const Site& s, Space sp, Addr a, uint32_t tx) {
   SimScope scope;
   MBarrier& b = find_barrier(s, sp, a);
-  ordering_point(b);
+  release(b, me(s).linear);  // PTX has it .relaxed only; taken as a release here, which errs towards no report
   b.tx -= tx;
   b.delivered += tx;
   b.copy = s;
@@ -363,7 +371,10 @@ CUDASIM_INTERNAL inline bool mbar_wait(const Site& s, Space sp, Addr a, bool par
   if (done) {
     ps.idle = 0;
     ps.waiting = false;
-    ordering_point(b);
+    touch(b);
+    // the phase it saw complete: a parity wait's is the last one completed, a state's the one it names
+    CUDASIM_EVENT(mbar_acquire(arena + b.off, parity ? static_cast<long long>(b.phase) - 1
+                                                     : static_cast<long long>(value & 0xFFFFFFFFFFFFull)));
     return true;
   }
   (void)is_try;
@@ -447,6 +458,7 @@ CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, A
   PipelineState& p = my_pipeline(s.op, s.file, s.line);
   MBarrier& b = find_barrier(s, sp, a);
   Delivery d{arena, {}, 0, 1, s, true};  // an arrive-on carrying the copies
+  d.issuer = me(s).linear;
   for (AsyncCopy& c : p.queued) {
     size_t at = d.data.size();
     d.data.resize(at + sizeof(unsigned char*) + 1 + c.size);
@@ -459,7 +471,7 @@ CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, A
     // without .noinc the arrive-on is added to the phase's count before it happens: no net arrival
     b.pending += 1;
   }
-  ordering_point(b);
+  release(b, d.issuer);  // the thread's accesses before it; its copies join the phase as they land
   b.inflight.push_back(std::move(d));
   stamp(b);
   moved_on();
@@ -467,24 +479,27 @@ CUDASIM_INTERNAL inline void cp_async_mbarrier_arrive(const Site& s, Space sp, A
 
 // ---------------------------------------------------------------------------------------------
 // Bulk copies and TMA.
-// A copy lands: its bytes reach shared memory now, as a write of the thread whose wait landed it.
-CUDASIM_INTERNAL inline void land(const Site& s, Delivery& d) {
-  (void)s;
+// A copy lands: its bytes reach shared memory now (while a thread polls the barrier), as a write of the thread that
+// issued it; for the race check it joins the barrier's open phase as that thread's arrival, so that the waiters of
+// the phase read it in order.
+CUDASIM_INTERNAL inline void land(const Site& s, const MBarrier& b, Delivery& d) {
+  (void)s, (void)b;
   if (d.records) {
     size_t k = 0;
     while (k < d.data.size()) {
       unsigned char* dst;
       std::memcpy(&dst, &d.data[k], sizeof dst);
       size_t n = d.data[k + sizeof dst];
-      note_write(dst, n, d.site.file, d.site.line);
+      note_write_for(dst, n, d.site.file, d.site.line, d.issuer);
       std::memcpy(dst, &d.data[k + sizeof dst + 1], n);
       k += sizeof dst + 1 + n;
     }
-    return;
+  } else {
+    check_async_readers(d.site, d.dst, static_cast<uint32_t>(d.data.size()), "this copy, landing now,");
+    note_write_for(d.dst, d.data.size(), d.site.file, d.site.line, d.issuer);
+    std::memcpy(d.dst, d.data.data(), d.data.size());
   }
-  check_async_readers(d.site, d.dst, static_cast<uint32_t>(d.data.size()), "this copy, landing now,");
-  note_write(d.dst, d.data.size(), d.site.file, d.site.line);
-  std::memcpy(d.dst, d.data.data(), d.data.size());
+  CUDASIM_EVENT(mbar_release(arena + b.off, d.issuer));
 }
 
 // `tx`: the bytes counted against the barrier's transaction count, when not all of `data` (a narrow box's
@@ -495,7 +510,7 @@ CUDASIM_INTERNAL inline void issue_copy(const Site& s, MBarrier& b, unsigned cha
   check_async_readers(s, dst, n, "this copy");
   std::memset(dst, kPoison, n);  // not there until the barrier's phase completes
   if (tracing.block) trace::on_copy(b.off, static_cast<long long>(b.phase), tx ? tx : n, s.file, s.line, s.stmt_line);
-  b.inflight.push_back(Delivery{dst, std::move(data), tx ? tx : n, 0, s, false});
+  b.inflight.push_back(Delivery{dst, std::move(data), tx ? tx : n, 0, s, false, me(s).linear});
   stamp(b);
   moved_on();
 }
