@@ -47,11 +47,14 @@ def parse(text: str) -> Capability:
 @dataclass(frozen=True)
 class Needs:
     """What a variant or an exercise needs beyond the floor (7.5): a compute capability, for what (said to the
-    learner), and the dtypes it needs it in (() for every dtype it takes)."""
+    learner), and the dtypes it needs it in (() for every dtype it takes). `only_major`: the code is built for an
+    architecture-specific target (sm_90a: wgmma, setmaxnreg), whose binary runs on GPUs of that major version
+    alone, so a later GPU (a 10.x or 12.x) lacks it as an earlier one does."""
 
     capability: Capability
     what: str
     dtypes: tuple = ()  # torch dtypes
+    only_major: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.capability, tuple) and len(self.capability) == 2 and self.capability > FLOOR):
@@ -64,25 +67,31 @@ class Needs:
 
     def met_by(self, capability: Capability, dtype=None) -> bool:
         """Whether a GPU of this capability runs it (in `dtype`)."""
-        return not self.covers(dtype) or capability >= self.capability
+        if not self.covers(dtype):
+            return True
+        return capability >= self.capability and (not self.only_major or capability[0] == self.capability[0])
 
 
-def described(name: str, needs: Needs, dtype=None) -> str:
-    """'`matmul11` needs compute capability 8.0 for TF32 tensor cores' (with the dtype where the gate holds in some)."""
+def described(name: str, needs: Needs, dtype=None, capability: Capability | None = None) -> str:
+    """'`matmul11` needs compute capability 8.0 for TF32 tensor cores' (with the dtype where the gate holds in some);
+    '... 9.x ...' for a GPU past an architecture-specific gate (`capability`, the GPU's)."""
     import torch
 
     which = f" in {str(dtype).replace('torch.', '')}" if needs.dtypes and isinstance(dtype, torch.dtype) else ""
-    return f"`{name}`{which} needs compute capability {shown(needs.capability)} for {needs.what}"
+    past = needs.only_major and capability is not None and capability[0] > needs.capability[0]
+    wanted = f"{needs.capability[0]}.x" if past else shown(needs.capability)
+    return f"`{name}`{which} needs compute capability {wanted} for {needs.what}"
 
 
 def shortfall(name: str, needs: Needs | None, dtype=None, capability: Capability | None = None) -> str | None:
     """'`matmul11` needs compute capability 8.0 for TF32 tensor cores (this GPU has 7.5)' when the GPU (of
     `capability`, default the one the cuda backend runs on) lacks what `needs` asks for in `dtype`; else None
-    (no gate, a dtype it does not cover, or no GPU)."""
+    (no gate, a dtype it does not cover, or no GPU). Past an architecture-specific gate: '... needs compute
+    capability 9.x for ... (this GPU has 10.0)'."""
     have = capability or _backend.gpu_capability()
     if needs is None or have is None or needs.met_by(have, dtype):
         return None
-    return f"{described(name, needs, dtype)} (this GPU has {shown(have)})"
+    return f"{described(name, needs, dtype, have)} (this GPU has {shown(have)})"
 
 
 _said: set[str] = set()

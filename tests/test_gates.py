@@ -11,7 +11,8 @@ from kernels import backend, gates, lessons
 from kernels.build import load
 from kernels.dev import compile_check
 from kernels.exercises import check_exercise
-from kernels.lessons import lesson09
+from kernels.lessons import lesson09, lesson12
+from kernels.sim import knobs
 from kernels.paths import reference_file
 from kernels.tools import nsight
 from test_lessons import defined_ops, gate_mismatches
@@ -51,6 +52,26 @@ def test_a_gate_says_what_the_gpu_lacks_and_holds_only_below_its_capability_and_
     assert gates.shortfall("matmul11", lesson09.TF32_TENSOR_CORES) is None
     gpu(None)  # no GPU: nothing to fall short of
     assert gates.shortfall("matmul11", lesson09.TF32_TENSOR_CORES) is None
+
+
+def test_an_sm_90a_gate_holds_on_hopper_alone_and_its_launcher_past_hopper_says_the_toolkits_line(gpu):
+    """An sm_90a binary runs on 9.x GPUs only: a 10.x or 12.x GPU lacks the Hopper variants as an 8.x one does, so the
+    toolkit runs them on the simulator there (not a refusal from the GPU's build), and the launchers say the same."""
+    hopper = lesson12.HOPPER
+    assert [hopper.met_by(c) for c in (A100, (8, 9), H100, (10, 0), (12, 0))] == [False, False, True, False, False]
+    gpu((10, 0))
+    line = "`attention4` needs compute capability 9.x for TMA, mbarrier transactions and wgmma (this GPU has 10.0)"
+    assert gates.shortfall("attention4", hopper, torch.bfloat16) == line
+    gpu(A100)
+    assert gates.shortfall("attention4", hopper, torch.bfloat16) == \
+        "`attention4` needs compute capability 9.0 for TMA, mbarrier transactions and wgmma (this GPU has 8.0)"
+    ext = load(reference_file("12"), "sim", quiet=True)
+    q = torch.randn(1, 2, 16, 64, dtype=torch.bfloat16)
+    with knobs.set(capability=(10, 0)):  # the simulated device reports 10.0
+        with pytest.raises(RuntimeError) as refused:
+            ext.attention4(q, q, q, False, 0.125, torch.empty_like(q), torch.empty(1, 2, 16))
+        assert line in str(refused.value)
+        assert ext.attention_variant(q, q, q) == "attention3"  # the functional op takes the mma.sync kernel there
 
 
 def test_a_gate_at_or_below_the_floor_is_refused_where_it_is_declared():

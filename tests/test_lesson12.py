@@ -3,6 +3,7 @@ forward and backward variant against the reference (masked and not, ragged lengt
 attend to nothing, large logits); bad inputs; the op's autograd registration, opcheck and torch.compile; the
 exercise and its teeth."""
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,45 @@ def test_the_op_passes_opcheck(ext, dev):
                                                    True, 0.25))
 
 
+def test_the_op_takes_a_models_transposed_projection_and_lays_out_its_outputs_as_sdpa_does(ext, dev):
+    """q, k and v as lesson 10's model makes them (slices of one projection [B, T, 3 C] viewed as [B, H, T, D]): the
+    op takes them as they are (attention4 reads them in place, the other variants from copies); out and the gradients
+    are [B, T, H, D] in memory, so their transposes back are contiguous (SDPA's flash backend does the same), and a
+    contiguous input still gives contiguous outputs; the fake kernels agree (opcheck compares strides too)."""
+    b, t, h, d = 2, 80, 2, 64
+    proj = torch.randn(b, t, 3 * h * d, device=dev, dtype=torch.bfloat16)
+    q, k, v = (x.view(b, t, h, d).transpose(1, 2) for x in proj.split(h * d, dim=2))
+    out, lse = ext.attention(q, k, v, True, 0.125)
+    assert out.transpose(1, 2).is_contiguous(), out.stride()
+    want_out, want_lse = attention_ref(q, k, v, True, 0.125)
+    (rtol, atol), (lse_rtol, lse_atol) = lesson12.ATTENTION_TOLERANCE[torch.bfloat16]
+    torch.testing.assert_close(out, want_out, rtol=rtol, atol=atol)
+    torch.testing.assert_close(lse, want_lse, rtol=lse_rtol, atol=lse_atol)
+    # a head broadcast to every query head (stride 0) and a dout broadcast along T (a sum's backward): both taken,
+    # from contiguous copies where the kernels cannot read them in place
+    one = k[:, :1].expand(b, h, t, d)
+    torch.testing.assert_close(ext.attention(q, one, one, True, 0.125)[0], attention_ref(q, one, one, True, 0.125)[0],
+                               rtol=rtol, atol=atol)
+    flat = torch.randn(b, h, 1, d, device=dev, dtype=torch.bfloat16).expand(b, h, t, d)
+    for g, w in zip(ext.attention_backward(q, k, v, out, lse, flat, True, 0.125),
+                    attention_backward_ref(q, k, v, None, None, flat, True, 0.125)):
+        torch.testing.assert_close(g, w, rtol=lesson12.BACKWARD_TOLERANCE[torch.bfloat16][0],
+                                   atol=lesson12.BACKWARD_TOLERANCE[torch.bfloat16][1])
+    dout = torch.randn(b, t, h, d, device=dev, dtype=torch.bfloat16).transpose(1, 2)  # as the model's reshape hands it
+    grads = ext.attention_backward(q, k, v, out, lse, dout, True, 0.125)
+    want = attention_backward_ref(q, k, v, None, None, dout, True, 0.125)
+    tol = lesson12.BACKWARD_TOLERANCE[torch.bfloat16]
+    for g, w, what in zip(grads, want, ("dq", "dk", "dv")):
+        assert g.transpose(1, 2).is_contiguous(), (what, g.stride())
+        torch.testing.assert_close(g, w, rtol=tol[0], atol=tol[1], msg=what)
+    contiguous = [x.contiguous() for x in (q, k, v)]
+    out2, lse2 = ext.attention(*contiguous, True, 0.125)
+    assert out2.is_contiguous() and torch.equal(out2, out)
+    assert all(g.is_contiguous() for g in ext.attention_backward(*contiguous, out2, lse2, dout.contiguous(), True, 0.125))
+    torch.library.opcheck(ext.attention, (q, k, v, True, 0.125))
+    torch.library.opcheck(ext.attention_backward, (q, k, v, out, lse, dout, True, 0.125))
+
+
 def test_the_op_compiles_with_fullgraph_forward_and_backward(ext, dev):
     def f(q, k, v):
         return lesson12.attention(ext, q * 2.0, k, v, is_causal=True).sum(dim=-1)
@@ -305,8 +345,28 @@ def test_bad_forward_inputs_are_refused_saying_what_was_expected(ext, dev, name)
         call(q.double(), k.double(), v.double())
     with pytest.raises(RuntimeError, match=r"q must have 4 dimensions \[B, Hq, Tq, D\], got shape \[4, 8, 64\]"):
         call(q[0].contiguous(), k, v)
-    with pytest.raises(RuntimeError, match="k must be contiguous.*call .contiguous\\(\\) first"):
-        call(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
+    transposed = k.transpose(1, 2).contiguous().transpose(1, 2)  # a [B, T, H, D] tensor viewed as [B, H, T, D]
+    if name in ("attention4", "attention"):  # both take any layout whose rows are contiguous, 16 bytes apart
+        if name == "attention" or _hopper(dev):
+            out = torch.empty_like(q)
+            got = call(q, transposed, v, out=out)
+            torch.testing.assert_close(got[0] if name == "attention" else out, attention_ref(q, k, v, scale=0.125)[0],
+                                       atol=2e-2, rtol=2e-2)
+        if name == "attention4":
+            ragged = torch.randn(1, 4, 8, 68, device=dev, dtype=dt)[..., :64]  # rows 136 bytes apart
+            with pytest.raises(RuntimeError, match="k's rows must be contiguous and start a multiple of 16 bytes apart"):
+                call(q, ragged, v)
+            with pytest.raises(RuntimeError, match="k's rows must be contiguous .*no stride of 0"):
+                call(q, k[:, :1].expand(1, 4, 8, 64), v)  # one head broadcast (stride 0): for the functional op
+            shared = torch.empty(1, 1, 8, 64, device=dev, dtype=dt).expand(1, 4, 8, 64)
+            with pytest.raises(RuntimeError, match="out's rows must be contiguous"):
+                call(q, k, v, out=shared)
+            overlapping = torch.empty(1, 5, 8, 64, device=dev, dtype=dt).as_strided((1, 4, 8, 64), (512, 64, 64, 1))
+            with pytest.raises(RuntimeError, match="out must not overlap itself"):
+                call(q, k, v, out=overlapping)
+    else:
+        with pytest.raises(RuntimeError, match="k must be contiguous.*call .contiguous\\(\\) first"):
+            call(q, transposed, v)
     with pytest.raises(RuntimeError, match=r"q's heads \(Hq = 4\) must be a multiple of k's and v's \(Hkv = 3\)"):
         call(q, k[:, :3].contiguous(), v[:, :3].contiguous())
     with pytest.raises(RuntimeError, match=r"k and v must have the same shape"):
@@ -336,6 +396,9 @@ def test_bad_backward_inputs_are_refused_saying_what_was_expected(ext, dev, name
         op(q, k, v, out, lse, torch.randn(1, 2, 8, 32, device=dev, dtype=dt), False, 0.125, *grads)
     with pytest.raises(RuntimeError, match=r"dk must have k's shape"):
         op(q, k, v, out, lse, torch.randn_like(q), False, 0.125, grads[0], grads[1][:, :1].contiguous(), grads[2])
+    if name == "attention_backward4" and _hopper(dev):  # an output that overlaps itself would be written twice
+        with pytest.raises(RuntimeError, match=r"dk's rows must be contiguous .*no stride of 0"):
+            op(q, k, v, out, lse, torch.randn_like(q), False, 0.125, grads[0], grads[1][:, :1].expand_as(k), grads[2])
 
 
 def test_a_tensor_on_the_wrong_device_is_refused(ext, dev):
@@ -423,6 +486,32 @@ PLANTED_BACKWARD = {
 }
 
 
+# Bugs planted in the Hopper variants' strides and head counts: the checks in _in_model_layout's layouts (a layout a
+# tensor each) on HOPPER_SHAPES (grouped heads) must fail on each.
+PLANTED_LAYOUT = {
+    # dv stored through dk's strides
+    "backward4_dv_with_dk_strides": ("head_rows(dv), d, causal, scale, stream);", "head_rows(dk), d, causal, scale, stream);",
+                                     "attention_backward4"),
+    # the pre-pass reads out through dout's strides
+    "backward4_out_with_dout_strides": ("head_rows(out), ptr<float>(lse)", "head_rows(dout), ptr<float>(lse)",
+                                        "attention_backward4"),
+    # the K tile of kv head bkv located among the query heads (Hq) instead of the kv heads
+    "attention4_k_in_query_heads": ("&map_k, 64 * p, t * BN4, bkv, Hkv,", "&map_k, 64 * p, t * BN4, bkv, Hq,", "attention4"),
+}
+
+
+@pytest.mark.toolkit
+@pytest.mark.parametrize("bug", PLANTED_LAYOUT)
+def test_the_hopper_variants_checks_in_other_layouts_fail_on_a_planted_stride_or_head_bug(bug):
+    old, new, name = PLANTED_LAYOUT[bug]
+    planted = load(plant(REFERENCE, old, new, f"lesson12_reference_{bug}.cu"), "sim", quiet=True)
+    run = check_attention if name == "attention4" else check_attention_backward
+    report = run(_in_model_layout(name, getattr(planted, name)), HOPPER_SHAPES, dtypes=(torch.bfloat16,),
+                 backend="sim", quiet=True, orders=ONE_ORDER, large=False)
+    assert not report.passed and any("elements differ" in c.problem + c.detail for c in report.cases
+                                     if not c.passed), str(report)
+
+
 @pytest.mark.parametrize("bug", toolkit_beyond({**PLANTED_REFERENCE, **PLANTED_BACKWARD},
                                                keep=("attention4_wrong_parity", "backward4_no_row_sums")))
 def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
@@ -441,11 +530,49 @@ def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
 HOPPER_SHAPES = ((2, 4, 2, 150, 150, 128), (2, 2, 1, 200, 90, 128), (2, 2, 2, 70, 300, 64))
 
 
+def _bthd(t: torch.Tensor, pad: int = 1) -> torch.Tensor:
+    """t's values in a [B, T, H, D] tensor seen as [B, H, T, D], with `pad` rows of padding after each token's heads
+    (its rows 16 bytes apart, the heads and tokens not dense): the layout of a model's slice of its projection."""
+    b, h, n, d = t.shape
+    return torch.cat([t.transpose(1, 2), t.new_zeros(b, n, pad, d)], dim=2)[:, :, :h].transpose(1, 2)
+
+
+def _hbtd(t: torch.Tensor) -> torch.Tensor:
+    """t's values in an [H, B, T, D] tensor seen as [B, H, T, D]: the batch's stride smaller than the head's."""
+    return t.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+def _in_model_layout(name: str, fn: Callable) -> Callable:
+    """The out-variant fn (attention4's or attention_backward4's arguments) called on copies of its [B, H, T, D]
+    tensors in layouts of their own (so that a tensor read or written through another one's strides, or a head
+    counted in another tensor's heads, gives wrong values), its outputs copied back. (These tensors are the
+    framework's, not the check's guarded ones: a planted bug here must stay within them.)"""
+    if name == "attention4":
+        def forward(q, k, v, causal, scale, out, lse):
+            o = _bthd(out, 3)
+            fn(_bthd(q, 1), _hbtd(k), _bthd(v, 2), causal, scale, o, lse)
+            out.copy_(o)
+        return forward
+
+    def backward(q, k, v, out, lse, dout, causal, scale, dq, dk, dv):
+        grads = [_bthd(dq, 2), _bthd(dk, 0), _hbtd(dv)]  # dk and dv dense (one extent) in two orders
+        fn(_bthd(q, 1), _hbtd(k), _bthd(v, 2), _bthd(out, 3), lse, _hbtd(dout), causal, scale, *grads)
+        for g, into in zip(grads, (dq, dk, dv)):
+            into.copy_(g)
+    return backward
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "model"])
 @pytest.mark.parametrize("name", ["attention4", "attention_backward4"])
-def test_the_hopper_variants_match_the_reference_on_batches_grouped_heads_and_empty_rows(ext, dev, name):
+def test_the_hopper_variants_match_the_reference_on_batches_grouped_heads_and_empty_rows(ext, dev, name, layout):
+    """The shapes above, on contiguous tensors and on tensors in a model's layout (every input and output a
+    transposed [B, T, H, D] view whose tokens and heads are not dense: the tensor maps' strides and the epilogues')."""
     if dev.type != "cpu" and not _hopper(dev):
         pytest.skip("attention4 and attention_backward4 need an H100 (or the simulator)")
     run = check_attention if name == "attention4" else check_attention_backward
-    run(getattr(ext, name), HOPPER_SHAPES, dtypes=(torch.bfloat16,), name=name, quiet=True, raise_on_fail=True,
-        orders=ONE_ORDER, large=False)
+    fn = getattr(ext, name)
+    if layout == "model":
+        fn = _in_model_layout(name, fn)
+    run(fn, HOPPER_SHAPES, dtypes=(torch.bfloat16,), name=name, quiet=True, raise_on_fail=True, orders=ONE_ORDER,
+        large=False)
 

@@ -36,7 +36,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table
+from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table, write_csv
 from ..build import load
 from ..gates import runnable
 from ..lessons import op_gates
@@ -271,8 +271,38 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
     variants = {"torch.compile": step(sdpa, compile_static(sdpa)), "torch sdpa flash": step(sdpa, flash_only(sdpa)),
                 "attention op": step(ours, ours), "attention op + compile": step(ours, compile_static(ours))}
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
-    return bench(_model_name(t), variants, torch_fn=step(sdpa, sdpa), args=(), compile=False, copy_gbps=copy,
+    rows = bench(_model_name(t), variants, torch_fn=step(sdpa, sdpa), args=(), compile=False, copy_gbps=copy,
                  check=lambda: same, show=False, **files)
+    return rows + _kernels_only(t, {k: variants[k] for k in ("torch.compile", "attention op + compile")}, copy,
+                                out_dir)
+
+
+def _kernels_name(t: int) -> str:
+    return f"lesson 10's model, train step, T={t} bf16, kernels only"
+
+
+def _kernels_only(t: int, variants: dict, copy: float, out_dir: Path | None, steps: int = 5) -> list[Row]:
+    """The GPU's work in a step of each compiled model: the sum of its kernels' times (the profiler's, over `steps`
+    steps). A step this short is partly bound by the host's CPU, which launches its kernels; this figure is what the
+    GPU itself spends, and does not move with the host."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    ms = {}
+    for label, fn in variants.items():
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                fn()
+            torch.cuda.synchronize()
+        kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
+        ms[label] = sum(e.self_device_time_total for e in kernels) / steps / 1e3
+    base = ms["torch.compile"]
+    rows = [Row(_kernels_name(t), label, v, None, None, None, None, base / v if v else None) for label, v in ms.items()]
+    if out_dir is not None:
+        write_csv(rows, out_dir / "lesson12.csv", copy)
+    return rows
 
 
 def _all(ext, copy: float, out_dir: Path | None, quick: bool) -> list[Row]:

@@ -5,7 +5,7 @@
 //                                          the simulator)
 //   smem_addr(p), align1024(raw)           shared-state-space addresses; the 128-byte swizzle's 1024-byte boundary
 //   mbar_init/expect_bytes/arrive/wait     mbarriers with transaction counts, waited on by phase parity
-//   tma_load(dst, map, x, y, bar), tma_load3(dst, map, x, y, z, bar)    TMA loads of a 2-D or 3-D box
+//   tma_load(dst, map, x, y, bar), tma_load3(..., z, bar), tma_load4(..., z, w, bar)   TMA loads of a 2-, 3-, 4-D box
 //   fence_async_shared(), named_barrier(id, count)
 //   desc128(addr, lbo, sbo)                a wgmma shared-memory matrix descriptor (128-byte swizzle)
 //   wgmma_fence(), wgmma_commit(), wgmma_wait<N>()
@@ -85,6 +85,13 @@ __device__ __forceinline__ void tma_load3(void* dst, const CUtensorMap* map, int
       ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
       : "memory");
 }
+// The same for a 4-D tensor map: the box at (x, y, z, w).
+__device__ __forceinline__ void tma_load4(void* dst, const CUtensorMap* map, int x, int y, int z, int w, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_addr(bar))
+      : "memory");
+}
 // Ordinary stores to shared memory made visible to the async proxy (TMA) that reads it next.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // A barrier for `count` threads of the block (a multiple of 32) under id 1..15; id 0 is __syncthreads'.
@@ -129,8 +136,10 @@ inline bool hopper_kernels_in_build() {
 inline void check_hopper(const char* op) {
   check_capability(op, 900, "TMA, mbarrier transactions and wgmma");
   const int major = device_attribute(cudaDevAttrComputeCapabilityMajor);
-  TORCH_CHECK(major == 9, "`", op, "` needs a GPU of compute capability 9.x (Hopper: wgmma exists there only), got ",
-              std::to_string(major) + "." + std::to_string(device_attribute(cudaDevAttrComputeCapabilityMinor)));
+  // past Hopper, the toolkit's line (kernels/gates.py: Needs(only_major=True)) and what is missing
+  TORCH_CHECK(major == 9, "`", op, "` needs compute capability 9.x for TMA, mbarrier transactions and wgmma (this GPU "
+              "has ", std::to_string(major) + "." + std::to_string(device_attribute(cudaDevAttrComputeCapabilityMinor)),
+              "): an sm_90a binary runs on Hopper alone, and wgmma exists there only");
   TORCH_CHECK(hopper_kernels_in_build(), "`", op, "` needs a build for sm_90a (wgmma and setmaxnreg exist in that "
               "target only), got a build without it: load() builds for sm_90a on an H100 unless TORCH_CUDA_ARCH_LIST "
               "names the targets, so add 9.0a to it");
@@ -171,8 +180,8 @@ inline CUtensorMap tensor_map_nd(const at::Tensor& t, uint32_t rank, const cuuin
   const CUresult r = tensor_map_encoder()(&map, dtype, rank, t.data_ptr(), dims, strides, box, unit,
                                           CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled refused a tensor of shape ", shape_str(t.sizes()),
-              " (error ", std::to_string((int)r), ")");
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled refused a tensor of shape ", shape_str(t.sizes()), " and strides ",
+              shape_str(t.strides()), " (error ", std::to_string((int)r), ")");
   return map;
 }
 

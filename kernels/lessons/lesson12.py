@@ -50,7 +50,7 @@ LARGE_TOLERANCE = {**TOLERANCE, torch.float32: ((1e-3, 1e-4), LARGE_LSE_TOLERANC
                    torch.float16: ((4e-3, 2e-3), LARGE_LSE_TOLERANCE), torch.bfloat16: ((2e-2, 1.6e-2), LARGE_LSE_TOLERANCE)}
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 TENSOR_CORES = Needs((8, 0), "mma.sync m16n8k16 on fp16/bf16 and cp.async")  # the launchers say the same
-HOPPER = Needs((9, 0), "TMA, mbarrier transactions and wgmma")  # attention4; lesson 13's gate
+HOPPER = Needs((9, 0), "TMA, mbarrier transactions and wgmma", only_major=True)  # attention4 (sm_90a): lesson 13's gate
 
 
 def default_scale(q: torch.Tensor) -> float:
@@ -243,6 +243,14 @@ def check_attention_backward(fn: Callable, shapes: Iterable = SHAPES, *, dtypes=
 _registered: set[str] = set()
 
 
+def heads_like(t: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of t's shape [B, H, T, D] laid out as the functional ops lay out out, dq, dk and dv (the
+    .cu's empty_heads_like; SDPA's flash backend does the same): empty_like of t viewed as [B, T, H, D], which keeps
+    the order of t's dimensions in memory and packs them. Contiguous in, contiguous out; a model's transposed views of
+    its [B, T, 3 C] projection give outputs that are [B, T, H, D] in memory, whose transpose back needs no copy."""
+    return torch.empty_like(t.transpose(1, 2)).transpose(1, 2)
+
+
 def register_attention(ext) -> None:
     """Give `ext`'s functional attention op its fake kernels and its derivative (the lesson 03 route); once per
     build. The op returns (out, lse); lse is what the backward needs, and it is not differentiable here."""
@@ -253,11 +261,11 @@ def register_attention(ext) -> None:
 
     @torch.library.register_fake(f"{ns}::attention")
     def _(q, k, v, causal, scale):
-        return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+        return heads_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
     @torch.library.register_fake(f"{ns}::attention_backward")
     def _(q, k, v, out, lse, dout, causal, scale):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        return heads_like(q), heads_like(k), heads_like(v)
 
     def setup_context(ctx, inputs, output):
         q, k, v, causal, scale = inputs
@@ -268,7 +276,7 @@ def register_attention(ext) -> None:
 
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ops.attention_backward(q, k, v, out, lse, dout.contiguous(), ctx.causal, ctx.scale)
+        dq, dk, dv = ops.attention_backward(q, k, v, out, lse, dout, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None
 
     torch.library.register_autograd(f"{ns}::attention", backward, setup_context=setup_context)
@@ -283,8 +291,8 @@ def model_kernels(ext):
 
     gpt = gpt_module()
 
-    def attend(q, k, v, scale):  # the model's q, k, v are transposed views: the op takes contiguous tensors
-        return attention(ext, q.contiguous(), k.contiguous(), v.contiguous(), is_causal=True, scale=scale)
+    def attend(q, k, v, scale):  # the model's q, k, v are transposed views of its projection: the op takes them
+        return attention(ext, q, k, v, is_causal=True, scale=scale)
     return gpt.Kernels("attention op", gpt.SDPA.layernorm, attend, gpt.SDPA.bias_gelu)
 
 

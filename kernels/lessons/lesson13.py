@@ -35,7 +35,7 @@ ONE_ORDER = ("forward",)
 # refuse a GPU below these with the same words (check_capability); the Hopper ones refuse a 10.x GPU too (sm_90a code
 # runs on 9.0 only), which a gate, a lower bound, cannot say.
 MMA_SYNC = Needs((8, 0), "mma.sync m16n8k16 on bf16/fp16 and cp.async")
-HOPPER = Needs((9, 0), "TMA, mbarrier transactions and wgmma")
+HOPPER = Needs((9, 0), "TMA, mbarrier transactions and wgmma", only_major=True)  # sm_90a: 9.x alone
 
 
 def check_matmul13(fn: Callable, shapes: Iterable = SHAPES, *, dtypes: Sequence[torch.dtype] = HALF_DTYPES,

@@ -38,8 +38,9 @@
 //   attention_variant, attention_backward_variant   the name of the variant the functional form runs on these inputs
 //
 // Conventions, the same for every op:
-//   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous, one dtype (float32, float16 or bfloat16 where the op
-//   takes it); out, dout and dq: q's shape and dtype; dk, dv: k's; lse: [B, Hq, Tq] float32.
+//   q: [B, Hq, Tq, D]; k and v: [B, Hkv, Tk, D]; all contiguous (the Hopper variants and the functional ops: any
+//   layout whose rows of D are contiguous), one dtype (float32, float16 or bfloat16 where the op takes it); out, dout
+//   and dq: q's shape and dtype; dk, dv: k's; lse: [B, Hq, Tq] float32.
 //   Grouped-query attention: Hq is a multiple of Hkv, and query head h reads kv head h / (Hq / Hkv) (Hkv = Hq is
 //   ordinary multi-head attention, Hkv = 1 multi-query attention). In the backward, a kv head's dK and dV are sums over
 //   the Hq / Hkv query heads that read it: each block of the dK/dV kernels owns keys of one kv head and walks the query
@@ -87,13 +88,14 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 // The Hopper helpers this file uses (kernels/include/hopper.cuh; the PTX wrappers exist where HAS_SM90A does).
 using hopper::smem_addr; using hopper::align1024; using hopper::check_hopper; using hopper::hopper_kernels_in_build;
 using hopper::tensor_map_nd;
 #ifdef HAS_SM90A
 using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
-using hopper::tma_load; using hopper::tma_load3; using hopper::desc128; using hopper::wgmma_fence;
+using hopper::tma_load; using hopper::tma_load4; using hopper::desc128; using hopper::wgmma_fence;
 using hopper::wgmma_commit; using hopper::wgmma_wait;
 #endif
 
@@ -643,6 +645,24 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 // consumers, and its fp8 path are not here.) The rows the tiles above the diagonal never reach are skipped as in
 // attention3; causal blocks run longest first.
 constexpr int BN4 = 128, STAGES4 = 2, THREADS4_WS = 384;
+
+// Where the Hopper variants find a head's rows: q, k, v, out and the gradients are [B, H, T, D] tensors whose rows
+// (D values) are contiguous, in any layout of B, H and T; TMA reads them through 4-D tensor maps (D, T, H, B) and the
+// epilogues store through these strides. So the transposed view of a [B, T, H, D] projection, as a model makes it,
+// goes in without a copy (as it does into SDPA). z numbers the heads of all batches: z = b H + h.
+struct HeadRows {
+  int64_t sb, sh, st;  // elements from one batch, head, row to the next
+  int heads;           // H
+  __host__ __device__ int64_t row(int z, int64_t t) const { return (z / heads) * sb + (z % heads) * sh + t * st; }
+};
+
+#ifdef HAS_SM90A
+// The TMA load of the box at column x, row y of head z from a head_map (4-D: D, T, H, B).
+__device__ __forceinline__ void tma_load_head(void* dst, const CUtensorMap* map, int x, int y, int z, int heads,
+                                              uint64_t* bar) {
+  tma_load4(dst, map, x, y, z % heads, z / heads, bar);
+}
+#endif
 constexpr int PANEL4 = 128 * 128;  // a 128-row tile's 64 columns of bf16, 128-byte swizzled: 16 KB
 
 // D 128: two consumer warpgroups, 128 query rows a block. D 64: three, 192 rows: a consumer's registers then hold
@@ -717,7 +737,7 @@ template <int D>
 __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     attention_kernel4(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v, __nv_bfloat16* __restrict__ out,
-                      float* __restrict__ lse, int Hq, int Hkv, int Tq, int Tk, bool causal, float scale_log2) {
+                      HeadRows out_rows, float* __restrict__ lse, int Hq, int Hkv, int Tq, int Tk, bool causal, float scale_log2) {
 #ifdef HAS_SM90A
   using C = Fwd4<D>;
   extern __shared__ uint4 attention_smem[];
@@ -750,17 +770,17 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (threadIdx.x == 0) {
       mbar_expect_bytes(&q_full, C::Q_BYTES);
-      for (int p = 0; p < C::PANELS; ++p) tma_load3(qs + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, &q_full);
+      for (int p = 0; p < C::PANELS; ++p) tma_load_head(qs + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, Hq, &q_full);
       for (int t = 0; t < tiles; ++t) {
         const int stage = t % STAGES4, use = t / STAGES4;
         unsigned char* kt = ks + stage * C::TILE_BYTES;
         unsigned char* vt = vs + stage * C::TILE_BYTES;
         if (use > 0) mbar_wait(&k_empty[stage], (use - 1) % 2);
         mbar_expect_bytes(&k_full[stage], C::TILE_BYTES);
-        for (int p = 0; p < C::PANELS; ++p) tma_load3(kt + p * PANEL4, &map_k, 64 * p, t * BN4, bkv, &k_full[stage]);
+        for (int p = 0; p < C::PANELS; ++p) tma_load_head(kt + p * PANEL4, &map_k, 64 * p, t * BN4, bkv, Hkv, &k_full[stage]);
         if (use > 0) mbar_wait(&v_empty[stage], (use - 1) % 2);
         mbar_expect_bytes(&v_full[stage], C::TILE_BYTES);
-        for (int p = 0; p < C::PANELS; ++p) tma_load3(vt + p * PANEL4, &map_v, 64 * p, t * BN4, bkv, &v_full[stage]);
+        for (int p = 0; p < C::PANELS; ++p) tma_load_head(vt + p * PANEL4, &map_v, 64 * p, t * BN4, bkv, Hkv, &v_full[stage]);
       }
     }
   } else {
@@ -879,7 +899,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row with no key: out = 0
       const int i = row + 8 * h;
       if (i < Tq) {
-        __nv_bfloat16* orow = out + ((int64_t)bh * Tq + i) * D + 2 * (lane % 4);
+        __nv_bfloat16* orow = out + out_rows.row(bh, i) + 2 * (lane % 4);
 #pragma unroll
         for (int r = 2 * h; r < D / 2; r += 4)
           *reinterpret_cast<__nv_bfloat162*>(orow + 8 * (r / 4)) = to_pair<__nv_bfloat16>(o[r] * inv, o[r + 1] * inv);
@@ -888,7 +908,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     }
   }
 #else
-  (void)out, (void)lse, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale_log2;
+  (void)out, (void)out_rows, (void)lse, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale_log2;
   __trap();  // built without sm_90a: the launcher refuses to start it
 #endif
 }
@@ -952,7 +972,8 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
                                const __grid_constant__ CUtensorMap map_str1, const __grid_constant__ CUtensorMap map_str2,
                                const __grid_constant__ CUtensorMap map_lse, const __grid_constant__ CUtensorMap map_delta,
                                const float* __restrict__ lse2, const float* __restrict__ delta, int Tpad,
-                               __nv_bfloat16* __restrict__ out1, __nv_bfloat16* __restrict__ out2, int Hq, int Hkv,
+                               __nv_bfloat16* __restrict__ out1, __nv_bfloat16* __restrict__ out2, HeadRows rows1,
+                               HeadRows rows2, int Hq, int Hkv,
                                int Tq, int Tk, bool causal, float scale, float scale_log2) {
 #ifdef HAS_SM90A
   using C = Bwd4<D>;
@@ -995,11 +1016,11 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (threadIdx.x == 0) {
-      const int own_z = DQ ? head_of(0) : bkv;
+      const int own_z = DQ ? head_of(0) : bkv, own_heads = DQ ? Hq : Hkv, str_heads = DQ ? Hkv : Hq;
       mbar_expect_bytes(&own_full, 2 * C::OWN_BYTES);
       for (int p = 0; p < D / 64; ++p) {
-        tma_load3(own + p * C::OWN_PANEL, &map_own1, 64 * p, r0, own_z, &own_full);
-        tma_load3(own + C::OWN_BYTES + p * C::OWN_PANEL, &map_own2, 64 * p, r0, own_z, &own_full);
+        tma_load_head(own + p * C::OWN_PANEL, &map_own1, 64 * p, r0, own_z, own_heads, &own_full);
+        tma_load_head(own + C::OWN_BYTES + p * C::OWN_PANEL, &map_own2, 64 * p, r0, own_z, own_heads, &own_full);
       }
       for (int t = 0; t < steps; ++t) {
         const int stage = t % STAGES4, use = t / STAGES4, z = DQ ? bkv : head_of(t);
@@ -1011,8 +1032,8 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
           tma_load(delta_s[stage], &map_delta, col0_of(t), head_of(t), &full[stage]);
         }
         for (int p = 0; p < D / 64; ++p) {
-          tma_load3(st + p * C::STR_PANEL, &map_str1, 64 * p, col0_of(t), z, &full[stage]);
-          tma_load3(st + C::STR_BYTES + p * C::STR_PANEL, &map_str2, 64 * p, col0_of(t), z, &full[stage]);
+          tma_load_head(st + p * C::STR_PANEL, &map_str1, 64 * p, col0_of(t), z, str_heads, &full[stage]);
+          tma_load_head(st + C::STR_BYTES + p * C::STR_PANEL, &map_str2, 64 * p, col0_of(t), z, str_heads, &full[stage]);
         }
       }
     }
@@ -1106,7 +1127,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
 
     // Epilogue: rows of this lane's own side below their length, a pair a store.
     const int limit = DQ ? Tq : Tk;
-    const int64_t at = (int64_t)(DQ ? head_of(0) : bkv) * limit;
+    const int z = DQ ? head_of(0) : bkv;  // out1: dq or dk; out2: dv
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int i = row + 8 * h;
@@ -1114,15 +1135,15 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
 #pragma unroll
       for (int r = 2 * h; r < D / 2; r += 4) {
         const int col = 8 * (r / 4) + 2 * (lane % 4);
-        *reinterpret_cast<__nv_bfloat162*>(out1 + (at + i) * D + col) =
+        *reinterpret_cast<__nv_bfloat162*>(out1 + rows1.row(z, i) + col) =
             to_pair<__nv_bfloat16>(acc1[r] * scale, acc1[r + 1] * scale);
         if constexpr (!DQ)
-          *reinterpret_cast<__nv_bfloat162*>(out2 + (at + i) * D + col) = to_pair<__nv_bfloat16>(acc2[r], acc2[r + 1]);
+          *reinterpret_cast<__nv_bfloat162*>(out2 + rows2.row(z, i) + col) = to_pair<__nv_bfloat16>(acc2[r], acc2[r + 1]);
       }
     }
   }
 #else
-  (void)lse2, (void)delta, (void)Tpad, (void)out1, (void)out2, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale,
+  (void)lse2, (void)delta, (void)Tpad, (void)out1, (void)out2, (void)rows1, (void)rows2, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale,
       (void)scale_log2;
   __trap();  // built without sm_90a: the launcher refuses to start it
 #endif
@@ -1153,8 +1174,9 @@ __global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rowdot_kernel(co
 // attention_rows_kernel4: attention_backward4's pre-pass. Warp w of block b owns row 8b + w of [B Hq, Tpad] (Tpad:
 // Tq rounded up to 64): D_i = dO_i . O_i and lse_i log2 e for a query, 0 and +inf in the padding past Tq.
 __global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rows_kernel4(
-    const __nv_bfloat16* __restrict__ dout, const __nv_bfloat16* __restrict__ out, const float* __restrict__ lse,
-    float* __restrict__ delta, float* __restrict__ lse2, int64_t rows, int Tq, int Tpad, int D) {
+    const __nv_bfloat16* __restrict__ dout, HeadRows dout_rows, const __nv_bfloat16* __restrict__ out, HeadRows out_rows,
+    const float* __restrict__ lse, float* __restrict__ delta, float* __restrict__ lse2, int64_t rows, int Tq, int Tpad,
+    int D) {
   const int lane = threadIdx.x % 32;
   const int64_t r = blockIdx.x * (int64_t)SOFTMAX_WARPS + threadIdx.x / 32;
   if (r >= rows) return;  // the whole warp leaves together
@@ -1162,8 +1184,9 @@ __global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rows_kernel4(
   const int i = (int)(r % Tpad);
   float s = 0.0f;
   if (i < Tq) {
-    const int64_t row = bh * Tq + i;
-    for (int d = lane; d < D; d += 32) s += to_float(dout[row * D + d]) * to_float(out[row * D + d]);
+    const __nv_bfloat16* dr = dout + dout_rows.row((int)bh, i);
+    const __nv_bfloat16* orow = out + out_rows.row((int)bh, i);
+    for (int d = lane; d < D; d += 32) s += to_float(dr[d]) * to_float(orow[d]);
     s = warp_allreduce_sum(s);
   }
   if (lane == 0) {
@@ -1637,6 +1660,8 @@ struct Takes {
   bool half_only;  // float16 and bfloat16 only (the tensor-core variants); otherwise float32 too
   int max_d;       // D from 1 to max_d ...
   bool d64_128;    // ... or only 64 and 128
+  bool any_rows = false;  // q, k, v, out, dout and the gradients in any layout with contiguous rows (the Hopper
+                          // variants' TMA reads them so), else contiguous
 };
 
 // The sizes of a call: q [B, Hq, Tq, D], k and v [B, Hkv, Tk, D].
@@ -1645,13 +1670,52 @@ struct Dims {
   bool empty() const { return B == 0 || Hq == 0 || Tq == 0; }  // no output row: nothing to launch
 };
 
-// `t` must be on the device, 4-D and contiguous.
+// Whether a 4-D tensor's rows (its last dimension) are contiguous and start a multiple of 16 bytes apart, in any order
+// of the other dimensions (a dimension of size 1 has no stride that matters): what a tensor map can describe.
+// A stride of 0 (a broadcast view, from expand) is no such layout: rows must lie apart.
+static bool rows_contiguous(const at::Tensor& t) {
+  if (t.size(3) > 1 && t.stride(3) != 1) return false;
+  for (int d = 0; d < 3; ++d)
+    if (t.size(d) > 1 && (t.stride(d) <= 0 || (t.stride(d) * (int64_t)t.element_size()) % 16 != 0)) return false;
+  return true;
+}
+
+// Whether no two elements of `t` share an address (what an output needs: else blocks write over each other). The
+// dimensions of size > 1 taken by increasing stride, each must step over the whole extent of the previous ones.
+static bool no_overlap(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t extent = 1;  // elements spanned by the dimensions so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < extent) return false;
+    extent = stride * size;
+  }
+  return true;
+}
+
+// `t` must be contiguous, or (an op that takes any layout) have contiguous rows 16 bytes apart; an output must not
+// overlap itself either.
+static void check_layout(const Takes& w, const at::Tensor& t, const char* name, bool output = false) {
+  if (w.any_rows) {
+    TORCH_CHECK(rows_contiguous(t), "`", w.op, "`: ", name, "'s rows must be contiguous and start a multiple of 16 "
+                "bytes apart (its tensor map's strides; no stride of 0), got strides ", shape_str(t.strides()),
+                " for shape ", shape_str(t.sizes()), output ? "" : " (call .contiguous() first)");
+    TORCH_CHECK(!output || no_overlap(t), "`", w.op, "`: ", name, " must not overlap itself (an output: each element is "
+                "written once), got strides ", shape_str(t.strides()), " for shape ", shape_str(t.sizes()));
+  } else {
+    TORCH_CHECK(t.is_contiguous(), "`", w.op, "`: ", name, " must be contiguous, got strides ", shape_str(t.strides()),
+                " for shape ", shape_str(t.sizes()), " (a transposed view, such as [B, T, H, D].transpose(1, 2), is "
+                "not: call .contiguous() first, or call the functional op, which takes any layout)");
+  }
+}
+
+// `t` must be on the device, 4-D, in a layout the op takes.
 static void check_4d(const Takes& w, const at::Tensor& t, const char* name, const char* shape) {
   TORCH_CHECK(KERNELS_ON_DEVICE(t), "`", w.op, "`: ", name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t.device());
   TORCH_CHECK(t.dim() == 4, "`", w.op, "`: ", name, " must have 4 dimensions ", shape, ", got shape ", shape_str(t.sizes()));
-  TORCH_CHECK(t.is_contiguous(), "`", w.op, "`: ", name, " must be contiguous, got strides ", shape_str(t.strides()),
-              " for shape ", shape_str(t.sizes()), " (a transposed view, such as [B, T, H, D].transpose(1, 2), is not: "
-              "call .contiguous() first)");
+  check_layout(w, t, name);
 }
 
 // The checks of q, k and v that every op starts with; their sizes.
@@ -1686,13 +1750,14 @@ static Dims check_qkv(const Takes& w, const at::Tensor& q, const at::Tensor& k, 
   return d;
 }
 
-// `t` must be like `ref`: on the device, its dtype and shape, contiguous.
-static void check_like(const Takes& w, const at::Tensor& ref, const char* ref_name, const at::Tensor& t, const char* name) {
+// `t` must be like `ref`: on the device, its dtype and shape, in a layout the op takes (`output`: one it may write).
+static void check_like(const Takes& w, const at::Tensor& ref, const char* ref_name, const at::Tensor& t, const char* name,
+                       bool output = false) {
   TORCH_CHECK(KERNELS_ON_DEVICE(t), "`", w.op, "`: ", name, " must be " KERNELS_DEVICE_WORD ", got a tensor on ", t.device());
   TORCH_CHECK(t.scalar_type() == ref.scalar_type() && t.sizes() == ref.sizes(), "`", w.op, "`: ", name, " must have ",
               ref_name, "'s shape ", shape_str(ref.sizes()), " and dtype ", ref.scalar_type(), ", got ",
               shape_str(t.sizes()), " ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), "`", w.op, "`: ", name, " must be contiguous (call .contiguous() first)");
+  check_layout(w, t, name, output);
 }
 
 // A float32 vector per query row, [B, Hq, Tq] (lse; the backward's row sums).
@@ -1708,7 +1773,7 @@ static void check_rows(const Takes& w, const Dims& d, const at::Tensor& t, const
 static bool forward_args(const Takes& w, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
                          at::Tensor& out, at::Tensor& lse, Dims& d) {
   d = check_qkv(w, q, k, v);
-  check_like(w, q, "q", out, "out");
+  check_like(w, q, "q", out, "out", true);
   check_rows(w, d, lse, "lse");
   TORCH_CHECK(std::isfinite(scale), "`", w.op, "`: scale must be a finite number, got ", std::to_string(scale));
   if (d.empty()) return false;
@@ -1824,14 +1889,23 @@ void attention3(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
   });
 }
 
-// attention4's tensor map of q, k or v ([B, H, T, D], contiguous) as a 3-D tensor (D, T, B H): boxes of 64 columns
-// x `rows` rows of one head, so that rows past a head's T arrive as zeros, not as the next head's rows.
+// The Hopper variants' tensor map of q, k, v or dout ([B, H, T, D], rows contiguous: rows_contiguous) as a 4-D tensor
+// (D, T, H, B) with its own strides: boxes of 64 columns x `rows` rows of one head, so that rows past a head's T arrive
+// as zeros, not as the next head's rows. A dimension of size 1 gets the largest stride (its index is always 0).
 static CUtensorMap head_map(const at::Tensor& t, uint32_t rows) {
-  const cuuint64_t dims[3] = {(cuuint64_t)t.size(3), (cuuint64_t)t.size(2), (cuuint64_t)(t.size(0) * t.size(1))};
-  const cuuint64_t strides[2] = {(cuuint64_t)(t.size(3) * 2), (cuuint64_t)(t.size(2) * t.size(3) * 2)};
-  const cuuint32_t box[3] = {64, rows, 1};
-  return tensor_map_nd(t, 3, dims, strides, box);
+  const cuuint64_t dims[4] = {(cuuint64_t)t.size(3), (cuuint64_t)t.size(2), (cuuint64_t)t.size(1), (cuuint64_t)t.size(0)};
+  const int64_t bytes = t.element_size();
+  int64_t widest = t.size(3) * bytes;
+  for (int d = 0; d < 3; ++d)
+    if (t.size(d) > 1) widest = std::max(widest, t.stride(d) * bytes);
+  cuuint64_t strides[3];
+  for (int d = 2, i = 0; d >= 0; --d, ++i) strides[i] = (cuuint64_t)(t.size(d) > 1 ? t.stride(d) * bytes : widest);
+  const cuuint32_t box[4] = {64, rows, 1, 1};
+  return tensor_map_nd(t, 4, dims, strides, box);
 }
+
+// Where the epilogues store a head's rows of `t` ([B, H, T, D], rows contiguous).
+static HeadRows head_rows(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), (int)t.size(1)}; }
 
 template <int D>
 static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale,
@@ -1840,14 +1914,14 @@ static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   auto kernel = attention_kernel4<D>;
   allow_shared(kernel, Fwd4<D>::SMEM);
   kernel<<<head_grid(ceil_div(d.Tq, (int64_t)Fwd4<D>::BM), d, d.Hq), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
-           c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), mut<float>(lse), d.Hq, d.Hkv,
+           c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), head_rows(out), mut<float>(lse), d.Hq, d.Hkv,
                                                 d.Tq, d.Tk, causal, (float)scale * LOG2E);
   CHECK_LAUNCH();
 }
 
 void attention4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal, double scale, at::Tensor& out,
                 at::Tensor& lse) {
-  const Takes w{"attention4", true, 128, true};
+  const Takes w{"attention4", true, 128, true, true};
   Dims d;
   // the GPU, the dtype and the alignment first: an empty call must be refused where a full one would be
   for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"}})
@@ -1863,10 +1937,12 @@ void attention4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, b
   else launch4<128>(q, k, v, causal, scale, out, lse, d);
 }
 
-// Whether attention4 takes these inputs here: bf16, D 64 or 128, 16-byte aligned, a 9.x GPU and an sm_90a build.
+// Whether attention4 takes these inputs here: bf16, D 64 or 128, 16-byte aligned with contiguous rows (any layout),
+// a 9.x GPU and an sm_90a build.
 static bool hopper_takes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   return q.scalar_type() == at::kBFloat16 && (q.size(3) == 64 || q.size(3) == 128) && aligned16(q) && aligned16(k) &&
-         aligned16(v) && device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 && hopper_kernels_in_build() &&
+         aligned16(v) && rows_contiguous(q) && rows_contiguous(k) && rows_contiguous(v) &&
+         device_attribute(cudaDevAttrComputeCapabilityMajor) == 9 && hopper_kernels_in_build() &&
          q.size(0) * q.size(1) < (int64_t(1) << 31);
 }
 
@@ -1884,17 +1960,36 @@ std::string attention_variant(const at::Tensor& q, const at::Tensor& k, const at
   return hopper_takes(q, k, v) ? "attention4" : "attention3";
 }
 
+// The functional ops' outputs (out, and the gradients of q, k, v) are laid out as SDPA's flash backend lays them:
+// empty_like of `t` viewed as [B, T, H, D], which keeps the order of `t`'s dimensions in memory and packs them (a
+// contiguous input gives a contiguous output; the model's transposed views of its [B, T, 3 C] projection give
+// outputs that are [B, T, H, D] in memory, whose transpose back to [B, T, C] is free). The fake kernels in the
+// lesson's module say the same.
+static at::Tensor empty_heads_like(const at::Tensor& t) { return at::empty_like(t.transpose(1, 2)).transpose(1, 2); }
+
+// Where a variant that takes contiguous tensors only writes a result meant for `into`: `into` itself when it is
+// contiguous, else a new tensor (copied into `into` afterwards).
+static at::Tensor contiguous_result(const at::Tensor& into) {
+  return into.is_contiguous() ? into : at::empty(into.sizes(), into.options());
+}
+
 // Functional attention: (out, lse) by attention4 on an H100, attention3 where it runs, else attention2 (float32,
-// other head dims, a GPU before compute capability 8.0: no gate, the op runs everywhere). The op that autograd and torch.compile see.
+// other head dims, a GPU before compute capability 8.0: no gate, the op runs everywhere). Any layout of q, k and v:
+// attention4 reads them where they are, the others take contiguous copies. The op that autograd and torch.compile see.
 std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                                              double scale) {
   TORCH_CHECK(q.dim() == 4, "`attention`: q must have 4 dimensions [B, Hq, Tq, D], got shape ", shape_str(q.sizes()));
-  at::Tensor out = at::empty_like(q);
+  at::Tensor out = empty_heads_like(q);
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
   const std::string variant = attention_variant(q, k, v);
-  if (variant == "attention4") attention4(q, k, v, causal, scale, out, lse);
-  else if (variant == "attention3") attention3(q, k, v, causal, scale, out, lse);
-  else attention2(q, k, v, causal, scale, out, lse);
+  if (variant == "attention4") {
+    attention4(q, k, v, causal, scale, out, lse);
+    return {out, lse};
+  }
+  at::Tensor o = contiguous_result(out);
+  if (variant == "attention3") attention3(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, o, lse);
+  else attention2(q.contiguous(), k.contiguous(), v.contiguous(), causal, scale, o, lse);
+  if (!o.is_same(out)) out.copy_(o);
   return {out, lse};
 }
 
@@ -1906,9 +2001,9 @@ static bool backward_args(const Takes& w, const at::Tensor& q, const at::Tensor&
   check_like(w, q, "q", out, "out");
   check_like(w, q, "q", dout, "dout");
   check_rows(w, d, lse, "lse");
-  check_like(w, q, "q", dq, "dq");
-  check_like(w, k, "k", dk, "dk");
-  check_like(w, v, "v", dv, "dv");
+  check_like(w, q, "q", dq, "dq", true);
+  check_like(w, k, "k", dk, "dk", true);
+  check_like(w, v, "v", dv, "dv", true);
   TORCH_CHECK(std::isfinite(scale), "`", w.op, "`: scale must be a finite number, got ", std::to_string(scale));
   if (d.empty() || d.Tk == 0) {
     dq.zero_();
@@ -2030,11 +2125,13 @@ template <int D, bool DQ>
 static void launch_backward4(const CUtensorMap& own1, const CUtensorMap& own2, const CUtensorMap& str1,
                              const CUtensorMap& str2, const CUtensorMap& rows_lse, const CUtensorMap& rows_delta,
                              const at::Tensor& lse2, const at::Tensor& delta, at::Tensor& out1,
-                             __nv_bfloat16* out2, const Dims& d, bool causal, double scale, cudaStream_t stream) {
+                             __nv_bfloat16* out2, HeadRows rows2, const Dims& d, bool causal, double scale,
+                             cudaStream_t stream) {
   auto kernel = attention_backward_kernel4<D, DQ>;
   allow_shared(kernel, Bwd4<D>::SMEM);
   kernel<<<head_grid(ceil_div(DQ ? d.Tq : d.Tk, (int64_t)128), d, DQ ? d.Hq : d.Hkv), THREADS4_WS, Bwd4<D>::SMEM,
            stream>>>(own1, own2, str1, str2, rows_lse, rows_delta, ptr<float>(lse2), ptr<float>(delta), (int)delta.size(1), mut<__nv_bfloat16>(out1), out2,
+                     head_rows(out1), rows2,
                      d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale, (float)scale * LOG2E);
   CHECK_LAUNCH();
 }
@@ -2049,21 +2146,21 @@ static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   at::Tensor delta = at::empty({d.B * d.Hq, tpad}, lse.options()), lse2 = at::empty({d.B * d.Hq, tpad}, lse.options());
   CHECK_GRID(ceil_div(rows, (int64_t)SOFTMAX_WARPS));
   attention_rows_kernel4<<<ceil_div(rows, (int64_t)SOFTMAX_WARPS), SOFTMAX_WARPS * 32, 0, stream>>>(
-      ptr<__nv_bfloat16>(dout), ptr<__nv_bfloat16>(out), ptr<float>(lse), mut<float>(delta), mut<float>(lse2), rows,
-      (int)d.Tq, (int)tpad, (int)d.D);
+      ptr<__nv_bfloat16>(dout), head_rows(dout), ptr<__nv_bfloat16>(out), head_rows(out), ptr<float>(lse),
+      mut<float>(delta), mut<float>(lse2), rows, (int)d.Tq, (int)tpad, (int)d.D);
   CHECK_LAUNCH();
   const CUtensorMap lse_rows = row_map(lse2, BS), delta_rows = row_map(delta, BS);
   launch_backward4<D, false>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
-                             delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), d, causal, scale, stream);
+                             delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), head_rows(dv), d, causal, scale, stream);
   launch_backward4<D, true>(head_map(q, 128), head_map(dout, 128), head_map(k, BS), head_map(v, BS), lse_rows,
-                            delta_rows, lse2, delta, dq, nullptr, d, causal, scale, stream);
+                            delta_rows, lse2, delta, dq, nullptr, head_rows(dq), d, causal, scale, stream);
 }
 
 // attention_backward4: the pre-pass D = rowsum(dO * O), then the dK/dV kernel, then the dQ kernel (Hopper, bf16).
 void attention_backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                          const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
                          at::Tensor& dk, at::Tensor& dv) {
-  const Takes w{"attention_backward4", true, 128, true};
+  const Takes w{"attention_backward4", true, 128, true, true};
   Dims d;
   // the GPU, the dtype and the alignment first: an empty call must be refused where a full one would be
   for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&dout, "dout"},
@@ -2096,7 +2193,8 @@ std::string attention_backward_variant(const at::Tensor& q, const at::Tensor& k,
                                       const at::Tensor& dout) {
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || !tensor_cores_take(q, k, v) || !aligned16(dout))
     return "attention_backward1";
-  return hopper_takes(q, k, v) ? "attention_backward4" : "attention_backward3";
+  return hopper_takes(q, k, v) && dout.dim() == 4 && rows_contiguous(dout) ? "attention_backward4"
+                                                                           : "attention_backward3";
 }
 
 // Functional backward: (dq, dk, dv) by attention_backward4, 3 or 1, as `attention` picks attention4, 3 or 2. The op's
@@ -2105,14 +2203,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tens
                                                                   const at::Tensor& v, const at::Tensor& out,
                                                                   const at::Tensor& lse, const at::Tensor& dout,
                                                                   bool causal, double scale) {
-  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
-  const std::string variant = attention_backward_variant(q, k, v, dout);
-  if (variant == "attention_backward4")
-    attention_backward4(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
-  else if (variant == "attention_backward3")
-    attention_backward3(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "`attention_backward`: q, k and v must have 4 dimensions "
+              "[B, H, T, D], got shapes ", shape_str(q.sizes()), ", ", shape_str(k.sizes()), " and ", shape_str(v.sizes()));
+  at::Tensor dq = empty_heads_like(q), dk = empty_heads_like(k), dv = empty_heads_like(v);
+  // dout as autograd hands it may be in any layout (broadcast by a sum's backward, or at an odd offset): the kernels
+  // read a contiguous copy of such a one, so that it never decides the variant
+  const bool readable = dout.dim() == 4 && rows_contiguous(dout) && aligned16(dout);
+  const at::Tensor gout = readable ? dout : at::empty(dout.sizes(), dout.options()).copy_(dout);
+  const std::string variant = attention_backward_variant(q, k, v, gout);
+  if (variant == "attention_backward4") {
+    attention_backward4(q, k, v, out.dim() == 4 && rows_contiguous(out) ? out : out.contiguous(), lse, gout, causal,
+                        scale, dq, dk, dv);
+    return {dq, dk, dv};
+  }
+  at::Tensor gq = contiguous_result(dq), gk = contiguous_result(dk), gv = contiguous_result(dv);
+  if (variant == "attention_backward3")
+    attention_backward3(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse, gout.contiguous(), causal,
+                        scale, gq, gk, gv);
   else
-    attention_backward1(q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+    attention_backward1(q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(), lse, gout.contiguous(), causal,
+                        scale, gq, gk, gv);
+  for (auto [g, into] : {std::pair<at::Tensor*, at::Tensor*>{&gq, &dq}, {&gk, &dk}, {&gv, &dv}})
+    if (!g->is_same(*into)) into->copy_(*g);
   return {dq, dk, dv};
 }
 
