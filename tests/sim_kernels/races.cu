@@ -389,10 +389,11 @@ __global__ void mbarrier_ring_kernel(const float* x, float* out, int rows, int b
 at::Tensor mbarrier_ring(const at::Tensor& x, int64_t bug, bool bulk) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
-  TORCH_CHECK(x.dim() == 2 && x.size(1) == 64, "mbarrier_ring: expected x of shape [rows, 64], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == 64, "mbarrier_ring: expected x of shape [rows, 64], got ",
+              shape_str(x.sizes()));
   TORCH_CHECK(bug >= kRingCorrect && bug <= kRingEarlyRelease && !(bulk && bug == kRingEarlyArrive),
               "mbarrier_ring: bug must be 0 (none) to 5, and not 4 (an arrival before the stores) with bulk, got ",
-              bug);
+              std::to_string(bug));
   TORCH_CHECK(!bulk || reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0,
               "mbarrier_ring: cp.async.bulk needs x 16-byte aligned");
   check_capability("mbarrier_ring", 900, "mbarrier.try_wait and cp.async.bulk");
