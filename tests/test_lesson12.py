@@ -473,6 +473,14 @@ PLANTED_REFERENCE = {
     "attention4_causal_tiles": ("keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;",
                                 "keys_of_row(i0, Tq, Tk, causal) + BN4 - 1) / BN4;",
                                 "elements differ"),
+    # V's stage handed back to the producer before the wait that completes the P V wgmma reading it: the producer's
+    # TMA refills the stage under that wgmma (the simulator names the copy and the wgmma; a GPU reads wrong values)
+    "attention4_early_release": ("        softmax(t, alpha);   // while the P V product runs\n"
+                                 "        wgmma_wait<0>();\n"
+                                 "        release(&v_empty[(t - 1) % STAGES4]);\n",
+                                 "        release(&v_empty[(t - 1) % STAGES4]);\n"
+                                 "        softmax(t, alpha);   // while the P V product runs\n"
+                                 "        wgmma_wait<0>();\n", "still reads"),
 }
 
 

@@ -256,6 +256,16 @@ PLANTED_REFERENCE = {
                                     lambda ext: check_matmul13(ext.matmul13_6, ((256, 256, 320),),
                                                                dtypes=(torch.bfloat16,), backend="sim", quiet=True),
                                     "whose threads have all exited"),
+    # the consumers hand the previous step's stage back before the wait that completes its wgmma: the producer's TMA
+    # refills the stage while that wgmma may still read it (the simulator names the copy and the wgmma)
+    "ws_release_before_wgmma_wait": ("        wgmma_wait<1>();  // the previous step's wgmma have read their stage: "
+                                     "hand it back\n"
+                                     "        if (s > 0 && lane == 0) release(&empty[(it - 1) % STAGES]);\n",
+                                     "        if (s > 0 && lane == 0) release(&empty[(it - 1) % STAGES]);\n"
+                                     "        wgmma_wait<1>();\n",
+                                     lambda ext: check_matmul13(ext.matmul13_3, ((128, 256, 320),),
+                                                                dtypes=(torch.bfloat16,), backend="sim", quiet=True),
+                                     "still reads"),
 }
 
 

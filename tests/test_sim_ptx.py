@@ -21,6 +21,7 @@ from kernels import load
 from kernels.build import BuildError
 from kernels.check import sim_order
 from kernels.dev.compile_check import needs_line
+from kernels.sim import knobs
 from kernels.sim.instrumented import compiler_problem
 from kernels.sim.racecheck import checked
 from kernels.sim.translate import TranslateError, translate_source
@@ -461,6 +462,21 @@ def test_wgmma_matmul_survives_every_thread_and_block_order(monkeypatch):
         monkeypatch.setenv("CUDASIM_ORDER", order)
         monkeypatch.setenv("CUDASIM_SHUFFLE_BLOCKS", "1")
         assert torch.equal(ext.wgmma_matmul(a, b, False), a.float() @ b.float())
+
+
+@sim_only
+def test_wgmma_matmul_released_once_per_warpgroup_passes_the_race_check_in_every_thread_order():
+    """Each consumer warpgroup hands a stage back with one arrival (thread 0 of the warpgroup, after every warp's
+    wgmma.wait_group, as CUTLASS does): the warpgroup's wgmma group is complete at the first wait that covers it, so
+    its reads of the stage come before the producer's next copy into it, whichever warp waited first."""
+    if compiler_problem():
+        pytest.skip(compiler_problem())
+    ext = load(HERE / "ptx_wgmma_matmul.cu", "sim")
+    # 8 tiles of K through 4 stages: every stage is refilled once
+    a, b = torch.randint(-3, 4, (128, 512)).bfloat16(), torch.randint(-3, 4, (128, 512)).bfloat16()
+    for order, seed in (("forward", 0), ("reverse", 0), ("random", 1)):
+        with knobs.set(order=order, seed=seed):
+            assert torch.equal(checked(ext.wgmma_matmul, a, b, True), a.float() @ b.float().t()), order
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,6 +86,19 @@ def test_a_missing_barrier_and_a_missing_syncwarp_are_races_on_shared_memory(rac
     assert torch.equal(checked(races.warp_swap, w, False), w.flip(0))
 
 
+def test_a_cluster_barrier_in_a_launch_without_clusters_orders_the_block_as_syncthreads_does(races):
+    """Launched without clusters, a block is a cluster of one: its cluster.sync() (barrier.cluster.arrive and .wait)
+    waits for every thread of the block, so the writes before it come before the reads after it; left out, the two
+    warps' writes and reads of the shared array race."""
+    x = torch.randn(64)
+    assert torch.equal(checked(races.cluster_reverse, x, False), x.flip(0))
+    msg = _finding(races.cluster_reverse, x, True)
+    assert msg.startswith("cudasim: data race on shared memory: "), msg
+    assert "of the __shared__ `mirror` (256 bytes)" in msg
+    assert f"races.cu:{_line('mirror[threadIdx.x] = x[threadIdx.x];')}" in msg
+    assert f"races.cu:{_line('out[threadIdx.x] = mirror[63 - threadIdx.x];')}" in msg
+
+
 def test_threads_setting_a_flag_to_one_value_pass_and_to_different_values_race(races):
     x = torch.randn(1000).abs() + 0.1
     assert checked(races.flag_any, x, False).item() == 1

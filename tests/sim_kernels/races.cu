@@ -28,10 +28,15 @@
 //                    warps 1 and 2 wait on its phase, read, and    refills a stage without waiting on `empty`, 4 it
 //                    release the stage on its `empty` mbarrier     arrives before it writes, 5 the consumers
 //                    (a 9.0 GPU; the simulator anywhere)           release the stage before they read it
+//   cluster_reverse  one block of 64 threads (a launch without        the cluster.sync() left out
+//                    clusters: a cluster of one) reverses x through
+//                    shared memory, cluster.sync() between
+//                    (a 9.0 GPU; the simulator anywhere)
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <mma.h>
 
@@ -404,6 +409,34 @@ at::Tensor mbarrier_ring(const at::Tensor& x, int64_t bug, bool bulk) {
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// cluster_reverse: out = x reversed, x: [64]. One block of two warps, launched without clusters: the block is a
+// cluster of one, and the cluster's barrier (barrier.cluster.arrive and .wait) orders its threads as __syncthreads
+// does. Thread-block clusters are sm_90's; below 9.0 the kernel traps (the launcher refuses such a GPU first).
+__global__ void cluster_reverse_kernel(const float* x, float* out, bool bug) {
+#if defined(CUDASIM) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+  __shared__ float mirror[64];
+  mirror[threadIdx.x] = x[threadIdx.x];
+  if (!bug) cooperative_groups::this_cluster().sync();  // every thread's value is in place before any is read
+  out[threadIdx.x] = mirror[63 - threadIdx.x];
+#else
+  (void)x, (void)out, (void)bug;
+  __trap();
+#endif
+}
+
+at::Tensor cluster_reverse(const at::Tensor& x, bool bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.dim() == 1 && x.size(0) == 64, "cluster_reverse: expected x of shape [64], got ",
+              shape_str(x.sizes()));
+  check_capability("cluster_reverse", 900, "barrier.cluster");
+  auto out = at::empty({64}, x.options());
+  cluster_reverse_kernel<<<1, 64>>>(x.data_ptr<float>(), out.data_ptr<float>(), bug);
+  CHECK_LAUNCH();
+  return out;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("column_sums(Tensor x, bool bug) -> Tensor");
   m.def("block_total(Tensor x, bool bug) -> Tensor");
@@ -415,6 +448,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("fill_tiles(Tensor(a!) out, bool bug) -> ()");
   m.def("row_sums_window(Tensor x, bool bug) -> Tensor");
   m.def("mbarrier_ring(Tensor x, int bug, bool bulk) -> Tensor");
+  m.def("cluster_reverse(Tensor x, bool bug) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -428,4 +462,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("row_sums_window", &row_sums_window);
   m.impl("fill_tiles", &fill_tiles);
   m.impl("mbarrier_ring", &mbarrier_ring);
+  m.impl("cluster_reverse", &cluster_reverse);
 }

@@ -537,6 +537,7 @@ CUDASIM_RT void mbar_reset(const void* bar);
 CUDASIM_RT void mbar_release(const void* bar, int thread);
 CUDASIM_RT void mbar_completed(const void* bar, uint64_t phase);
 CUDASIM_RT void mbar_acquire(const void* bar, long long phase);
+CUDASIM_RT void group_completed(int first_thread, int threads);
 CUDASIM_RT void launch_begin();
 CUDASIM_RT void launch_end();
 CUDASIM_RT void block_begin();
@@ -1154,7 +1155,8 @@ CUDASIM_RT void yield_thread() {
 }
 
 // barrier.cluster.arrive and .wait (cooperative_groups' cluster.sync() is both): a phase completes when every
-// thread of the cluster has arrived for it or ended. Without a cluster the block is a cluster of one.
+// thread of the cluster has arrived for it or ended. Without a cluster the block is a cluster of one, and a completed
+// phase is then a barrier of the block for the race check, as __syncthreads is.
 CUDASIM_RT bool cluster_phase_done() {
   int ended = 0;
   for (unsigned r = 0; r < g.cluster_size; ++r) ended += g.cta_done[r];
@@ -1169,6 +1171,7 @@ CUDASIM_RT bool cluster_phase_done() {
   g.cluster_phase += 1;
   g.cluster_arrivals = 0;
   g.progress += 1;
+  if (g.cluster_size == 1) CUDASIM_EVENT(barrier_released());  // every access before it comes before every one after
   return true;
 }
 

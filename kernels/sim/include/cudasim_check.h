@@ -53,6 +53,9 @@
 // cp.async.bulk, cp.async.mbarrier.arrive) lands as a write of the thread that issued it, checked with
 // what that thread knows, and joins its phase as that thread's arrival would: the bytes it brings are
 // ordered before the waiters' reads, and after whatever the issuing thread had waited for.
+// A wgmma group's reads of shared memory are made by the thread whose wgmma.wait_group completes the group (the
+// first of its warpgroup to wait for it: wgmma.h), at that wait; the group is complete for the whole warpgroup then,
+// so every thread of the warpgroup knows those reads from then on (clocks_share), and its later arrivals release them.
 //
 // A finding in a running thread stops it where it is (cudasim.h's stop_thread: the hooks cannot throw
 // through the learner's code) and the launch raises it, as the simulator's other errors.
@@ -525,6 +528,19 @@ CUDASIM_RT void clocks_acquire(uintptr_t bar, long long phase, int u) {
   for (int x = 0; x < c.n; ++x)
     if (from[x] > row[x]) row[x] = from[x];
   c.fresh[u] = 1;
+}
+
+// Thread `reader`'s accesses so far come before the later accesses of threads [first, first + count) (whole warps):
+// a wgmma group that completes for its whole warpgroup at the first wait that covers it (wgmma.h), whose reads were
+// made by the thread running that wait. A release by any thread of the warpgroup after it then covers those reads (a
+// warp mate's wait came first: CUTLASS's one arrival per warpgroup after every thread's wait).
+CUDASIM_RT void clocks_share(int reader, int first, int count) {
+  Clocks& c = S.clocks;
+  if (!c.on || reader < 0 || reader >= c.n) return;  // no mbarrier yet: epochs and warp operations order the rest
+  for (int w = first >> 5; w * 32 < first + count && w * 32 < c.n; ++w) {
+    uint32_t& k = c.warp_knows[static_cast<size_t>(w) * c.n + reader];
+    if (c.now[reader] > k) k = c.now[reader];
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

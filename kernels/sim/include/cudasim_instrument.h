@@ -174,6 +174,14 @@ CUDASIM_RT void mbar_acquire(const void* bar, long long phase) {
   with_clocks([&]() CUDASIM_INTERNAL { check::clocks_acquire(reinterpret_cast<uintptr_t>(bar), phase, u); });
 }
 
+// A warpgroup's wgmma group completed at a wait of the running thread, which made its reads of shared memory (the
+// operations of all four warps): every thread of the warpgroup knows those reads now (cudasim_check.h, "mbarriers").
+CUDASIM_RT void group_completed(int first_thread, int threads) {
+  if (!g.cur) return;
+  const int reader = g.cur->linear;
+  with_clocks([&]() CUDASIM_INTERNAL { check::clocks_share(reader, first_thread, threads); });
+}
+
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   if (prof::P.on) {
     prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, pc);  // counted once, as a read

@@ -428,6 +428,8 @@ CUDASIM_INTERNAL inline void wgmma_wait_run(WarpJob* const* lanes) {
   const int warp = j0->self->linear / 32, first = warp / 4 * 4, last = std::min(first + 4, (g.nthreads + 31) / 32);
   const unsigned long long below = j0->below;
   for (int v = first; v < last; ++v) wgmma_complete(v, below);  // the warpgroup's operations
+  // their reads (this thread's, for the race check) are over for the whole warpgroup, not only for this warp
+  CUDASIM_EVENT(group_completed(first * 32, (last - first) * 32));
   WgWarp& w = wg_warp(s, warp);
   std::unordered_set<void*> pending;  // variables an operation still in flight writes again
   for (const WgOp& op : w.ops)
