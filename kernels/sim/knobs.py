@@ -24,7 +24,11 @@ SEED = "CUDASIM_SEED"
 STACK_KB = "CUDASIM_STACK_KB"
 CAPABILITY = "CUDASIM_CAPABILITY"  # the compute capability the simulated device reports (an H100's 9.0 unset)
 CLUSTER_LEAD = "CUDASIM_CLUSTER_LEAD"  # which block of a cluster runs ahead of the others (unset: the order's)
-NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, CAPABILITY, CLUSTER_LEAD)
+# Peer memory (kernels/sim/peers.py): the segments of other processes' memory mapped into this one, which PeerMemory
+# writes (peers_value says the format), and how long a poll of that memory may wait before it is an error.
+PEERS = "CUDASIM_PEERS"
+PEER_TIMEOUT = "CUDASIM_PEER_TIMEOUT"
+NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, CAPABILITY, CLUSTER_LEAD, PEERS, PEER_TIMEOUT)
 
 # The orders in which a block's threads run, as cudasim.h's kOrderNames lists them (same order: the
 # index is what the simulator stores).
@@ -84,11 +88,50 @@ def capability_value(capability: tuple[int, int] | str) -> str:
     return text
 
 
+PEER_ENTRY = re.compile(r"\d+:\d+(:[0-9a-f]+){6}")
+
+
+def peers_value(text: str) -> str:
+    """The segments of peer memory as cudasim.h reads them: entries `owner:me:buffer:bytes:pad:bytes:shadow:bytes`
+    separated by ';' (ranks in decimal, addresses and sizes in hex), or "" for none."""
+    bad = [e for e in text.split(";") if not PEER_ENTRY.fullmatch(e)] if text else []
+    if bad:
+        raise ValueError(f"{PEERS}={text} is not a list of peer memory segments: expected entries "
+                         f"owner:me:buffer:bytes:pad:bytes:shadow:bytes separated by ';'; {bad[0]!r} is not one")
+    return text
+
+
+def peer_timeout_value(seconds: float | int | str) -> str:
+    """How long a poll of peer memory may wait, in seconds: a number above 0."""
+    text = str(seconds)
+    try:
+        ok = not isinstance(seconds, bool) and 0 < float(text) <= 1e9
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{PEER_TIMEOUT}={seconds} is not a time; use a number of seconds above 0")
+    return text
+
+
+def put(name: str, value: str | None) -> None:
+    """Set one knob for the rest of the process (None removes it), for what lives longer than a `with` block:
+    PeerMemory's segments, while it is open. The value is checked as `set` checks it."""
+    check = {PEERS: peers_value, PEER_TIMEOUT: peer_timeout_value}
+    if name not in check:
+        raise ValueError(f"put sets {', '.join(check)}; use knobs.set for {name}")
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = check[name](value)
+
+
 def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,
            stack_kb: int | None = None, capability: tuple[int, int] | str | None = None,
-           cluster_lead: str | None = None) -> dict[str, str]:
+           cluster_lead: str | None = None, peer_timeout: float | None = None) -> dict[str, str]:
     """The environment entries for the knobs given (None leaves a knob as it is), each value checked."""
     out = {}
+    if peer_timeout is not None:
+        out[PEER_TIMEOUT] = peer_timeout_value(peer_timeout)
     if cluster_lead is not None:
         out[CLUSTER_LEAD] = cluster_lead_value(cluster_lead)
     if capability is not None:
@@ -107,11 +150,12 @@ def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: i
 @contextlib.contextmanager
 def set(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,  # noqa: A001
         stack_kb: int | None = None, capability: tuple[int, int] | str | None = None,
-        cluster_lead: str | None = None) -> Iterator[None]:
+        cluster_lead: str | None = None, peer_timeout: float | None = None) -> Iterator[None]:
     """Run the block with these knobs (None: as they are); what was there before comes back after it.
     `capability` is what the simulated device reports, (7, 5) for a T4 (the launchers' gates read it);
-    `cluster_lead` which block of a thread-block cluster runs ahead (one of CLUSTER_LEADS)."""
-    new = values(order, shuffle_blocks, seed, stack_kb, capability, cluster_lead)
+    `cluster_lead` which block of a thread-block cluster runs ahead (one of CLUSTER_LEADS); `peer_timeout` how many
+    seconds a poll of another rank's memory may wait (kernels/sim/peers.py; 60 unset)."""
+    new = values(order, shuffle_blocks, seed, stack_kb, capability, cluster_lead, peer_timeout)
     old = {k: os.environ.get(k) for k in new}
     os.environ.update(new)
     try:

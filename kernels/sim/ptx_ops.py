@@ -448,7 +448,10 @@ def e_fence(ins: Instr, em: Emit) -> str:
         m.need("cluster")
     else:
         m.take("sc", "acq_rel")
-        m.need("cta", "cluster", "gpu", "sys")
+        if m.need("cta", "cluster", "gpu", "sys") == "sys":  # the race check's model of peer memory reads it
+            m.done()
+            nops(ins, em, 0)
+            return "::__threadfence_system();"
     m.done()
     nops(ins, em, 0)
     return ";"
@@ -456,10 +459,10 @@ def e_fence(ins: Instr, em: Emit) -> str:
 
 def e_membar(ins: Instr, em: Emit) -> str:
     m = Mods(ins, em)
-    m.need("cta", "gl", "sys")
+    scope = m.need("cta", "gl", "sys")
     m.done()
     nops(ins, em, 0)
-    return ";"
+    return "::__threadfence_system();" if scope == "sys" else ";"
 
 
 def e_nanosleep(ins: Instr, em: Emit) -> str:

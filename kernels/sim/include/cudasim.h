@@ -46,6 +46,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <time.h>
 
 // Instrumented builds (kernels.profile, and the check's race and bounds pass: -DCUDASIM_INSTRUMENTED
 // -fsanitize=thread) make every load and store of the learner's code call a hook
@@ -350,12 +351,20 @@ struct Thread {
   // the atomic this thread repeats without changing memory (a poll): address, value seen, count
   const void* spin_addr = nullptr;
   unsigned long long spin_value = 0, spin_count = 0, spin_progress = 0;
+  double spin_since = 0;  // a poll of peer memory (another process's): when it began, in seconds (peer_poll)
   // inside a simulator function called by the learner's code (see SimScope)
   bool in_sim = false;
   // barrier.cluster: the phase this thread arrived for (it waits until that many phases completed), and
   // whether its arrival still waits for its wait
   unsigned long long cluster_arrived = 0;
   bool cluster_pending = false;
+};
+
+// One rank's segment of peer memory as this process maps it (kernels/sim/peers.py writes CUDASIM_PEERS): its
+// buffer, its signal pad, and the race check's shadow of both (cudasim_peers.h), each [lo, lo + bytes).
+struct PeerSegment {
+  int owner = 0, me = 0;  // the rank whose memory it is, and this process's rank
+  uintptr_t buf = 0, buf_bytes = 0, pad = 0, pad_bytes = 0, shadow = 0, shadow_bytes = 0;
 };
 
 struct SharedSlot {
@@ -399,6 +408,14 @@ struct Sim {
   bool shuffle_blocks = false;
   int lead_knob = -1;  // CUDASIM_CLUSTER_LEAD, as kLeadNames: 0 none, 1 first, 2 last, 3 random; -1 (unset) by order
   std::mt19937_64 rng{0};
+  // Peer memory (kernels/sim/peers.py): other processes' buffers and signal pads mapped into this one, one segment
+  // per rank, as CUDASIM_PEERS lists them; CUDASIM_PEER_TIMEOUT, how long a poll of it may wait (seconds).
+  std::vector<PeerSegment> peers;
+  const PeerSegment* peer_at = nullptr;  // peers' storage and count, for the instrumented build's hooks, which must not
+  size_t peer_count = 0;                 // call the (instrumented) vector's members
+  std::string peers_text;                 // the knob as last read: a new value starts a new set of segments
+  unsigned long long peer_launches = 0;   // launches since it was set: every rank shuffles its blocks alike
+  double peer_timeout = 60;
   // spinning detection: yields in a row without any thread finishing or passing a barrier
   unsigned long long idle_yields = 0;
   // bumped whenever the block visibly moves on: an atomic that changes memory, a barrier or warp
@@ -538,6 +555,7 @@ CUDASIM_RT void mbar_release(const void* bar, int thread);
 CUDASIM_RT void mbar_completed(const void* bar, uint64_t phase);
 CUDASIM_RT void mbar_acquire(const void* bar, long long phase);
 CUDASIM_RT void group_completed(int first_thread, int threads);
+CUDASIM_RT void fence(bool system);
 CUDASIM_RT void launch_begin();
 CUDASIM_RT void launch_end();
 CUDASIM_RT void block_begin();
@@ -659,6 +677,7 @@ CUDASIM_RT void start_fiber(Thread& t) {
   t.in_sim = false;
   t.spin_addr = nullptr;
   t.spin_count = 0;
+  t.spin_since = 0;
 #ifdef CUDASIM_UCONTEXT
   getcontext(&t.uc);
   t.uc.uc_stack.ss_sp = t.stack + kGuardBytes;
@@ -1234,6 +1253,67 @@ CUDASIM_RT void cluster_wait(const char* file, int line) {
 constexpr unsigned long long kPollYieldFrom = 4;
 constexpr unsigned long long kSpinLimit = 1000000;
 
+// The segment of peer memory that holds [p, p + 1), or nullptr (memory of this process alone).
+CUDASIM_INTERNAL inline const PeerSegment* peer_segment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (size_t i = 0; i < g.peer_count; ++i) {
+    const PeerSegment& s = g.peer_at[i];
+    if (a - s.buf < s.buf_bytes || a - s.pad < s.pad_bytes) return &s;
+  }
+  return nullptr;
+}
+
+CUDASIM_INTERNAL inline double wall_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// A poll of peer memory: the value it waits for comes from another process (a rank that may still be compiling, or
+// running blocks before this one), so the thread waits by the clock, not by counting. It lets the others of its block
+// run, and sleeps a little when nothing in its block has moved on since its last poll (the other ranks need the
+// cores); after CUDASIM_PEER_TIMEOUT seconds of the same value it stops with a message that says what it polls.
+CUDASIM_RT void peer_poll(const PeerSegment& s, const void* p, unsigned long long seen, const char* op,
+                          bool has_expected, unsigned long long expected, const char* file, int line) {
+  Thread* t = g.cur;
+  const double now = wall_seconds();
+  if (t->spin_addr != p || t->spin_value != seen || t->spin_since == 0) {
+    t->spin_addr = p;
+    t->spin_value = seen;
+    t->spin_progress = g.progress;
+    t->spin_count = 0;
+    t->spin_since = now;
+  }
+  if (++t->spin_count < kPollYieldFrom) return;
+  if (now - t->spin_since > g.peer_timeout) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const bool pad = a - s.pad < s.pad_bytes;
+    char what[200], wants[160];
+    std::snprintf(what, sizeof what, "%s %zu of rank %d's %s", pad ? "slot" : "byte",
+                  static_cast<size_t>(pad ? (a - s.pad) / 4 : a - s.buf), s.owner, pad ? "signal pad (uint32 slots)"
+                                                                                       : "buffer");
+    if (has_expected)
+      std::snprintf(wants, sizeof wants, "waits for the value %llu and has read %llu", expected, seen);
+    else
+      std::snprintf(wants, sizeof wants, "has read %llu every time (it waits for a change)", seen);
+    char buf[900];
+    std::snprintf(buf, sizeof buf,
+                  "rank %d waited %.0f s (CUDASIM_PEER_TIMEOUT) in %s at %s:%d, which polls %s: it %s, and no rank "
+                  "wrote that value. Expected another rank to write it: check the slot index (which block and which "
+                  "rank signals it), that the rank that signals runs the same kernel with the same grid, and that it "
+                  "signals before it waits",
+                  s.me, g.peer_timeout, op, base_name(file).c_str(), line, what, wants);
+    stop_thread(buf);
+  }
+  if (g.progress == t->spin_progress) {  // nothing else in the block moved on: the value comes from another rank
+    timespec nap{0, 200 * 1000};
+    nanosleep(&nap, nullptr);
+  }
+  t->spin_progress = g.progress;
+  t->state = State::Yield;
+  to_scheduler();
+}
+
 CUDASIM_RT void unchanged_atomic(const void* p, unsigned long long seen) {
   Thread* t = g.cur;
   if (!t) return;
@@ -1254,14 +1334,24 @@ CUDASIM_RT void unchanged_atomic(const void* p, unsigned long long seen) {
   }
 }
 
+// After an atomic at `file:line` (`op`): one that changed memory is progress; one that did not may be a poll. An
+// atomicCAS passes the value it compares with (`expected`), which a poll waits for.
 template <class T>
-CUDASIM_INTERNAL inline void atomic_done(const T* p, const T& before, const T& after) {
+CUDASIM_INTERNAL inline void atomic_done(const T* p, const T& before, const T& after, const char* op = "an atomic",
+                                         const char* file = nullptr, int line = 0, const T* expected = nullptr) {
   if (std::memcmp(&before, &after, sizeof(T)) != 0) {
     g.progress += 1;
     return;
   }
-  unsigned long long seen = 0;
+  unsigned long long seen = 0, want = 0;
   std::memcpy(&seen, &before, sizeof(T) < 8 ? sizeof(T) : 8);
+  if (g.cur && g.peer_count) {
+    if (const PeerSegment* s = peer_segment(p)) {
+      if (expected) std::memcpy(&want, expected, sizeof(T) < 8 ? sizeof(T) : 8);
+      peer_poll(*s, p, seen, op, expected != nullptr, want, file, line);
+      return;
+    }
+  }
   unchanged_atomic(p, seen);
 }
 
@@ -1419,6 +1509,54 @@ inline constexpr const char* kOrderNames[] = {"forward", "reverse", "random"};
 // the last, random one drawn from the seed.
 inline constexpr const char* kLeadNames[] = {"none", "first", "last", "random"};
 
+// CUDASIM_PEERS (kernels/sim/peers.py writes it; the knobs module checks it the same way): one entry per rank's
+// segment, separated by ';', each `owner:me:buf:bytes:pad:bytes:shadow:bytes` (ranks in decimal, addresses and sizes
+// in hex). CUDASIM_PEER_TIMEOUT: seconds a poll of peer memory may wait, a number above 0 (default 60).
+CUDASIM_RT void read_peer_knobs(unsigned long long seed) {
+  const char* text = std::getenv("CUDASIM_PEERS");
+  const std::string now = text ? text : "";
+  if (now != g.peers_text) {
+    std::vector<PeerSegment> found;
+    for (size_t at = 0; at < now.size();) {
+      size_t end = now.find(';', at);
+      if (end == std::string::npos) end = now.size();
+      const std::string one = now.substr(at, end - at);
+      PeerSegment s;
+      unsigned long long v[6];
+      int used = 0;
+      if (std::sscanf(one.c_str(), "%d:%d:%llx:%llx:%llx:%llx:%llx:%llx%n", &s.owner, &s.me, &v[0], &v[1], &v[2],
+                      &v[3], &v[4], &v[5], &used) != 8 || used != static_cast<int>(one.size()) || s.owner < 0 ||
+          s.me < 0)
+        throw std::runtime_error("cudasim: CUDASIM_PEERS=" + now + " is not a list of peer memory segments: expected "
+                                 "entries owner:me:buffer:bytes:pad:bytes:shadow:bytes separated by ';' (ranks in "
+                                 "decimal, addresses and sizes in hex), as kernels/sim/peers.py writes it; the entry '" +
+                                 one + "' is not one");
+      s.buf = v[0], s.buf_bytes = v[1], s.pad = v[2], s.pad_bytes = v[3], s.shadow = v[4], s.shadow_bytes = v[5];
+      found.push_back(s);
+      at = end + 1;
+    }
+    g.peers = std::move(found);
+    g.peer_at = g.peers.data();
+    g.peer_count = g.peers.size();
+    g.peers_text = now;
+    g.peer_launches = 0;
+  }
+  const char* timeout = std::getenv("CUDASIM_PEER_TIMEOUT");
+  g.peer_timeout = 60;
+  if (timeout && *timeout) {
+    char* end = nullptr;
+    const double v = std::strtod(timeout, &end);
+    if (*end || !(v > 0) || v > 1e9)
+      throw std::runtime_error(std::string("cudasim: CUDASIM_PEER_TIMEOUT=") + timeout + " is not a time; use a "
+                               "number of seconds above 0");
+    g.peer_timeout = v;
+  }
+  // With peer memory every rank must run its blocks in the same order (block b of one rank waits for block b of the
+  // others, and blocks run one at a time here): the shuffle is drawn from the seed and the launches since the
+  // segments were set, the same in every rank that makes the same launches.
+  if (!g.peers.empty()) g.rng.seed(seed * 0x9E3779B97F4A7C15ull + g.peer_launches++);
+}
+
 CUDASIM_RT void read_knobs() {
   const char* o = std::getenv("CUDASIM_ORDER");
   g.order = 0;
@@ -1462,6 +1600,7 @@ CUDASIM_RT void read_knobs() {
   }
   g.rng.seed(seed && *seed ? std::strtoull(seed, nullptr, 10) + g.launches : 0x5eed + g.launches);
   ++g.launches;
+  read_peer_knobs(seed && *seed ? std::strtoull(seed, nullptr, 10) : 0x5eed);
 }
 
 CUDASIM_RT cudaError_t record(cudaError_t e) {
@@ -2148,9 +2287,12 @@ CUDASIM_RT unsigned long long activemask_(const char* file, int line) {
 }  // namespace cudasim
 CUDASIM_INTERNAL inline unsigned __lanemask_lt() { return (1u << (::cudasim::lane_id())) - 1u; }
 
-inline void __threadfence() {}
+// Fences order nothing in one process here (the threads see each other's stores at once), but between processes the
+// race check's model of peer memory follows the system-scope ones (cudasim_peers.h): a release before a signal, an
+// acquire after a wait. __threadfence() is noted too, to say so when it was used where that needed the system scope.
+CUDASIM_INTERNAL inline void __threadfence() { CUDASIM_EVENT(fence(false)); }
 inline void __threadfence_block() {}
-inline void __threadfence_system() {}
+CUDASIM_INTERNAL inline void __threadfence_system() { CUDASIM_EVENT(fence(true)); }
 CUDASIM_INTERNAL inline void __nanosleep(unsigned) { ::cudasim::yield_thread(); }
 CUDASIM_RT long long clock64() { return ::cudasim::g.clock += 1; }
 
@@ -2166,20 +2308,29 @@ namespace cudasim {
 template <class T, class... Ts>
 inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
 }  // namespace cudasim
+// Each takes the caller's file and line (defaulted, never passed: __builtin_FILE() and __builtin_LINE() are the
+// call's), which a poll of another process's memory names when it waits too long (cudasim::peer_poll).
 #define CUDASIM_ATOMIC(name, expr, ok, types)                                                  \
   template <class T, class U>                                                                  \
-  CUDASIM_INTERNAL inline T name(T* p, U v_) {                                                 \
+  CUDASIM_INTERNAL inline T name(T* p, U v_, const char* file_ = __builtin_FILE(),             \
+                                 int line_ = __builtin_LINE()) {                               \
     static_assert(ok, #name " takes " types " (as in CUDA; see kernels/sim/README.md)");      \
     CUDASIM_EVENT(atomic_access(p, sizeof(T), __builtin_return_address(0)));                  \
     ::cudasim::SimScope scope_;                                                                \
     T v = static_cast<T>(v_);                                                                  \
     T old = *p;                                                                                \
     *p = (expr);                                                                               \
-    ::cudasim::atomic_done(p, old, *p);                                                        \
+    ::cudasim::atomic_done(p, old, *p, #name, file_, line_);                                   \
     return old;                                                                                \
   }                                                                                            \
-  template <class T, class U> inline T name##_block(T* p, U v) { return name(p, v); }          \
-  template <class T, class U> inline T name##_system(T* p, U v) { return name(p, v); }
+  template <class T, class U>                                                                  \
+  __attribute__((always_inline)) inline T name##_block(T* p, U v, const char* f = __builtin_FILE(), int l = __builtin_LINE()) { \
+    return name(p, v, f, l);                                                                   \
+  }                                                                                            \
+  template <class T, class U>                                                                  \
+  __attribute__((always_inline)) inline T name##_system(T* p, U v, const char* f = __builtin_FILE(), int l = __builtin_LINE()) { \
+    return name(p, v, f, l);                                                                   \
+  }
 #define CUDASIM_INTS ::cudasim::one_of<T, int, unsigned int, unsigned long long>
 CUDASIM_ATOMIC(atomicAdd, old + v, (CUDASIM_INTS || ::cudasim::one_of<T, float, double>),
                "int, unsigned int, unsigned long long, float or double")
@@ -2212,7 +2363,8 @@ CUDASIM_RT unsigned atomicDec(unsigned* p, unsigned v) {
   return o;
 }
 template <class T, class U, class V>
-CUDASIM_INTERNAL inline T atomicCAS(T* p, U compare_, V val_) {
+CUDASIM_INTERNAL inline T atomicCAS(T* p, U compare_, V val_, const char* file = __builtin_FILE(),
+                                    int line = __builtin_LINE()) {
   static_assert(::cudasim::one_of<T, int, unsigned int, unsigned long long, unsigned short>,
                 "atomicCAS takes int, unsigned int, unsigned long long or unsigned short (as in CUDA)");
   CUDASIM_EVENT(atomic_access(p, sizeof(T), __builtin_return_address(0)));
@@ -2220,8 +2372,18 @@ CUDASIM_INTERNAL inline T atomicCAS(T* p, U compare_, V val_) {
   T compare = static_cast<T>(compare_), val = static_cast<T>(val_);
   T old = *p;
   if (old == compare) *p = val;
-  ::cudasim::atomic_done(p, old, *p);  // a failed swap, repeated, is a poll: let the others run
+  ::cudasim::atomic_done(p, old, *p, "atomicCAS", file, line, &compare);  // a failed swap, repeated, is a poll
   return old;
+}
+// The scoped forms: one memory here, so the same operation (the race check's model of peer memory reads the
+// system-scope fences around them, not the scope of the atomic).
+template <class T, class U, class V>
+__attribute__((always_inline)) inline T atomicCAS_block(T* p, U c, V v, const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
+  return atomicCAS(p, c, v, f, l);
+}
+template <class T, class U, class V>
+__attribute__((always_inline)) inline T atomicCAS_system(T* p, U c, V v, const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
+  return atomicCAS(p, c, v, f, l);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 
 #include "cudasim_profile.h"
 #include "cudasim_check.h"
+#include "cudasim_peers.h"
 
 namespace cudasim {
 namespace instr {
@@ -60,6 +61,25 @@ CUDASIM_RT void check_access(uintptr_t a, size_t n, uint8_t flags, uintptr_t whe
   if (!t || !g.running || n == 0 || check::S.busy) return;  // host code; the check's own work
   if (!on_fiber(t)) return;  // the scheduler, which names a thread in its messages
   if (t->in_sim && !explicit_) return;  // the simulator's work (SimScope), unless it reports an access
+  if (g.peer_count) {  // peer memory: its own shadow, which every rank sees (cudasim_peers.h); a signal pad has none
+    if (const PeerSegment* s = peer_segment(reinterpret_cast<const void*>(a))) {
+      if (a - s->buf >= s->buf_bytes) return;
+      check::S.busy = true;
+      std::string* finding = nullptr;
+      try {
+        check::peer::access(*s, a, n, flags, where, check::S.acting >= 0 ? check::S.acting : t->linear);
+      } catch (const std::exception& e) {
+        finding = new std::string(e.what());
+      }
+      if (finding) {
+        std::string what = std::move(*finding);
+        delete finding;
+        stop_thread(std::move(what));
+      }
+      check::S.busy = false;
+      return;
+    }
+  }
   Space space = space_of(a, t);
   if (space == Space::Skip) return;
   check::S.busy = true;  // before any of the standard library's code, which is instrumented
@@ -203,7 +223,17 @@ CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
     else mine.assign(1, {check::kSaturated, 0});  // too many to follow: take it as ordering everything
   }
   check::S.block_atomics.insert(a);
+  if (g.peer_count)
+    if (const PeerSegment* s = peer_segment(p))
+      if (a - s->pad < s->pad_bytes) check::peer::pad_atomic(*s, a, tid);  // a signal: release and acquire
   check::S.busy = false;
+}
+
+// __threadfence() (system false) and __threadfence_system(): the fences that order peer memory (cudasim_peers.h).
+CUDASIM_RT void fence(bool system) {
+  if (!check::S.on || !g.cur || !g.running || !g.peer_count) return;
+  const int t = g.cur->linear;
+  with_clocks([&]() CUDASIM_INTERNAL { check::peer::fence(t, system); });
 }
 
 CUDASIM_RT void launch_begin() {
@@ -234,10 +264,12 @@ CUDASIM_RT void launch_begin() {
 #endif
   check::S.host_stack_lo = lo;
   check::S.host_stack_bytes = hi - lo;
+  if (g.peer_count) with_clocks([]() CUDASIM_INTERNAL { check::peer::launch_begin(); });
 }
 
 CUDASIM_RT void launch_end() {
   if (check::S.on) settle(check::settle_pending);
+  if (check::S.on && g.peer_count) with_clocks([]() CUDASIM_INTERNAL { check::peer::launch_end(); });
 }
 
 CUDASIM_RT void block_begin() {
@@ -252,16 +284,19 @@ CUDASIM_RT void block_begin() {
   check::S.block_atomics.clear();
   check::S.shared_names.clear();
   check::clocks_block_begin(g.nthreads);
+  if (g.peer_count) with_clocks([]() CUDASIM_INTERNAL { check::peer::block_begin(); });
 }
 
 CUDASIM_RT void block_end() {
   if (check::S.on) settle(check::settle_pending);  // before the next block poisons shared memory
+  if (check::S.on && g.peer_count) with_clocks([]() CUDASIM_INTERNAL { check::peer::block_end(); });
 }
 
 CUDASIM_RT void barrier_released() {
   if (!check::S.on) return;
   settle(check::settle_pending);
   check::S.epoch += 1;
+  if (g.peer_count) with_clocks([]() CUDASIM_INTERNAL { check::peer::barrier_released(); });
 }
 
 CUDASIM_RT void passed_barrier(int thread) {
