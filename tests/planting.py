@@ -103,6 +103,8 @@ CHECKED_IN_NOTEBOOKS = {
         ("solutions/12_attention/12_attention.ipynb", "l12-25", 'check_exercise("12", "flash_online"'),
     "tests/test_lesson13.py::test_the_ws_matmul_solution_passes_its_self_check":
         ("solutions/13_hopper_matmul/13_hopper_matmul.ipynb", "l13-29", 'check_exercise("13", "ws_matmul"'),
+    "tests/test_lesson14.py::test_the_all_reduce_solution_passes_its_self_check":
+        ("solutions/14_multi_gpu/14_multi_gpu.ipynb", "l14-13", 'check_exercise("14", "all_reduce"'),
 }
 
 

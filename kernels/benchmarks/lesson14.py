@@ -1,0 +1,254 @@
+"""Lesson 14 on two GPUs: the lesson's all-reduce kernels against NCCL, and data-parallel training.
+
+Needs two GPUs of one machine (on one GPU it says so and measures nothing). Two ranks (kernels.ranks.run_ranks
+with NCCL) run every measurement together, each call in lockstep: a fixed number of calls between two events,
+the median of REPEATS such runs, after a barrier (a per-rank adaptive count, as do_bench picks, would leave one
+rank waiting in a collective the other never calls).
+
+All-reduce of bfloat16 tensors from 4 KB to 1 GB: NCCL's all_reduce ("eager": what PyTorch runs for
+dist.all_reduce), the same through torch.compile (functional collectives), PyTorch's own symmetric-memory
+one-shot kernel (another route), and the lesson's all_reduce1 (one-shot) and all_reduce2 (two-shot), each with
+the input copied into the symmetric buffer by the kernel and with the input already there ("in place": a
+gradient bucket allocated in symmetric memory). GB/s is the bus bandwidth, NCCL's measure: bytes x 2 (world -
+1) / world per second, what each GPU's link carries; "of copy" is against a plain copy of the same bytes from
+GPU 0 to GPU 1, measured in the same run.
+
+Data parallel: lesson 10's model (GPT-2 small's width, 6 blocks, 1024 tokens, bf16) trained with AdamW at a batch
+of 8 sequences per GPU: one GPU alone, then two under DDP (NCCL's all-reduce, then the lesson's all_reduce2 as
+DDP's communication hook), eager and compiled, and FSDP2. Rows: ms per step, and "vs eager" is tokens per second
+against one GPU running the same model (the scaling: 2.0x is perfect).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from ..bench import Row, device_name, plot, table, write_csv
+from . import Bar
+
+WORLD = 2
+DTYPE = torch.bfloat16
+SIZES = [4096 * 4**k for k in range(10)]  # bytes: 4 KB ... 1 GB
+ONE_SHOT_MAX = 1 << 28  # the one-shot reads world x the data from its peers: past 256 MB it only loses
+REPEATS = 7
+BUFFER = (1 << 30) + (1 << 20)
+FINAL_SMALL, FINAL_LARGE = "all_reduce1, in place", "all_reduce2, in place"
+MODEL = dict(d_model=768, n_head=12, n_layer=6, seq_len=1024)
+PER_GPU_BATCH = 16
+STEPS = 10
+
+
+def size_name(nbytes: int) -> str:
+    return f"all-reduce bf16 {nbytes >> 20} MB" if nbytes >= 1 << 20 else f"all-reduce bf16 {nbytes >> 10} KB"
+
+
+BARS = ([Bar(size_name(s), FINAL_SMALL, "vs_eager", 1.3) for s in SIZES if s <= 1 << 18]
+        + [Bar(size_name(s), FINAL_LARGE, "vs_eager", 0.9) for s in SIZES if s >= 1 << 26]
+        + [Bar("data parallel, 2 GPUs", "DDP (NCCL), eager", "vs_eager", 1.85),
+           Bar("data parallel, 2 GPUs", "DDP (NCCL), custom kernels", "vs_eager", 1.85)])
+
+
+def _iters(nbytes: int) -> int:
+    return 200 if nbytes <= 1 << 20 else 20 if nbytes <= 1 << 26 else 5
+
+
+def timed_us(fn, iters: int, together: bool = True) -> float:
+    """Median microseconds per call over REPEATS runs of `iters` calls, after a warm-up; with `together`, every rank
+    starts after a barrier (a collective's calls must be in step), else this rank times on its own."""
+    import torch.distributed as dist
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    if together:
+        dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    runs = []
+    for _ in range(REPEATS):
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        runs.append(start.elapsed_time(end) * 1000 / iters)
+    return statistics.median(runs)
+
+
+def _all_reduce_rank(rank: int, world: int) -> dict:
+    """Every size's timings (microseconds per call), measured in every rank; rank 0's are kept."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    from ..build import load
+    from ..distributed import SymmetricBuffer
+
+    ext = load("14", "cuda", quiet=True)
+    buf = SymmetricBuffer(BUFFER)
+    group = dist.group.WORLD
+    torch_one_shot = getattr(getattr(torch.ops, "symm_mem", None), "one_shot_all_reduce", None)
+    compiled = torch.compile(lambda t: funcol.all_reduce(t, "sum", group), dynamic=False)
+    times: dict[int, dict[str, float]] = {}
+    for nbytes in SIZES:
+        n, iters = nbytes // 2, _iters(nbytes)
+        x = torch.randn(n, device="cuda").to(DTYPE)
+        out = torch.empty_like(x)
+        inside = buf.view(DTYPE, n)
+        inside.copy_(x)
+        t = {"eager": timed_us(lambda: dist.all_reduce(x), iters)}
+        torch._dynamo.reset()
+        t["torch.compile"] = timed_us(lambda: compiled(x), iters)
+        if torch_one_shot is not None and nbytes <= 1 << 24:
+            t["torch symm_mem one_shot_all_reduce"] = timed_us(lambda: torch_one_shot(inside, "sum", group.group_name),
+                                                               iters)
+        if nbytes <= ONE_SHOT_MAX:
+            t["all_reduce1"] = timed_us(lambda: ext.all_reduce1(x, out, *buf.args()), iters)
+            t[FINAL_SMALL] = timed_us(lambda: ext.all_reduce1(inside, out, *buf.args()), iters)
+        t["all_reduce2"] = timed_us(lambda: ext.all_reduce2(x, out, *buf.args()), iters)
+        t[FINAL_LARGE] = timed_us(lambda: ext.all_reduce2(inside, out, *buf.args()), iters)
+        if rank == 1:  # the plain copy of the same bytes, GPU 0 to GPU 1, timed by rank 1 alone
+            src = torch.empty(n, dtype=DTYPE, device="cuda:0")
+            t["copy"] = timed_us(lambda: x.copy_(src), iters, together=False)
+        times[nbytes] = t
+        del x, out
+    dist.barrier()
+    buf.close()
+    return times
+
+
+def all_reduce_rows(times: dict[int, dict[str, float]], copy_us: dict[int, float]) -> list[Row]:
+    rows = []
+    for nbytes, t in times.items():
+        bus = nbytes * 2 * (WORLD - 1) / WORLD
+        for label, us in t.items():
+            gbps = bus / us / 1e3
+            copy = nbytes / copy_us[nbytes] / 1e3
+            rows.append(Row(size_name(nbytes), label, us / 1000, gbps, None, gbps / copy, t["eager"] / us,
+                            t["torch.compile"] / us, "another route than the lesson's kernels" if "symm_mem" in label
+                            else ""))
+    return rows
+
+
+def _train_rank(rank: int, world: int) -> dict[str, float]:
+    """ms per training step of each route, measured in every rank (rank 0's kept); one GPU alone first."""
+    import torch.distributed as dist
+
+    from ..lessons import lesson14_data_parallel as dp
+
+    gpt = dp.gpt_module()
+    device = torch.device("cuda", rank)
+    cfg = MODEL
+    data = list(dp.global_batches(cfg, PER_GPU_BATCH * world, STEPS + 3, device))
+    rows = slice(rank * PER_GPU_BATCH, (rank + 1) * PER_GPU_BATCH)
+
+    def steps_ms(model, opt, together: bool = True) -> float:
+        return _steps_ms(gpt, model, opt, data, rows, together)
+
+    out: dict[str, float] = {}
+    for kernels in ("eager", "custom"):
+        for compiled in (False, True):
+            tag = f"{kernels}{', compiled' if compiled else ''}"
+            if rank == 0:  # one GPU alone: the same model and rows, no communication
+                model = dp.model_for(kernels, cfg, device, DTYPE)
+                fn = torch.compile(model) if compiled else model
+                opt = torch.optim.AdamW(model.parameters(), lr=dp.LR, fused=True)
+                out[f"1 GPU, {tag}"] = steps_ms(fn, opt, together=False)
+                del model, fn, opt
+            dist.barrier()
+            for route in ("ddp", "ddp-ours") if not compiled else ("ddp",):
+                model = dp.model_for(kernels, cfg, device, DTYPE)
+                wrapped, buffer = dp.wrap(route, model, device, 25.0)
+                fn = torch.compile(wrapped) if compiled else wrapped
+                opt = torch.optim.AdamW(model.parameters(), lr=dp.LR, fused=True)
+                label = "DDP (NCCL)" if route == "ddp" else "DDP (all_reduce2 hook)"
+                out[f"{label}, {'custom kernels' if kernels == 'custom' else 'eager'}{', compiled' if compiled else ''}"] = \
+                    steps_ms(fn, opt)
+                if buffer is not None:
+                    dist.barrier()
+                    buffer.close()
+                del model, wrapped, fn, opt
+                torch._dynamo.reset()
+    model = dp.model_for("eager", cfg, device, DTYPE)
+    wrapped, _ = dp.wrap("fsdp", model, device, 25.0)
+    opt = torch.optim.AdamW(wrapped.parameters(), lr=dp.LR)
+    out["FSDP2, eager"] = steps_ms(wrapped, opt)
+    return out
+
+
+def _steps_ms(gpt, model, opt, data, rows, together: bool) -> float:
+    """ms per training step over data[3:] (after 3 warm-up steps), on this rank's `rows` of each global batch; with
+    `together`, every rank starts after a barrier (DDP's all-reduces must be in step)."""
+    import torch.distributed as dist
+
+    def step(x, y):
+        loss = gpt.loss_of(model, x[rows], y[rows])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    for x, y in data[:3]:
+        step(x, y)
+    torch.cuda.synchronize()
+    if together:
+        dist.barrier()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for x, y in data[3:]:
+        step(x, y)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / STEPS
+
+
+def train_rows(ms: dict[str, float]) -> list[Row]:
+    tokens = PER_GPU_BATCH * MODEL["seq_len"]
+    rows = []
+    for label, t in ms.items():
+        world = 1 if label.startswith("1 GPU") else WORLD
+        alone = ms.get("1 GPU, " + ("custom" if "custom" in label else "eager") + (", compiled" if "compiled" in label else ""))
+        speed = world * tokens / t
+        base = tokens / alone if alone else None
+        rows.append(Row(f"data parallel, {world} GPU{'s' if world > 1 else ''}", label, t, None, None, None,
+                        speed / base if base else None, None, f"{speed * 1000:.0f} tokens/s"))
+    return rows
+
+
+def run(out_dir: Path) -> list[Row]:
+    from ..ranks import run_ranks
+
+    if torch.cuda.device_count() < WORLD:
+        print(f"lesson 14's benchmark needs {WORLD} GPUs of one machine (this one has {torch.cuda.device_count()}): "
+              "nothing measured")
+        return []
+    from ..build import load
+
+    from ..lessons.lesson10 import gpt_module
+
+    load("14", "cuda", quiet=True)  # built once here, found in the cache by both ranks
+    gpt_module().custom_kernels(backend="cuda")  # lessons 05, 07 and 08, for the model with the custom kernels
+    times = run_ranks(_all_reduce_rank, WORLD, backend="nccl", timeout=900)
+    copy_us = {n: times[1][n]["copy"] for n in SIZES}
+    for t in times[0].values():
+        t.pop("copy", None)
+    rows = all_reduce_rows(times[0], copy_us)
+    steps = run_ranks(_train_rank, WORLD, backend="nccl", timeout=900)
+    rows += train_rows(steps[0])
+    copy = max(r.gbps / r.of_copy for r in rows if r.gbps and r.of_copy)
+    for name in dict.fromkeys(r.bench for r in rows):
+        part = [r for r in rows if r.bench == name]
+        print(table(part, copy))
+        write_csv(part, out_dir / "lesson14.csv", copy)
+    plot([r for r in rows if r.bench == size_name(1 << 18)], copy, out_dir / "lesson14_256KB.png", show=False)
+    plot([r for r in rows if r.bench == size_name(1 << 30)], copy, out_dir / "lesson14_1GB.png", show=False)
+    from . import bar_report
+
+    print(bar_report(rows, BARS))
+    return rows
+
+
+if __name__ == "__main__":
+    from ..paths import BUILD
+
+    run(BUILD / "bench")
+    sys.exit(0)

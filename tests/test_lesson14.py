@@ -1,0 +1,194 @@
+"""Lesson 14, beyond one GPU: the all-reduce kernels over symmetric memory in several ranks, their bad inputs, the
+exercise's self-check (its teeth: the stub and planted barrier bugs), and data-parallel training of lesson 10's model
+(DDP, DDP with the lesson's kernel as its communication hook, FSDP2) against one process on the same batches.
+
+The ranks run on the GPUs when the machine has two (NCCL), else on the simulator (gloo, shared memory between the
+processes); kernels.lessons.lesson14.ranks_backend decides."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import load
+from kernels.backend import resolve
+from kernels.check import Diagnosis
+from kernels.exercises import check_exercise, find, fitting_hint
+from kernels.lessons import lesson14
+from kernels.lessons import lesson14_data_parallel as dp
+from kernels.paths import reference_file
+from kernels.ranks import RankError, run_ranks
+from planting import assert_diagnosis, checked_in_notebook, plant, self_check, toolkit_beyond
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "14_multi_gpu" / "all_reduce.cu"
+STUB = ROOT / "lessons" / "14_multi_gpu" / "all_reduce.cu"
+REFERENCE = reference_file("14")
+
+
+def backend() -> str:
+    return lesson14.ranks_backend(None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The reference variants: every size (empty, one element, ragged packs, more than one pass of the grid) and both
+# dtypes, on every rank, with the input copied in by the kernel or already in the symmetric buffer.
+
+@pytest.mark.parametrize("op", ["all_reduce1", "all_reduce2"])
+@pytest.mark.parametrize("inplace", [False, True], ids=["copied", "in_place"])
+def test_every_variant_sums_every_ranks_input_on_ragged_sizes(op, inplace):
+    report = lesson14.check_all_reduce(REFERENCE, op=op, inplace=inplace)
+    assert report.passed, str(report)
+
+
+@pytest.mark.parametrize("op", ["all_reduce2", pytest.param("all_reduce1", marks=pytest.mark.toolkit)])
+def test_three_ranks_hold_the_same_bits_and_the_two_shot_splits_into_three_chunks(op):
+    report = lesson14.check_all_reduce(REFERENCE, op=op, world=3)
+    assert report.passed, str(report)
+
+
+def _bad_inputs(rank: int, world: int, path: str, be: str) -> list[str]:
+    """The refusals of all_reduce1 in one rank: each bad call's message (no kernel starts, so no peer waits)."""
+    from kernels.distributed import SymmetricBuffer
+
+    ext = load(path, be, quiet=True)
+    device = torch.device("cuda", rank) if be == "cuda" else torch.device("cpu")
+    said = []
+    with SymmetricBuffer(4096, backend=be) as buf:
+        x = torch.randn(64, device=device)
+        bad = [
+            (x.double(), x.double()),                         # dtype
+            (x, torch.empty(65, device=device)),              # shape
+            (x, torch.empty(64, device=device).bfloat16()),   # dtype of out
+            (x[1:], torch.empty(63, device=device)),          # not 16-byte aligned
+            (torch.randn(2048, device=device), torch.empty(2048, device=device)),  # larger than the buffer
+            (x, buf.view(torch.float32, 64)),                 # out inside the symmetric buffer
+        ]
+        if be == "cuda":
+            bad.append((x.cpu(), torch.empty(64, device=device)))  # on the CPU (the simulator has no other device)
+        for a, out in bad:
+            try:
+                ext.all_reduce1(a, out, *buf.args())
+                said.append("accepted")
+            except (RuntimeError, NotImplementedError) as e:
+                said.append(str(e).splitlines()[0])
+        args = list(buf.args())
+        for k, v in ((3, world), (3, -1), (4, 2)):           # rank out of range; a pad too small for any block
+            wrong = list(args)
+            wrong[k] = v
+            try:
+                ext.all_reduce1(x, torch.empty_like(x), *wrong)
+                said.append("accepted")
+            except RuntimeError as e:
+                said.append(str(e).splitlines()[0])
+    return said
+
+
+def test_bad_inputs_are_refused_saying_what_was_expected():
+    be = backend()
+    said = run_ranks(_bad_inputs, 1, args=(str(REFERENCE), be), backend="nccl" if be == "cuda" else "gloo")[0]
+    expected = ["x must be float32 or bfloat16", "x and out must have the same shape", "x and out must have the same dtype",
+                "must be 16-byte aligned", "does not fit in the symmetric buffer", "out must not lie in the symmetric buffer",
+                *(["x must be a CUDA tensor"] if be == "cuda" else []), "rank must be in [0, 1)", "rank must be in [0, 1)",
+                "holds no block's"]
+    assert len(said) == len(expected)
+    for got, want in zip(said, expected):
+        assert want in got, f"expected {want!r} in {got!r}"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The exercise.
+
+@checked_in_notebook
+def test_the_all_reduce_solution_passes_its_self_check():
+    assert check_exercise("14", "all_reduce", solution=True).passed
+
+
+def test_the_stub_fails_its_self_check_with_unwritten_outputs_and_the_first_hint_fits():
+    report = check_exercise("14", "all_reduce", path=STUB)
+    assert_diagnosis(report, "NaN poison")
+    assert fitting_hint(find("14", "all_reduce")[0], report) == 2  # the sum loop's hint
+
+
+# Each a barrier bug a learner makes: (old, new) in the solution. The race check follows the ranks' accesses through
+# the signals, so each is a race wherever the timing would hide it on a GPU.
+PLANTED = {
+    "no_release_fence": ("    __threadfence_system();  // release", "    // (no fence before the signal)"),
+    "no_acquire_fence": ("    __threadfence_system();  // acquire", "    // (no fence after the wait)"),
+    "gpu_scope_fence": ("    __threadfence_system();  // release", "    __threadfence();  // release"),
+    "no_first_barrier": ("  for (int64_t i = first; i < n; i += stride) mine[i] = x[i];\n  barrier_ranks(pads, rank, world);",
+                         "  for (int64_t i = first; i < n; i += stride) mine[i] = x[i];"),
+    "no_end_barrier": ("  // No rank may write its buffer again (its next call) while a peer still reads it.\n"
+                       "  barrier_ranks(pads, rank, world);", "  // (no barrier at the end)"),
+    "no_block_barrier_after_the_wait": ("  __syncthreads();  // the whole block has seen every signal", ""),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED, keep=("no_release_fence", "no_end_barrier")))
+def test_the_self_check_reports_a_planted_barrier_bug_as_a_race_between_ranks(bug):
+    if backend() != "sim":
+        pytest.skip("the race check between ranks is the simulator's")
+    old, new = PLANTED[bug]
+    report = self_check("14", "all_reduce", plant(SOLUTION, old, new, f"lesson14_{bug}.cu"), races=True)
+    assert_diagnosis(report, "data race on peer memory")
+    assert any(c.diagnosis is Diagnosis.RACE for c in report.cases if not c.passed)
+    if bug == "gpu_scope_fence":
+        assert "__threadfence()" in "\n".join(c.detail for c in report.cases)
+
+
+def test_a_sum_that_starts_from_its_own_rank_differs_between_ranks_in_three_ranks():
+    bug = plant(SOLUTION, "for (int r = 0; r < world; ++r) acc += to_float(buffers[r][i]);",
+                "for (int k = 0; k < world; ++k) acc += to_float(buffers[(rank + k) % world][i]);",
+                "lesson14_own_rank_first.cu")
+    load(bug, "sim", quiet=True)
+    report = lesson14.check_all_reduce(bug, backend="sim", world=3, races=False)
+    assert_diagnosis(report, "must hold the same bits")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data parallel: the ranks together reproduce one process's loss curve.
+
+STEPS, GLOBAL_BATCH = 4, 8
+
+
+@pytest.fixture(scope="module")
+def alone():
+    return dp.train_alone("custom", dp.SMALL, GLOBAL_BATCH, STEPS)
+
+
+@pytest.mark.parametrize("route", [r if r != "fsdp" else pytest.param(r, marks=pytest.mark.toolkit) for r in dp.ROUTES])
+def test_data_parallel_training_with_the_custom_kernels_follows_one_process_on_the_whole_batch(alone, route):
+    if resolve(None) == "cuda":
+        pytest.skip("the simulator's curve (the GPU's is measured by the benchmark)")
+    gpt = dp.gpt_module()
+    gpt.custom_kernels(backend="sim")  # built once here for both ranks
+    load("14", "sim", quiet=True)
+    curves = run_ranks(dp.train_rank, 2, args=(route, "custom", dp.SMALL, GLOBAL_BATCH, STEPS))
+    assert curves[0] == curves[1]  # every rank computed the same global mean
+    assert torch.allclose(torch.tensor(curves[0]), torch.tensor(alone), rtol=1e-5, atol=1e-5), (curves[0], alone)
+    assert curves[0][-1] < curves[0][0]  # and it learns
+
+
+def test_a_global_batch_that_does_not_split_evenly_is_refused():
+    with pytest.raises(RankError, match="must split evenly over 2 ranks"):
+        run_ranks(dp.train_rank, 2, args=("ddp", "eager", dp.SMALL, 7, 1))
+
+
+def test_the_benchmark_needs_two_gpus_and_says_so(capsys, tmp_path):
+    from kernels.benchmarks import lesson14 as bench14
+
+    if torch.cuda.device_count() >= 2:
+        pytest.skip("this machine has two GPUs: the benchmark runs (make bench LESSON=14)")
+    assert bench14.run(tmp_path) == []
+    assert "needs 2 GPUs" in capsys.readouterr().out
+
+
+def test_the_benchmarks_bus_bandwidth_and_scaling_follow_their_definitions():
+    from kernels.benchmarks import lesson14 as bench14
+
+    rows = bench14.all_reduce_rows({1 << 20: {"eager": 20.0, "torch.compile": 25.0, "all_reduce1": 10.0}}, {1 << 20: 5.0})
+    one = next(r for r in rows if r.variant == "all_reduce1")
+    assert one.gbps == pytest.approx((1 << 20) / 10.0 / 1e3)  # 2 ranks: bus bytes = the data, GB/s from microseconds
+    assert one.vs_eager == 2.0 and one.vs_compile == 2.5 and one.of_copy == pytest.approx(0.5)
+    steps = bench14.train_rows({"1 GPU, eager": 100.0, "DDP (NCCL), eager": 105.0})
+    ddp = next(r for r in steps if r.variant == "DDP (NCCL), eager")
+    assert ddp.vs_eager == pytest.approx(2 * 100.0 / 105.0)
