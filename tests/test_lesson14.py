@@ -40,6 +40,14 @@ def test_every_variant_sums_every_ranks_input_on_ragged_sizes(op, inplace):
     assert report.passed, str(report)
 
 
+@pytest.mark.parametrize("op", ["all_reduce1", "all_reduce2"])
+def test_a_grid_capped_at_two_blocks_loops_over_every_pack_and_every_unrolled_slot(op):
+    # a signal pad of 2 blocks' flags caps the grid at 2 blocks of 512 threads: 70001 floats are 17500 packs, more
+    # than UNROLL x 1024 a pass, so the unrolled slots and several passes all run
+    report = lesson14.check_all_reduce(REFERENCE, op=op, pad_bytes=2 * 4 * lesson14.WORLD)
+    assert report.passed, str(report)
+
+
 @pytest.mark.parametrize("op", ["all_reduce2", pytest.param("all_reduce1", marks=pytest.mark.toolkit)])
 def test_three_ranks_hold_the_same_bits_and_the_two_shot_splits_into_three_chunks(op):
     report = lesson14.check_all_reduce(REFERENCE, op=op, world=3)
@@ -62,6 +70,7 @@ def _bad_inputs(rank: int, world: int, path: str, be: str) -> list[str]:
             (x[1:], torch.empty(63, device=device)),          # not 16-byte aligned
             (torch.randn(2048, device=device), torch.empty(2048, device=device)),  # larger than the buffer
             (x, buf.view(torch.float32, 64)),                 # out inside the symmetric buffer
+            (buf.view(torch.float32, 128)[4:68], torch.empty(64, device=device)),  # x partly over the buffer
         ]
         if be == "cuda":
             bad.append((x.cpu(), torch.empty(64, device=device)))  # on the CPU (the simulator has no other device)
@@ -88,7 +97,7 @@ def test_bad_inputs_are_refused_saying_what_was_expected():
     said = run_ranks(_bad_inputs, 1, args=(str(REFERENCE), be), backend="nccl" if be == "cuda" else "gloo")[0]
     expected = ["x must be float32 or bfloat16", "x and out must have the same shape", "x and out must have the same dtype",
                 "must be 16-byte aligned", "does not fit in the symmetric buffer", "out must not lie in the symmetric buffer",
-                *(["x must be a CUDA tensor"] if be == "cuda" else []), "rank must be in [0, 1)", "rank must be in [0, 1)",
+                "x must start at the symmetric buffer's first byte", *(["x must be a CUDA tensor"] if be == "cuda" else []), "rank must be in [0, 1)", "rank must be in [0, 1)",
                 "holds no block's"]
     assert len(said) == len(expected)
     for got, want in zip(said, expected):

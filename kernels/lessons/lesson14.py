@@ -21,10 +21,11 @@ from ..check import Case, Diagnosis, Report, check, like, race_check_on
 from . import Exercise, Hint
 
 WORLD = 2                  # ranks the self-check starts
-SIZES = (0, 1, 7, 33, 1000, 4099, 70_001)  # elements; 70001 needs more than one pass of the capped grid
+SIZES = (0, 1, 7, 33, 1000, 4099, 70_001)  # elements; 70001 needs more than one pass of the exercise's grid
 BUFFER_BYTES = 1 << 20     # each rank's symmetric buffer: the largest case in float32, and room
 IDENTICAL_SIZE = 4099      # the float32 sum every rank must hold bit for bit (bf16 inputs summed in float32 are exact
-                           # in any order: only float32 inputs show an order that differs between ranks)
+                           # in any order: only float32 inputs show an order that differs between ranks, and only from
+                           # three ranks on: with two, a + b and b + a are the same bits)
 
 
 def rank_input(size: int, dtype: torch.dtype, rank: int, device) -> torch.Tensor:
@@ -54,11 +55,12 @@ def _any_rank(flag: bool, device) -> bool:
 
 
 def _rank_check(rank: int, world: int, path: str, backend: str, op: str, races: bool,
-                inplace: bool = False) -> tuple[Report, bytes | None]:
+                inplace: bool = False, pad_bytes: int | None = None) -> tuple[Report, bytes | None]:
     """One rank's part of the check (run in its own process): the checker's cases one by one, every rank in step,
     until one fails on some rank (a failed all-reduce can leave a peer waiting for a signal, and the ranks out of
     step); then the sum that every rank must hold bit for bit, as bytes for the caller to compare. `inplace`: the
-    input is copied into the symmetric buffer and the op reads it there."""
+    input is copied into the symmetric buffer and the op reads it there. `pad_bytes`: the signal pad's size as the op
+    is told it (a smaller one caps the grid, so that every thread loops over several packs)."""
     from ..build import load
     from ..distributed import SymmetricBuffer
 
@@ -74,7 +76,8 @@ def _rank_check(rank: int, world: int, path: str, backend: str, op: str, races: 
         def all_reduce(x: torch.Tensor, out: torch.Tensor) -> None:
             if inplace:
                 x = buf.view(x.dtype, x.numel()).copy_(x)
-            fn(x, out, *buf.args())
+            args = buf.args()
+            fn(x, out, *args[:-1], pad_bytes or args[-1])
 
         def reference(x: torch.Tensor) -> torch.Tensor:
             return expected_sum(x.numel(), x.dtype, world, x.device)
@@ -128,7 +131,8 @@ def _merged(op: str, results: list[tuple[Report, bytes | None]]) -> Report:
         bad = next(r for r, o in enumerate(outs) if o != outs[0] or o.startswith(b"raised "))
         same.passed, same.diagnosis = False, Diagnosis.WRONG_VALUES
         same.problem = (f"rank {bad}'s sum differs from rank 0's: every rank must hold the same bits (add the ranks in "
-                        "one order everywhere, 0, 1, 2, ..., not starting from your own)")
+                        "one order everywhere, 0, 1, 2, ..., not starting from your own: from three ranks on the "
+                        "order changes the rounding)")
         merged.hints.append("an all-reduce's result must be the same bits on every rank: data-parallel training "
                             "keeps the ranks' weights equal only if every rank applies the same gradient")
     merged.cases.append(same)
@@ -146,9 +150,12 @@ def ranks_backend(backend: str | None, world: int = WORLD) -> str:
 
 
 def check_all_reduce(path, backend: str | None = None, op: str = "all_reduce", world: int = WORLD,
-                     races: bool | None = None, inplace: bool = False, timeout: float = 600.0) -> Report:
+                     races: bool | None = None, inplace: bool = False, pad_bytes: int | None = None,
+                     timeout: float | None = None) -> Report:
     """Run `op` of the built file at `path` (all_reduce.cu's signature) in `world` ranks and check it; with the
-    simulator's race check on the smaller cases unless `races` is False (default: as kernels.check says)."""
+    simulator's race check on the smaller cases unless `races` is False (default: as kernels.check says). `timeout`:
+    seconds before the ranks are stopped (default 600 on the simulator, 180 on GPUs, where a kernel waiting for a
+    signal that never comes traps after about 30 seconds)."""
     from ..ranks import run_ranks
 
     from ..build import load
@@ -161,8 +168,8 @@ def check_all_reduce(path, backend: str | None = None, op: str = "all_reduce", w
         from ..sim.instrumented import twin_of
 
         twin_of(plain)  # the race check's build too
-    results = run_ranks(_rank_check, world, args=(str(path), be, op, races, inplace),
-                        backend="nccl" if be == "cuda" else "gloo", timeout=timeout)
+    results = run_ranks(_rank_check, world, args=(str(path), be, op, races, inplace, pad_bytes),
+                        backend="nccl" if be == "cuda" else "gloo", timeout=timeout or (180 if be == "cuda" else 600))
     return _merged(op, results)
 
 
@@ -184,9 +191,9 @@ EXERCISES = [
              "the atomicCAS_system that puts the signal (release) and after the one that takes it (acquire), and "
              "__syncthreads() before and after, so that the whole block's writes and reads are covered.",
              answers=(Diagnosis.RACE,)),
-        "Put: uint32_t* theirs = pads[p] + blockIdx.x * world + rank; while (atomicCAS_system(theirs, 0u, 1u) != 0u) "
-        "{}  Take: uint32_t* mine = pads[rank] + blockIdx.x * world + p; while (atomicCAS_system(mine, 1u, 0u) != "
-        "1u) {}",
+        "Put: uint32_t* theirs = pads[p] + blockIdx.x * world + rank; const long long start = clock64(); while "
+        "(atomicCAS_system(theirs, 0u, 1u) != 0u) give_up_after(start);  Take: uint32_t* mine = pads[rank] + "
+        "blockIdx.x * world + p; while (atomicCAS_system(mine, 1u, 0u) != 1u) give_up_after(start);",
     ]),
 ]
 

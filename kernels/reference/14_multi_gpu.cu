@@ -9,7 +9,8 @@
 //   all_reduce2   two-shot: rank r sums only chunk r of every buffer (a reduce-scatter) into its own
 //                 buffer, then every rank gathers the summed chunks from their owners (an all-gather):
 //                 each rank reads 2 (world - 1) / world of the data from its peers, the least an
-//                 all-reduce can move (the one for large sizes)
+//                 all-reduce can move (the one for large sizes from three ranks on; with two, both read
+//                 the same bytes). In place (x is the buffer), it leaves the sums over x's chunk `rank`
 //
 // Symmetric memory (kernels/distributed.py, torch.distributed._symmetric_memory on GPUs): every rank
 // allocates a buffer and a signal pad (uint32 flags, zero at the start) of the same size, and a
@@ -225,10 +226,17 @@ int64_t check_all_reduce_args(const at::Tensor& x, const at::Tensor& out, const 
               " bytes) does not fit in the symmetric buffer (", std::to_string(buffer.nbytes()), " bytes)");
   TORCH_CHECK(aligned16(x) && aligned16(out) && aligned16(buffer),
               "x, out and the buffer must be 16-byte aligned (a tensor of its own, not a view at an odd offset)");
+  TORCH_CHECK(buffer_ptrs.device() == x.device() && signal_pad_ptrs.device() == x.device(),
+              "buffer_ptrs and signal_pad_ptrs must be on x's device (", x.device().str(), "), got ",
+              buffer_ptrs.device().str(), " and ", signal_pad_ptrs.device().str());
   const auto* o = static_cast<const char*>(out.data_ptr());
   const auto* b = static_cast<const char*>(buffer.data_ptr());
+  const auto* xi = static_cast<const char*>(x.data_ptr());
   TORCH_CHECK(o + out.nbytes() <= b || b + buffer.nbytes() <= o,
               "out must not lie in the symmetric buffer: the peers read the buffer while out is written");
+  TORCH_CHECK(xi == b || xi + x.nbytes() <= b || b + buffer.nbytes() <= xi,
+              "x must start at the symmetric buffer's first byte (in place) or lie outside it: the copy into the "
+              "buffer would overwrite x while other blocks read it");
   const int64_t packs = x.numel() / (16 / x.element_size());
   const int64_t fit = signal_pad_bytes / (4 * world);  // blocks whose slots the signal pad holds
   TORCH_CHECK(fit >= 1, "the signal pad (", std::to_string(signal_pad_bytes), " bytes) holds no block's ",
@@ -277,12 +285,13 @@ void all_reduce2(const at::Tensor& x, at::Tensor& out, const at::Tensor& buffer,
 
 // ---------------------------------------------------------------------------------------------
 // Registration. The pointer tables are plain int64 tensors: the op reads addresses, which PyTorch
-// cannot see into, so every call must pass the tables of the buffer it was given.
+// cannot see into, so every call must pass the tables of the buffer it was given. `buffer` is written
+// (Tensor(b!)): the copy in, and the two-shot's sums.
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
-  m.def("all_reduce1(Tensor x, Tensor(a!) out, Tensor buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, int rank, "
-        "int signal_pad_bytes) -> ()");
-  m.def("all_reduce2(Tensor x, Tensor(a!) out, Tensor buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, int rank, "
-        "int signal_pad_bytes) -> ()");
+  m.def("all_reduce1(Tensor x, Tensor(a!) out, Tensor(b!) buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, "
+        "int rank, int signal_pad_bytes) -> ()");
+  m.def("all_reduce2(Tensor x, Tensor(a!) out, Tensor(b!) buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, "
+        "int rank, int signal_pad_bytes) -> ()");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {

@@ -12,6 +12,14 @@
 constexpr int BLOCK = 256;
 constexpr int MAX_RANKS = 8;
 constexpr int MAX_BLOCKS = 64;
+constexpr long long WAIT_CYCLES = 1ll << 36;  // about 30 s at 2 GHz
+
+// Stops the kernel (a CUDA error, not a GPU that waits for ever) when a wait that began at clock64() == start has
+// gone on for WAIT_CYCLES: call it in every loop that waits for a peer. A wrong flag index waits for ever otherwise.
+// (The simulator's own limit comes first there: after 15 seconds in the self-check it names the flag.)
+__device__ __forceinline__ void give_up_after(long long start) {
+  if (clock64() - start > WAIT_CYCLES) __trap();
+}
 
 // barrier_ranks: a barrier between the blocks blockIdx.x of every rank. When it returns, every write that
 // any rank's block blockIdx.x made before it is visible to this block, and this block's writes to all of
@@ -27,6 +35,7 @@ __device__ void barrier_ranks(uint32_t* const* pads, int rank, int world) {
   //    pads[p][blockIdx.x * world + rank] (loop: atomicCAS_system from 0 to 1 until it returns 0)
   // 3. take rank p's signal from this rank's flag pads[rank][blockIdx.x * world + p] (loop: atomicCAS_system from 1
   //    to 0 until it returns 1), then a system-scope fence again (acquire)
+  //    (in both loops call give_up_after(start), start = clock64() taken before the first: a GPU never waits for ever)
   // 4. a block barrier: every thread waits until the block's signals are all in
 }
 
@@ -85,8 +94,8 @@ void all_reduce(const at::Tensor& x, at::Tensor& out, const at::Tensor& buffer, 
 }
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
-  m.def("all_reduce(Tensor x, Tensor(a!) out, Tensor buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, int rank, "
-        "int signal_pad_bytes) -> ()");
+  m.def("all_reduce(Tensor x, Tensor(a!) out, Tensor(b!) buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, "
+        "int rank, int signal_pad_bytes) -> ()");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) { m.impl("all_reduce", &all_reduce); }

@@ -12,6 +12,14 @@
 constexpr int BLOCK = 256;
 constexpr int MAX_RANKS = 8;
 constexpr int MAX_BLOCKS = 64;
+constexpr long long WAIT_CYCLES = 1ll << 36;  // about 30 s at 2 GHz
+
+// Stops the kernel (a CUDA error, not a GPU that waits for ever) when a wait that began at clock64() == start has
+// gone on for WAIT_CYCLES: call it in every loop that waits for a peer. A wrong flag index waits for ever otherwise.
+// (The simulator's own limit comes first there: after 15 seconds in the self-check it names the flag.)
+__device__ __forceinline__ void give_up_after(long long start) {
+  if (clock64() - start > WAIT_CYCLES) __trap();
+}
 
 // barrier_ranks: a barrier between the blocks blockIdx.x of every rank. When it returns, every write that
 // any rank's block blockIdx.x made before it is visible to this block, and this block's writes to all of
@@ -26,11 +34,10 @@ __device__ void barrier_ranks(uint32_t* const* pads, int rank, int world) {
   if (p < world) {
     __threadfence_system();  // release: the block's writes reach every device before the flag does
     uint32_t* theirs = pads[p] + blockIdx.x * world + rank;
-    while (atomicCAS_system(theirs, 0u, 1u) != 0u) {
-    }
+    const long long start = clock64();
+    while (atomicCAS_system(theirs, 0u, 1u) != 0u) give_up_after(start);
     uint32_t* mine = pads[rank] + blockIdx.x * world + p;
-    while (atomicCAS_system(mine, 1u, 0u) != 1u) {
-    }
+    while (atomicCAS_system(mine, 1u, 0u) != 1u) give_up_after(start);
     __threadfence_system();  // acquire: rank p's writes before its signal are visible to the reads after this
   }
   __syncthreads();  // the whole block has seen every signal
@@ -95,8 +102,8 @@ void all_reduce(const at::Tensor& x, at::Tensor& out, const at::Tensor& buffer, 
 }
 
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
-  m.def("all_reduce(Tensor x, Tensor(a!) out, Tensor buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, int rank, "
-        "int signal_pad_bytes) -> ()");
+  m.def("all_reduce(Tensor x, Tensor(a!) out, Tensor(b!) buffer, Tensor buffer_ptrs, Tensor signal_pad_ptrs, "
+        "int rank, int signal_pad_bytes) -> ()");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) { m.impl("all_reduce", &all_reduce); }
