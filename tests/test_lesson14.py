@@ -201,3 +201,19 @@ def test_the_benchmarks_bus_bandwidth_and_scaling_follow_their_definitions():
     steps = bench14.train_rows({"1 GPU, eager": 100.0, "DDP (NCCL), eager": 105.0})
     ddp = next(r for r in steps if r.variant == "DDP (NCCL), eager")
     assert ddp.vs_eager == pytest.approx(2 * 100.0 / 105.0)
+
+
+def test_the_torchrun_script_trains_on_two_ranks_and_follows_one_process():
+    import subprocess
+    import sys
+
+    script = ROOT / "lessons" / "14_multi_gpu" / "train.py"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                          str(script), "--route", "ddp", "--kernels", "eager", "--steps", "3", "--alone"],
+                         cwd=script.parent, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    curves = [line.split(":")[1].split() for line in run.stdout.splitlines() if ":" in line and line[:1] in "do"]
+    assert len(curves) == 2 and len(curves[0]) == 3, run.stdout
+    assert curves[0] == curves[1], run.stdout  # 4 decimals: the ranks' curve is one process's
+    refused = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "run it with torchrun" in refused.stderr
