@@ -212,7 +212,9 @@ def test_the_torchrun_script_trains_on_two_ranks_and_follows_one_process():
                           str(script), "--route", "ddp", "--kernels", "eager", "--steps", "3", "--alone"],
                          cwd=script.parent, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    curves = [line.split(":")[1].split() for line in run.stdout.splitlines() if ":" in line and line[:1] in "do"]
+    lines = run.stdout.splitlines()
+    curves = [line.split(":", 1)[1].split() for line in lines
+              if line.startswith(("ddp, eager kernels, 2 ranks:", "one process, the whole batch:"))]
     assert len(curves) == 2 and len(curves[0]) == 3, run.stdout
     assert curves[0] == curves[1], run.stdout  # 4 decimals: the ranks' curve is one process's
     refused = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)

@@ -186,3 +186,14 @@ def test_each_mistake_in_the_barrier_between_ranks_is_a_race_in_every_order(bug)
         assert "they are in different ranks" in msg and "__threadfence_system()" in msg
         assert f"peers.cu:{_line('for (int r = 0; r < p.world; ++r) s += p.buf[r][i];  // the same')}" in msg
     _no_segments_left()
+
+
+def test_the_segment_layout_peers_py_makes_is_the_one_the_race_checks_header_reads():
+    # kernels/sim/peers.py sizes each rank's shadow from PAGE, CELL_BYTES and CLOCK_BYTES; cudasim_peers.h reads the
+    # shadow with kHeader, kCellBytes and kClockBytes: the two must be the same numbers
+    from kernels.sim import peers
+
+    header = (Path(peers.__file__).parent / "include" / "cudasim_peers.h").read_text()
+    found = re.search(r"constexpr size_t kHeader = (\d+), kCellBytes = (\d+), kClockBytes = (\d+);", header)
+    assert found, "cudasim_peers.h no longer declares kHeader, kCellBytes and kClockBytes on one line"
+    assert tuple(map(int, found.groups())) == (peers.PAGE, peers.CELL_BYTES, peers.CLOCK_BYTES)

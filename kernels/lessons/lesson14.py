@@ -141,10 +141,11 @@ def _merged(op: str, results: list[tuple[Report, bytes | None]]) -> Report:
 
 def ranks_backend(backend: str | None, world: int = WORLD) -> str:
     """The backend the ranks run on: the GPUs when there are `world` of them, else the simulator (said once)."""
+    from ..gates import ON_SIMULATOR, say
+
     be = resolve(backend)
     if be == "cuda" and torch.cuda.device_count() < world:
-        print(f"the check needs {world} GPUs, one per rank (this machine has {torch.cuda.device_count()}): "
-              "the ranks run on the simulator instead")
+        say(f"{world} ranks need {world} GPUs, one each (this machine has {torch.cuda.device_count()})" + ON_SIMULATOR)
         return "sim"
     return be
 
