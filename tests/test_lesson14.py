@@ -15,6 +15,7 @@ from kernels.check import Diagnosis
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons import lesson14
 from kernels.lessons import lesson14_data_parallel as dp
+from kernels.lessons import lesson14_overlap as ov
 from kernels.paths import reference_file
 from kernels.ranks import RankError, run_ranks
 from planting import assert_diagnosis, checked_in_notebook, plant, self_check, toolkit_beyond
@@ -219,3 +220,70 @@ def test_the_torchrun_script_trains_on_two_ranks_and_follows_one_process():
     assert curves[0] == curves[1], run.stdout  # 4 decimals: the ranks' curve is one process's
     refused = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert refused.returncode != 0 and "run it with torchrun" in refused.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Overlap: the profiler's trace of a step, read into spans (the traces themselves are taken on two GPUs).
+
+def _kernel(name, ts, dur, corr, stream=7):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": stream,
+            "args": {"correlation": corr, "stream": stream}}
+
+
+def _launch(corr, thread):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 1, "tid": thread,
+            "args": {"correlation": corr}}
+
+
+def _step_trace():
+    """A step in miniature: two forward kernels, the backward's two (autograd's thread 2) with a bucket's
+    all-reduce between them, the last bucket's all-reduce after them, the optimizer's kernel (main thread 1)."""
+    return [_launch(1, 1), _launch(2, 1), _launch(3, 2), _launch(4, 2), _launch(5, 2), _launch(6, 2), _launch(7, 1),
+            _kernel("ampere_bf16_gemm", 100, 10, 1), _kernel("vectorized_elementwise_kernel<4>", 111, 9, 2),
+            _kernel("gemm_backward", 120, 20, 3), _kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", 130, 5, 4, 9),
+            _kernel("gemm_backward", 140, 20, 5), _kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", 160, 10, 6, 9),
+            _kernel("multi_tensor_apply_kernel", 170, 5, 7),
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 90, "dur": 5, "tid": 1, "args": {}}]
+
+
+def test_a_steps_trace_splits_into_forward_backward_after_and_all_reduce_by_the_launching_thread():
+    spans = ov.spans_from_trace(_step_trace())
+    assert [(s.phase, s.start_us, s.end_us) for s in spans] == [
+        (ov.FORWARD, 0, 20), (ov.BACKWARD, 20, 60), (ov.COMM, 30, 35), (ov.COMM, 60, 70), (ov.OPTIMIZER, 70, 75)]
+    assert spans[2].name == "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+    s = ov.summary(spans)
+    assert s == {"step": 0.075, "backward": 0.040, "all-reduce": 0.015, "all-reduce calls": 2, "exposed": 0.010}
+    mine = ov.spans_from_trace([_launch(1, 1), _launch(2, 2), _kernel("gemm", 0, 10, 1),
+                                _kernel("void all_reduce_kernel2<__nv_bfloat16>(...)", 5, 3, 2)])
+    assert [s.phase for s in mine] == [ov.FORWARD, ov.COMM] and mine[1].name == "void all_reduce_kernel2"
+    with pytest.raises(ValueError, match="no GPU work"):
+        ov.spans_from_trace([e for e in _step_trace() if e["cat"] != "kernel"])
+    with pytest.raises(ValueError, match="no backward kernels"):
+        ov.summary(spans[:1])
+
+
+def test_each_route_comes_from_the_rank_that_waited_least_and_the_spans_survive_their_csv(tmp_path):
+    spans = ov.spans_from_trace(_step_trace())
+    waited = [s._replace(start_us=s.start_us - 40) if s.phase == ov.COMM else s for s in spans]
+    picked = ov.least_waiting([{ov.BUCKETS: waited}, {ov.BUCKETS: spans}], "NVLink")
+    assert picked == {f"NVLink: {ov.BUCKETS} (rank 1)": spans}
+    ov.write_csv(picked, tmp_path / "o.csv", "a GPU")
+    back, device = ov.read_csv(tmp_path / "o.csv")
+    assert device == "a GPU" and back == picked
+    ov.plot(back, tmp_path / "o.png", show=False, device=device)
+    assert (tmp_path / "o.png").stat().st_size > 0
+
+
+def test_the_recorded_overlap_trace_loads_and_says_what_each_route_leaves_exposed(capsys):
+    spans = ov.show_recorded(show=False)
+    out = capsys.readouterr().out
+    assert set(spans) and all(ov.BACKWARD in {s.phase for s in ss} for ss in spans.values())
+    assert out.count("exposed after the backward") == len(spans)
+
+
+def test_the_compiled_autograd_route_is_refused_outside_its_context_and_the_readme_table_skips_the_trace():
+    from kernels.benchmarks import RECORDED, results_table
+
+    with pytest.raises(RuntimeError, match="built inside lesson14_data_parallel.compiled_autograd"):
+        dp.wrap("ddp-compiled", torch.nn.Linear(2, 2), torch.device("cpu"), 25.0)
+    assert "| 14 | data parallel, 2 GPUs |" in results_table(RECORDED)  # lesson14_overlap.csv beside it is no table

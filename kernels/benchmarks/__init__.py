@@ -53,6 +53,8 @@ def results_table(out_dir: Path = OUT) -> str:
     torch.compile and the fastest of the lesson's kernels. Every row is in the CSVs."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for f in sorted(out_dir.glob("lesson*.csv")):
+        if not f.stem[len("lesson"):].isdigit():  # a lesson's other files (lesson14_overlap.csv: a trace's spans)
+            continue
         with f.open() as fh:
             for r in csv.DictReader(fh):
                 if r["vs_eager"]:  # sweeps and baselines without a PyTorch row stay in the CSV only

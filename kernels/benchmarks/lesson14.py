@@ -17,6 +17,15 @@ Data parallel: lesson 10's model (GPT-2 small's width, 6 blocks, 1024 tokens, bf
 of 16 sequences per GPU (at 8 the model with the custom kernels is bound by the CPU): one GPU alone, then two under
 DDP (NCCL's all-reduce, then the lesson's all_reduce2 as DDP's communication hook), eager and compiled, and FSDP2.
 Rows: ms per step, and "vs eager" is tokens per second against one GPU running the same model (the scaling: 2.0x is perfect).
+"compiled autograd" compiles the backward too (lesson14_data_parallel's "ddp-compiled" route).
+
+Overlap (kernels/lessons/lesson14_overlap.py): one profiled step of the eager model with the gradients all-reduced
+after the backward, under DDP's buckets and with the lesson's hook, over NVLink and through the host's memory;
+the spans go to lesson14_overlap.csv, the timeline to lesson14_overlap.png.
+
+Matmul + reduce-scatter (tensor parallelism's row-parallel layer, MATMUL_RS): the matmul then NCCL's
+reduce-scatter, eager and compiled, against PyTorch's fused_matmul_reduce_scatter, which overlaps the two, and the
+matmul alone (the floor); TFLOP/s count the matmul's flops on one rank.
 """
 from __future__ import annotations
 
@@ -40,6 +49,12 @@ FINAL_SMALL, FINAL_LARGE = "all_reduce1, in place", "all_reduce2, in place"
 MODEL = dict(d_model=768, n_head=12, n_layer=6, seq_len=1024)
 PER_GPU_BATCH = 16
 STEPS = 10
+# A row-parallel layer of tensor parallelism: each rank holds K/world of the inner dimension, multiplies its slice,
+# and the partial products are summed and split by rows over the ranks (a reduce-scatter). (M, K, N, what it is.)
+MATMUL_RS = ((16 * 1024, 3072, 768, "GPT-2 small's MLP down-projection, 16 x 1024 tokens"),
+             (8 * 1024, 14336, 4096, "an 8B model's MLP down-projection, 8 x 1024 tokens"))
+OVERLAP_CSV, OVERLAP_PNG = "lesson14_overlap.csv", "lesson14_overlap.png"
+RECORD_FILES = (OVERLAP_CSV,)  # copied beside the recorded CSV by --record (the notebook draws the timeline from it)
 
 
 def size_name(nbytes: int) -> str:
@@ -132,6 +147,68 @@ def all_reduce_rows(times: dict[int, dict[str, float]], copy_us: dict[int, float
     return rows
 
 
+def matmul_rs_name(m: int, k: int, n: int) -> str:
+    return f"matmul + reduce-scatter {m}x{k}x{n} bf16"
+
+
+def _matmul_rs_rank(rank: int, world: int) -> dict:
+    """Microseconds of each way to compute a row-parallel layer's output, per shape of MATMUL_RS: the matmul then
+    NCCL's reduce-scatter, eager and compiled; PyTorch's fused_matmul_reduce_scatter (the matmul in chunks, each
+    chunk's copy to its rank on another stream while the next chunk is computed); the matmul alone. And the
+    difference of the fused result from the eager one, relative to its norm."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    group = dist.group.WORLD
+    symm_mem.enable_symm_mem_for_group(group.group_name)
+    fused = getattr(getattr(torch.ops, "symm_mem", None), "fused_matmul_reduce_scatter", None)
+
+    def eager(a, b):
+        y = a @ b
+        out = y.new_empty(y.shape[0] // world, y.shape[1])
+        dist.reduce_scatter_tensor(out, y)
+        return out
+    compiled = torch.compile(lambda a, b: funcol.wait_tensor(funcol.reduce_scatter_tensor(a @ b, "sum", 0, group)),
+                             dynamic=False)
+    out = {}
+    for m, k, n, _ in MATMUL_RS:
+        gen = torch.Generator(device="cuda").manual_seed(rank)
+        a = torch.randn(m, k // world, device="cuda", generator=gen).to(DTYPE)
+        b = (torch.randn(k // world, n, device="cuda", generator=gen) / (k ** 0.5)).to(DTYPE)
+        t = {"eager": timed_us(lambda: eager(a, b), 20), "torch.compile": timed_us(lambda: compiled(a, b), 20)}
+        if fused is not None:
+            t["torch symm_mem fused_matmul_reduce_scatter"] = timed_us(
+                lambda: fused(a, b, "sum", 0, group.group_name), 20)
+            want = eager(a, b).float()
+            t["difference"] = float((fused(a, b, "sum", 0, group.group_name).float() - want).norm() / want.norm())
+        t["torch matmul alone (no communication)"] = timed_us(lambda: a @ b, 20, together=False)
+        out[(m, k, n)] = t
+        torch._dynamo.reset()
+    dist.barrier()
+    return out
+
+
+def _same_as_eager(difference: float) -> str:
+    return "result identical to eager's" if difference == 0 else \
+        f"result within {difference:.0e} of eager's (relative norm)"
+
+
+def matmul_rs_rows(times: dict) -> list[Row]:
+    rows = []
+    what = {s[:3]: s[3] for s in MATMUL_RS}
+    for (m, k, n), t in times.items():
+        flops = 2 * m * (k // WORLD) * n
+        for label, us in t.items():
+            if label == "difference":
+                continue
+            note = what.get((m, k, n), "") if label == "eager" else _same_as_eager(t["difference"]) if "fused" in label \
+                else ""
+            rows.append(Row(matmul_rs_name(m, k, n), label, us / 1000, None, flops / us / 1e6, None, t["eager"] / us,
+                            t["torch.compile"] / us, note))
+    return rows
+
+
 def _train_rank(rank: int, world: int) -> dict[str, float]:
     """ms per training step of each route, measured in every rank (rank 0's kept); one GPU alone first."""
     import torch.distributed as dist
@@ -171,6 +248,9 @@ def _train_rank(rank: int, world: int) -> dict[str, float]:
                     buffer.close()
                 del model, wrapped, fn, opt
                 torch._dynamo.reset()
+    for kernels in ("eager", "custom"):
+        out[f"DDP (NCCL), {'custom kernels' if kernels == 'custom' else 'eager'}, compiled autograd"] = \
+            _compiled_autograd_ms(gpt, kernels, device, data, rows)
     model = dp.model_for("eager", cfg, device, DTYPE)
     wrapped, _ = dp.wrap("fsdp", model, device, 25.0)
     opt = torch.optim.AdamW(wrapped.parameters(), lr=dp.LR)
@@ -178,7 +258,18 @@ def _train_rank(rank: int, world: int) -> dict[str, float]:
     return out
 
 
-def _steps_ms(gpt, model, opt, data, rows, together: bool) -> float:
+def _compiled_autograd_ms(gpt, kernels: str, device, data, rows) -> float:
+    """ms per step of DDP with the forward compiled and the backward too (lesson14_data_parallel's "ddp-compiled")."""
+    from ..lessons import lesson14_data_parallel as dp
+
+    with dp.compiled_autograd() as backward:
+        model = dp.model_for(kernels, MODEL, device, DTYPE)
+        wrapped, _ = dp.wrap("ddp-compiled", model, device, 25.0)
+        opt = torch.optim.AdamW(model.parameters(), lr=dp.LR, fused=True)
+        return _steps_ms(gpt, wrapped, opt, data, rows, True, backward)
+
+
+def _steps_ms(gpt, model, opt, data, rows, together: bool, backward=torch.Tensor.backward) -> float:
     """ms per training step over data[3:] (after 3 warm-up steps), on this rank's `rows` of each global batch; with
     `together`, every rank starts after a barrier (DDP's all-reduces must be in step)."""
     import torch.distributed as dist
@@ -186,7 +277,7 @@ def _steps_ms(gpt, model, opt, data, rows, together: bool) -> float:
     def step(x, y):
         loss = gpt.loss_of(model, x[rows], y[rows])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        backward(loss)
         opt.step()
     for x, y in data[:3]:
         step(x, y)
@@ -215,6 +306,36 @@ def train_rows(ms: dict[str, float]) -> list[Row]:
     return rows
 
 
+def _overlap(out_dir: Path) -> None:
+    """One profiled step of each of lesson14_overlap's routes, over NVLink and through the host's memory (NCCL
+    without peer-to-peer: the lesson's own kernel needs peer access, so it is traced over NVLink only); their
+    summaries printed, their spans to OVERLAP_CSV and the timeline to OVERLAP_PNG."""
+    import os
+
+    from ..lessons import lesson14_overlap as ov
+    from ..ranks import run_ranks
+
+    spans = ov.least_waiting(run_ranks(ov.trace_rank, WORLD, args=(MODEL, PER_GPU_BATCH), backend="nccl",
+                                       timeout=600), "NVLink")
+    before = os.environ.get("NCCL_P2P_DISABLE")
+    os.environ["NCCL_P2P_DISABLE"] = "1"  # read by NCCL in the ranks, which inherit this environment
+    try:
+        host = run_ranks(ov.trace_rank, WORLD, args=(MODEL, PER_GPU_BATCH, (ov.AFTER, ov.BUCKETS)), backend="nccl",
+                         timeout=600)
+    finally:
+        if before is None:
+            del os.environ["NCCL_P2P_DISABLE"]
+        else:
+            os.environ["NCCL_P2P_DISABLE"] = before
+    spans |= ov.least_waiting(host, "host memory")
+    print(f"\nOne training step of each route ({MODEL['n_layer']} blocks, d {MODEL['d_model']}, T {MODEL['seq_len']}, "
+          f"{PER_GPU_BATCH} sequences per GPU, eager PyTorch):")
+    for route, ss in spans.items():
+        print("  " + ov.describe(route, ss))
+    ov.write_csv(spans, out_dir / OVERLAP_CSV, device_name())
+    ov.plot(spans, out_dir / OVERLAP_PNG, show=False, device=device_name())
+
+
 def run(out_dir: Path) -> list[Row]:
     from ..ranks import run_ranks
 
@@ -235,6 +356,8 @@ def run(out_dir: Path) -> list[Row]:
     rows = all_reduce_rows(times[0], copy_us)
     steps = run_ranks(_train_rank, WORLD, backend="nccl", timeout=900)
     rows += train_rows(steps[0])
+    rows += matmul_rs_rows(run_ranks(_matmul_rs_rank, WORLD, backend="nccl", timeout=600)[0])
+    _overlap(out_dir)
     copy = max(r.gbps / r.of_copy for r in rows if r.gbps and r.of_copy)
     for name in dict.fromkeys(r.bench for r in rows):
         part = [r for r in rows if r.bench == name]

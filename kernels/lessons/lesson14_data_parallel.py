@@ -15,6 +15,10 @@ weights stay equal: the loss curve is the one a single process would get from th
                 symmetric memory (symmetric_hook): the kernel inside the training loop
     "fsdp"      FSDP2's fully_shard: each rank keeps 1/world of every parameter, gathers a block's weights just
                 before using them and reduce-scatters their gradients (less memory, the same curve)
+    "ddp-compiled"  DDP under torch.compile with the backward compiled too (compiled autograd): DDP's Python reducer
+                puts each gradient's all-reduce into the backward's graph, and the compiler groups them into
+                buckets; without compiled autograd, torch.compile splits the forward's graph at the buckets' edges
+                (DDPOptimizer) and autograd runs the backward's pieces with DDP's hooks between them
 
 `kernels` is "eager" (lesson 10's plain PyTorch) or "custom" (the lessons' kernels as torch.library ops, which
 need nothing more to run under DDP: they are ordinary differentiable ops, and the averaging happens on the
@@ -22,14 +26,15 @@ gradients of the parameters, which they never see).
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
 
 from .lesson10 import gpt_module
 
-ROUTES = ("ddp", "ddp-ours", "fsdp")
+ROUTES = ("ddp", "ddp-ours", "fsdp", "ddp-compiled")
 SMALL = dict(d_model=32, n_head=2, n_layer=2, seq_len=16)  # seconds on the simulator
 LR = 3e-3
 
@@ -82,13 +87,37 @@ def symmetric_hook(ext, buffer) -> Callable:
     return hook
 
 
+@contextlib.contextmanager
+def compiled_autograd() -> Iterator[Callable[[torch.Tensor], None]]:
+    """Inside: DDP models built (by wrap) and compiled use DDP's Python reducer, and the backward function this
+    yields runs loss.backward() with compiled autograd (the backward's graph compiled, its all-reduces in it)."""
+    from torch._dynamo import compiled_autograd as ca
+
+    before = torch._dynamo.config.optimize_ddp
+    torch._dynamo.config.optimize_ddp = "python_reducer"  # read when DDP is built and when dynamo compiles it
+
+    def backward(loss: torch.Tensor) -> None:
+        with ca._enable(lambda graph: torch.compile(graph, fullgraph=True)):
+            loss.backward()
+    try:
+        yield backward
+    finally:
+        torch._dynamo.config.optimize_ddp = before
+        torch._dynamo.reset()
+
+
 def wrap(route: str, model, device, bucket_mb: float):
-    """The model as `route` trains it, and the symmetric buffer it holds (None for NCCL's and gloo's routes)."""
+    """The model as `route` trains it, and the symmetric buffer it holds (None for NCCL's and gloo's routes).
+    "ddp-compiled" is built inside compiled_autograd(), whose backward it needs."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     ids = [device.index] if device.type == "cuda" else None
     if route == "ddp":
         return DDP(model, device_ids=ids, bucket_cap_mb=bucket_mb), None
+    if route == "ddp-compiled":
+        if torch._dynamo.config.optimize_ddp != "python_reducer":
+            raise RuntimeError('the "ddp-compiled" route is built inside lesson14_data_parallel.compiled_autograd()')
+        return torch.compile(DDP(model, device_ids=ids, bucket_cap_mb=bucket_mb)), None
     if route == "ddp-ours":
         from ..build import load
         from ..distributed import SymmetricBuffer
@@ -116,20 +145,21 @@ def train_rank(rank: int, world: int, route: str, kernels: str, cfg: dict, globa
     if global_batch % world:
         raise ValueError(f"the global batch ({global_batch}) must split evenly over {world} ranks")
     device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
-    model = model_for(kernels, cfg, device)
-    wrapped, buffer = wrap(route, model, device, bucket_mb)
-    opt = torch.optim.AdamW(wrapped.parameters(), lr=LR, weight_decay=0.1)
     gpt, rows = gpt_module(), global_batch // world
     losses = []
-    for x, y in global_batches(cfg, global_batch, steps, device):
-        mine = slice(rank * rows, (rank + 1) * rows)
-        loss = gpt.loss_of(wrapped, x[mine], y[mine])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # DDP averages the gradients over the ranks here
-        opt.step()
-        total = loss.detach().clone()
-        dist.all_reduce(total)  # the global batch's mean loss, for the curve (every rank's rows count alike)
-        losses.append(total / world)
+    with compiled_autograd() if route == "ddp-compiled" else contextlib.nullcontext(torch.Tensor.backward) as backward:
+        model = model_for(kernels, cfg, device)
+        wrapped, buffer = wrap(route, model, device, bucket_mb)
+        opt = torch.optim.AdamW(wrapped.parameters(), lr=LR, weight_decay=0.1)
+        for x, y in global_batches(cfg, global_batch, steps, device):
+            mine = slice(rank * rows, (rank + 1) * rows)
+            loss = gpt.loss_of(wrapped, x[mine], y[mine])
+            opt.zero_grad(set_to_none=True)
+            backward(loss)  # DDP averages the gradients over the ranks here
+            opt.step()
+            total = loss.detach().clone()
+            dist.all_reduce(total)  # the global batch's mean loss, for the curve (every rank's rows count alike)
+            losses.append(total / world)
     if buffer is not None:
         dist.barrier()
         buffer.close()
