@@ -14,7 +14,7 @@ import struct
 import subprocess
 import sys
 import textwrap
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -693,6 +693,25 @@ def test_file_scope_static_shared_is_per_block(styles, dev):
     torch.testing.assert_close(out, x.t().contiguous())
     tiles = torch.nn.functional.pad(x != 0, (0, 26, 0, 19)).view(2, 32, 3, 32)
     assert torch.equal(counts.cpu(), tiles.sum((1, 3)).int().cpu())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ptx_atom_red_and_strong_loads_and_stores_give_what_the_ptx_isa_says(backend):
+    ext = load(HERE / "ptx_atomics.cu", backend)
+    orders = knobs.ORDERS if backend == "sim" else ("forward",)
+    for order in orders:
+        with knobs.set(order=order) if backend == "sim" else nullcontext():
+            out = ext.atomics().cpu()
+            w = out[:6].numpy().view("<u4").tolist()  # the first 48 bytes as 32-bit words
+            assert w[:11] == [sum(range(1, 65)), 2**32 - 20, 189, 0xFFFFFFFF, 0xFFFF0000, 0, 128,
+                              64 % 10,    # inc wraps to 0 past 9: 64 increments from 0
+                              42,         # dec from 5: 5 steps to 0, then 100, then 58 more
+                              128, 0x42000000], (order, w)  # red.add 64 x 2; atom.add.f32 64 x 0.5 = 32.0
+            assert 1000 <= w[11] <= 1063  # exch: some thread's value was the last
+            assert out[6:].tolist() == [-sum(range(64)), 64]  # atom.add.u64 of negatives; atom.shared.add
+            # a flag set by st.release.gpu, polled by ld.acquire.gpu (or ld.relaxed.gpu and a fence): the poll lets
+            # the writing warp run, and the value written before the flag is read after it
+            assert ext.handoff(0).item() == 42.5 and ext.handoff(1).item() == 42.5
 
 
 def test_host_code_may_name_its_launch_shapes_gridDim_and_blockDim(styles, dev):

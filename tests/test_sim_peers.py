@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.sim_only]
 BUGS = {1: "no barrier before the reads", 2: "no fence before the signal", 3: "no fence after the wait",
         4: "reads before the wait", 5: "no barrier at the end"}
 WRONG_SLOT = 6
+PTX, PTX_BUGS = 7, {8: "a .relaxed signal", 9: "a .relaxed wait"}
 
 
 def _line(text: str) -> int:
@@ -101,6 +102,34 @@ def _bug_rank(rank: int, world: int, bug: int, orders: tuple) -> list[str]:
             except RuntimeError as e:
                 said.append(str(e))
             dist.barrier()  # every rank is done with the memory before it goes
+    return said
+
+
+def _ptx_rank(rank: int, world: int) -> tuple[bool, list[str]]:
+    """The barriers written in inline PTX under the race check in one order: "" when two calls of the correct one
+    gave the sums, and what one call of each of its planted mistakes raised in this rank. (A strong load acquires and
+    releases nothing: were the polls' ld.acquire.sys taken as releases, a rank's polls of its own pad would carry
+    its writes to a peer whose signal lands there, and a .relaxed signal could go unreported.)"""
+    import torch.distributed as dist
+
+    from kernels.sim.peers import PeerMemory
+    from kernels.sim.racecheck import checked, prepare
+
+    ext, x, want = _setup(rank)
+    prepare(ext)
+    said = []
+    for bug in (PTX, *PTX_BUGS):
+        with PeerMemory(N * 4) as mem, knobs.set(order="random", shuffle_blocks=True, seed=3, peer_timeout=2):
+            bufs, pads = torch.tensor(mem.buffer_ptrs), torch.tensor(mem.signal_pad_ptrs)
+            dist.barrier()
+            try:
+                calls = 2 if bug == PTX else 1  # one call of a mistake: a report must not wait for the next call
+                ok = all([torch.equal(checked(ext.one_shot, x, bufs, pads, rank, world, bug), want)
+                          for _ in range(calls)])
+                said.append("" if ok or bug != PTX else "wrong sums")
+            except RuntimeError as e:
+                said.append(str(e))
+            dist.barrier()
     return said
 
 
@@ -185,6 +214,14 @@ def test_each_mistake_in_the_barrier_between_ranks_is_a_race_in_every_order(bug)
                          r"\d (read|wrote) at peers\.cu:\d+", msg), msg
         assert "they are in different ranks" in msg and "__threadfence_system()" in msg
         assert f"peers.cu:{_line('for (int r = 0; r < p.world; ++r) s += p.buf[r][i];  // the same')}" in msg
+    _no_segments_left()
+
+
+def test_a_barrier_in_inline_ptx_orders_the_ranks_through_its_release_and_acquire_and_each_relaxed_one_is_a_race():
+    said = run_ranks(_ptx_rank, world_size=2, timeout=300)
+    assert [s[0] for s in said] == ["", ""], said  # atom.release.sys.cas and ld.acquire.sys: the sums, no report
+    for i, what in enumerate(PTX_BUGS.values(), start=1):
+        assert any("data race on peer memory" in s[i] for s in said), f"{what}: {[s[i] for s in said]}"
     _no_segments_left()
 
 

@@ -137,6 +137,13 @@ def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, s
     ('asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, 1, 1, 1;"'
      ' : "+f"(f[0]), "+f"(f[1]), "+f"(f[2]), "+f"(f[3]) : "l"(o), "l"(o));',
      r"no such shape for \.e4m3: \.m64n8k16 \(m64nNk32"),
+    ('asm volatile("atom.global.add.noftz.f16 %0, [%1], %2;" : "=h"(h) : "l"(o), "h"(h));',
+     r"atom and red on one 32- or 64-bit value"),
+    ('asm volatile("red.acquire.gpu.global.add.u32 [%0], 1;" :: "l"(o));', r"red has no \.acquire form"),
+    ('asm volatile("atom.global.add.s64 %0, [%1], 1;" : "=l"(l) : "l"(o));',  # ptxas refuses it too
+     r"runs this instruction on \.f32, \.f64, \.s32, \.u32, \.u64; found \.s64"),
+    ('asm volatile("ld.acquire.gpu.global.v2.u32 {%0, %1}, [%2];" : "=r"(o[0]), "=r"(o[1]) : "l"(o));',
+     r"\.acquire loads and stores on one 32- or 64-bit value"),
 ])
 def test_an_instruction_or_form_outside_the_set_is_refused_naming_the_line(code, message):
     with pytest.raises(TranslateError, match=message):

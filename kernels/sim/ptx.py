@@ -763,7 +763,7 @@ def _emit_branch(it: Instr, em: Emit) -> str:
 
 def unsupported_message(it: Instr) -> str:
     return (f"the simulator does not run the PTX instruction '{it.opcode}'. It runs mma.sync, ldmatrix, stmatrix, "
-            "cp.async, the mbarrier, cp.async.bulk and wgmma families, ld/st, mov, cvt, cvta and the common integer "
+            "cp.async, the mbarrier, cp.async.bulk and wgmma families, ld/st, atom/red, mov, cvt, cvta and the common integer "
             "and float instructions (kernels/sim/README.md, 'Inline PTX', lists them); use the CUDA C++ API "
             "for this one, or keep the asm under #if defined(__CUDA_ARCH__) with a C++ fallback for the simulator")
 

@@ -119,11 +119,21 @@ def _space(m: Mods, default: str = "Generic") -> str:
     return SPACES[s] if s else default
 
 
+SEMS = {"relaxed": "Relaxed", "acquire": "Acquire", "release": "Release", "acq_rel": "AcqRel"}
+SCOPES = {"cta": "Cta", "cluster": "Cluster", "gpu": "Gpu", "sys": "Sys"}
+
+
+def _order(mods: list[str], default_scope: str = "gpu") -> tuple[str | None, str]:
+    """The memory order and scope among an instruction's modifiers: (the semantics or None, the scope)."""
+    sem = next((x for x in mods if x in SEMS), None)
+    return sem, next((x for x in mods if x in SCOPES), default_scope)
+
+
 def e_ld(ins: Instr, em: Emit) -> str:
     m = Mods(ins, em)
-    m.take_all(_CACHE)
+    mods = m.take_all(_CACHE)
     space = _space(m)
-    m.take_all(_CACHE)
+    mods += m.take_all(_CACHE)
     vec = m.take("v2", "v4", "v8")
     t = m.type({"b8", "u8", "s8", "b16", "u16", "s16", "b32", "u32", "s32", "f32", "b64", "u64", "s64", "f64"})
     m.done()
@@ -136,6 +146,14 @@ def e_ld(ins: Instr, em: Emit) -> str:
     addr = em.addr(ins.operands[1] if ins.parts[0] == "ld" else ins.operands[0])
     signed = "true" if t[0] == "s" else "false"
     size = {"8": 1, "16": 2, "32": 4, "64": 8}[t[1:] if t[0] != "f" else t[1:]]
+    sem, scope = _order(mods)
+    if sem is not None and (sem != "relaxed" or scope in ("gpu", "sys")):  # a strong access: an atomic here
+        if n != 1 or size not in (4, 8):
+            em.fail(f"the simulator runs .{sem} loads and stores on one 32- or 64-bit value")
+        order = f"{P}Sem::{SEMS[sem]}, {P}Scope::{SCOPES[scope]}"
+        if ins.parts[0] == "ld":
+            return f"{P}ld_strong<{P}Space::{space}, {size}, {signed}>({em.site()}, {addr}, {order}, {em.reg(outs[0])});"
+        return f"{P}st_strong<{P}Space::{space}, {size}>({em.site()}, {addr}, {order}, {em.val(outs[0])});"
     if ins.parts[0] == "ld":
         regs = ", ".join(em.reg(x) for x in outs)
         return f"{P}ld<{P}Space::{space}, {size}, {signed}>({em.site()}, {addr}, {regs});"
@@ -146,6 +164,46 @@ def e_ld(ins: Instr, em: Emit) -> str:
 def e_st(ins: Instr, em: Emit) -> str:
     ins.operands = ins.operands[:2]
     return e_ld(ins, em)
+
+
+ATOM_TYPES = {  # per operation: the PTX types and the C++ type of CUDA's atomic function that runs it
+    "add": {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "f32": "float", "f64": "double"},  # no .s64
+    "min": {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "long long"},
+    "and": {"b32": "unsigned", "b64": "unsigned long long"},
+    "exch": {"b32": "unsigned", "b64": "unsigned long long"},
+    "cas": {"b16": "unsigned short", "b32": "unsigned", "b64": "unsigned long long"},
+    "inc": {"u32": "unsigned"},
+}
+ATOM_TYPES |= {"max": ATOM_TYPES["min"], "or": ATOM_TYPES["and"], "xor": ATOM_TYPES["and"], "dec": ATOM_TYPES["inc"]}
+
+
+def e_atom(ins: Instr, em: Emit) -> str:
+    # atom{.sem}{.scope}{.space}.op{.L2::cache_hint}.type d, [a], b{, c}; red{.sem}{.scope}{.space}.op.type [a], b
+    red = ins.parts[0] == "red"
+    m = Mods(ins, em)
+    spaces = ("global", "shared", "shared::cta", "shared::cluster")
+    mods = m.take_all({*SEMS, *SCOPES, *spaces})  # in any order, as ptxas takes them (atom.global.release.sys.cas)
+    sem, scope = _order(mods)
+    sem = sem or "relaxed"
+    space = next((x for x in mods if x in spaces), None)
+    op = m.need(*ATOM_TYPES)
+    hint = m.take("L2::cache_hint") is not None
+    if m.take("noftz", "v2", "v4", "v8"):
+        em.fail("the simulator runs atom and red on one 32- or 64-bit value (no .f16, .bf16 or vector forms)")
+    t = m.type(set(ATOM_TYPES[op]))
+    m.done()
+    if red and sem in ("acquire", "acq_rel"):
+        em.fail(f"red has no .{sem} form (it returns nothing to acquire): use atom")
+    values = (2 if op == "cas" else 1) + hint
+    nops(ins, em, values + (1 if red else 2))
+    ops = ins.operands if red else ins.operands[1:]
+    dest = "cudasim_nodest" if red else em.reg(ins.operands[0])
+    b = em.val(ops[1])
+    c = em.val(ops[2]) if op == "cas" else "0"
+    call = (f"{P}atom<{P}Space::{SPACES[space] if space else 'Generic'}, {P}AtomOp::{op.capitalize()}, "
+            f"{ATOM_TYPES[op][t]}>({em.site()}, {em.addr(ops[0])}, {P}Sem::{SEMS[sem]}, {P}Scope::{SCOPES[scope]}, "
+            f"{dest}, {b}, {c});")
+    return f"{{ {P}NoDest cudasim_nodest; {call} }}" if red else call
 
 
 def e_prefetch(ins: Instr, em: Emit) -> str:
@@ -866,7 +924,8 @@ def e_wgmma(ins: Instr, em: Emit) -> str:
 
 
 EMITTERS = {
-    "mov": e_mov, "cvta": e_cvta, "ld": e_ld, "st": e_st, "prefetch": e_prefetch, "prefetchu": e_prefetch,
+    "mov": e_mov, "cvta": e_cvta, "ld": e_ld, "st": e_st, "atom": e_atom, "red": e_atom, "prefetch": e_prefetch,
+    "prefetchu": e_prefetch,
     "createpolicy": e_createpolicy,
     "add": _binary("add", _INT | FLOAT_TYPES), "sub": _binary("sub", _INT | FLOAT_TYPES),
     "mul": _binary("mul", _INT | FLOAT_TYPES), "mad": _binary("mad", _INT | FLOAT_TYPES),

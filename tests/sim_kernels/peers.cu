@@ -12,7 +12,9 @@
 //   one_shot(bug)   copy x into my buffer, barrier, sum every rank's buffer, barrier. `bug` plants a mistake:
 //                   1 no barrier before the reads, 2 no __threadfence_system() before the signal, 3 none after the
 //                   wait, 4 the reads between the signal and the wait, 5 no barrier at the end (the next call's copy
-//                   races a peer still reading), 6 the wait polls the wrong slot (it never comes)
+//                   races a peer still reading), 6 the wait polls the wrong slot (it never comes); 7 the barriers
+//                   in inline PTX (atom.release.sys.cas, ld.acquire.sys: correct), 8 its signal .relaxed, 9 its
+//                   wait .relaxed
 //   two_shot        copy, barrier, each rank sums its part of the slice into its own buffer (reduce-scatter),
 //                   barrier, each rank gathers every part from its owner (all-gather), barrier
 //   block_order     the order in which the blocks of a launch ran (a ticket per block)
@@ -22,7 +24,7 @@
 
 constexpr int kMaxRanks = 8;
 enum PeerBug { kCorrect = 0, kNoBarrierBeforeRead, kNoFenceBeforeSignal, kNoFenceAfterWait, kReadBeforeWait,
-               kNoEndBarrier, kWrongSlot, kLastBug = kWrongSlot };
+               kNoEndBarrier, kWrongSlot, kPtx, kPtxRelaxedSignal, kPtxRelaxedWait, kLastBug = kPtxRelaxedWait };
 
 // Every rank's memory, as this rank reaches it: passed by value, so the kernel needs no device array of pointers.
 struct Peers {
@@ -53,6 +55,36 @@ __device__ void wait_peers(const Peers& p, bool fence, bool wrong_slot) {
   __syncthreads();                   // and to the whole block after the barrier
 }
 
+// The same barrier in inline PTX, as PyTorch's symmetric-memory kernels write theirs: the signal an atom.cas with
+// release semantics at system scope (the fence is the instruction's), the wait a poll of ld.acquire.sys and then a
+// relaxed store of 0 that takes the signal. `release` and `acquire` false plant the .relaxed forms.
+__device__ void signal_peers_ptx(const Peers& p, bool release) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < p.world) {
+    unsigned* flag = p.pad[t] + slot(blockIdx.x, p.rank, p.world);
+    unsigned old = 1;
+    while (old != 0) {
+      if (release) asm volatile("atom.global.release.sys.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(flag) : "memory");
+      else asm volatile("atom.relaxed.sys.global.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(flag) : "memory");
+    }
+  }
+}
+
+__device__ void wait_peers_ptx(const Peers& p, bool acquire) {
+  const int t = threadIdx.x;
+  if (t < p.world) {
+    unsigned* flag = p.pad[p.rank] + slot(blockIdx.x, t, p.world);
+    unsigned seen = 0;
+    while (seen != 1) {
+      if (acquire) asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+      else asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(flag) : "memory");
+    }
+    asm volatile("st.relaxed.sys.global.u32 [%0], 0;" ::"l"(flag) : "memory");
+  }
+  __syncthreads();
+}
+
 __device__ void sum_peers(const Peers& p, float* out, int lo, int hi) {
   for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     float s = 0.0f;
@@ -64,6 +96,14 @@ __device__ void sum_peers(const Peers& p, float* out, int lo, int hi) {
 __global__ void one_shot_kernel(const float* x, float* out, Peers p, int n, int bug) {
   const int chunk = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * chunk, hi = min(n, lo + chunk);
   for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) p.buf[p.rank][i] = x[i];
+  if (bug >= kPtx) {  // the barriers in PTX
+    signal_peers_ptx(p, bug != kPtxRelaxedSignal);
+    wait_peers_ptx(p, bug != kPtxRelaxedWait);
+    sum_peers(p, out, lo, hi);
+    signal_peers_ptx(p, true);
+    wait_peers_ptx(p, true);
+    return;
+  }
   if (bug == kReadBeforeWait) {
     signal_peers(p, true);
     sum_peers(p, out, lo, hi);  // a peer's part may not be there yet: its signal was not waited for

@@ -549,6 +549,7 @@ namespace instr {
 CUDASIM_RT void access(const void* p, size_t bytes, bool write, const char* file, int line);
 CUDASIM_RT void access_for(const void* p, size_t bytes, bool write, const char* file, int line, int thread);
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc);
+CUDASIM_RT void atomic_load_next();  // the next atomic_access is a strong load's (it acquires, releases nothing)
 CUDASIM_RT void sync_object_access(const void* p, size_t bytes, void* pc);
 CUDASIM_RT void mbar_reset(const void* bar);
 CUDASIM_RT void mbar_release(const void* bar, int thread);

@@ -202,7 +202,10 @@ CUDASIM_RT void group_completed(int first_thread, int threads) {
   with_clocks([&]() CUDASIM_INTERNAL { check::clocks_share(reader, first_thread, threads); });
 }
 
+CUDASIM_RT void atomic_load_next() { check::peer::L.load = true; }
+
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
+  const bool load = std::exchange(check::peer::L.load, false);  // set by atomic_load_next just before this atomic
   if (prof::P.on) {
     prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, pc);  // counted once, as a read
     return;
@@ -225,7 +228,7 @@ CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   check::S.block_atomics.insert(a);
   if (g.peer_count)
     if (const PeerSegment* s = peer_segment(p))
-      if (a - s->pad < s->pad_bytes) check::peer::pad_atomic(*s, a, tid);  // a signal: release and acquire
+      if (a - s->pad < s->pad_bytes) check::peer::pad_atomic(*s, a, tid, !load);  // a signal: release and acquire
   check::S.busy = false;
 }
 

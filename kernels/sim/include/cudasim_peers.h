@@ -20,7 +20,8 @@
 //     knew; within a launch the usual rules hold (one block: barriers, warp operations; two blocks: nothing).
 // A gpu-scope __threadfence() orders nothing between ranks (PTX's .gpu scope is one device); a race report says so
 // when one was made. Where the model is unsure it errs towards no report: a word's clock keeps every release made
-// into it, an atomic that does not change the pad still releases and acquires, two threads' fences in one epoch of
+// into it, an atomic that does not change the pad still releases and acquires (but a strong load, PTX ld.acquire or
+// ld.relaxed.sys run as an atomic, only acquires: it writes nothing), two threads' fences in one epoch of
 // a block cover that whole epoch, more than 64 blocks or 8 ranks are taken as known, and a pool of clocks used up
 // is taken as ordering everything.
 #pragma once
@@ -78,6 +79,7 @@ struct Local {
   uint32_t fence_epoch[1024] = {};
   bool fenced[1024] = {};
   bool gpu_fence = false;  // a __threadfence() in this rank's launch (named in a report)
+  bool load = false;       // the next atomic is a strong load (PTX ld.acquire, ld.relaxed.sys): it releases nothing
   uintptr_t base = 0;      // this library's load address
 };
 
@@ -269,8 +271,8 @@ CUDASIM_RT void fence(int t, bool system) {
 }
 
 // Thread t's atomic on a signal pad word: it acquires the word's clock (known after its next system fence) and, when
-// it fenced before, releases what it knows into it.
-CUDASIM_RT void pad_atomic(const PeerSegment& s, uintptr_t word, int t) {
+// it fenced before and writes (`release`: not a strong load), releases what it knows into it.
+CUDASIM_RT void pad_atomic(const PeerSegment& s, uintptr_t word, int t, bool release) {
   if (t < 0 || t >= 1024) return;
   Lock lock(s);
   uint32_t* idx = pad_index(s, word);
@@ -280,7 +282,7 @@ CUDASIM_RT void pad_atomic(const PeerSegment& s, uintptr_t word, int t) {
     if (it == L.pending.end()) L.pending.emplace(t, *clock);
     else join(it->second, *clock);
   }
-  if (!L.fenced[t]) return;
+  if (!L.fenced[t] || !release) return;
   if (!*idx) {
     Header* h = header(s);
     Know* fresh = pool_clock(s, h->used + 1);

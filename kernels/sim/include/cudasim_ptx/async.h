@@ -69,6 +69,68 @@ CUDASIM_INTERNAL inline void st(const Site& s, Addr a, const V&... vals) {
   ((store_one<Size>(p + Size * k++, vals)), ...);
 }
 
+// Strong loads and stores (ld.acquire, ld.relaxed.gpu/.sys, st.release, st.relaxed.gpu/.sys) and atom/red.
+// A strong access of a word is an atomic one here: the same atomics as CUDA's functions (cudasim.h), so that the
+// race check sees a synchronising access, not a racing one, and a loop polling a word that does not change lets
+// the other threads run (or, on peer memory, waits for the other process by the clock). The semantics of an order
+// are its fences: .release is a fence of the instruction's scope before the access, .acquire one after it
+// (.acq_rel both); at .sys scope that is __threadfence_system(), which the race check's model of peer memory reads
+// (cudasim_peers.h), at .gpu scope __threadfence(), at .cta and .cluster nothing (one memory, one order here).
+enum class Scope { Cta, Cluster, Gpu, Sys };
+enum class Sem { Relaxed = 0, Acquire = 1, Release = 2, AcqRel = 3 };
+enum class AtomOp { Add, Min, Max, And, Or, Xor, Exch, Cas, Inc, Dec };
+struct NoDest {};  // red: no destination register
+
+CUDASIM_INTERNAL inline void scope_fence(Scope sc) {
+  if (sc == Scope::Sys) ::__threadfence_system();
+  else if (sc == Scope::Gpu) ::__threadfence();
+}
+
+template <int Size>
+using Word = std::conditional_t<Size == 4, unsigned, unsigned long long>;
+
+template <Space Sp, int Size, bool Signed, class D>
+CUDASIM_INTERNAL inline void ld_strong(const Site& s, Addr a, Sem sem, Scope sc, D& out) {
+  static_assert(Size == 4 || Size == 8, "a strong load of 4 or 8 bytes");
+  auto* p = reinterpret_cast<Word<Size>*>(resolve(s, Sp, a, Size, Size));
+  CUDASIM_EVENT(atomic_load_next());  // a load: on a signal pad it acquires, and releases nothing
+  Word<Size> v = ::atomicOr(p, Word<Size>{0}, s.file, s.line);  // reads, and leaves the word as it was
+  if (static_cast<int>(sem) & 1) scope_fence(sc);
+  load_one<Size, Signed>(out, reinterpret_cast<const unsigned char*>(&v));
+}
+
+template <Space Sp, int Size, class V>
+CUDASIM_INTERNAL inline void st_strong(const Site& s, Addr a, Sem sem, Scope sc, const V& val) {
+  static_assert(Size == 4 || Size == 8, "a strong store of 4 or 8 bytes");
+  auto* p = reinterpret_cast<Word<Size>*>(resolve(s, Sp, a, Size, Size));
+  if (static_cast<int>(sem) & 2) scope_fence(sc);
+  unsigned char bytes[8] = {};
+  store_one<Size>(bytes, val);
+  Word<Size> w;
+  std::memcpy(&w, bytes, Size);
+  ::atomicExch(p, w, s.file, s.line);
+}
+
+template <Space Sp, AtomOp Op, class T, class D, class B, class C>
+CUDASIM_INTERNAL inline void atom(const Site& s, Addr a, Sem sem, Scope sc, D& d, const B& b, const C& c) {
+  T* p = reinterpret_cast<T*>(resolve(s, Sp, a, sizeof(T), sizeof(T)));
+  if (static_cast<int>(sem) & 2) scope_fence(sc);
+  const T v = as<T>(b);
+  T old;
+  if constexpr (Op == AtomOp::Add) old = ::atomicAdd(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::Min) old = ::atomicMin(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::Max) old = ::atomicMax(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::And) old = ::atomicAnd(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::Or) old = ::atomicOr(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::Xor) old = ::atomicXor(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::Exch) old = ::atomicExch(p, v, s.file, s.line);
+  else if constexpr (Op == AtomOp::Cas) old = ::atomicCAS(p, v, as<T>(c), s.file, s.line);
+  else if constexpr (Op == AtomOp::Inc) old = ::atomicInc(p, v);
+  else old = ::atomicDec(p, v);
+  if (static_cast<int>(sem) & 1) scope_fence(sc);
+  if constexpr (!std::is_same_v<D, NoDest>) put<T>(d, old);
+}
+
 // ---------------------------------------------------------------------------------------------
 // mbarrier: a 64-bit object in shared memory. The simulator keeps its state beside the 8 bytes
 // (which hold a token that changes with every operation, so a plain store over a live barrier is
