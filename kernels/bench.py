@@ -228,15 +228,14 @@ def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = Non
          device: str | None = None):
     """A bar chart of GB/s (or TFLOP/s) per variant, with the copy bandwidth as a line, titled with the benchmark
     and the GPU that measured it (device; by default the one this process runs on)."""
-    import matplotlib
-
-    if not show:
-        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     use_bw = any(r.gbps for r in rows)
     vals = [(r.gbps if use_bw else r.tflops) or 0 for r in rows]
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(rows) + 2), 3.2))
+    size = (max(5, 0.9 * len(rows) + 2), 3.2)
+    fig = plt.figure(figsize=size) if show else Figure(figsize=size)  # a file alone: the notebook's backend stays
+    ax = fig.subplots()
     colors = ["#999999" if r.variant in ("eager", "torch.compile") else "#3b7dd8" for r in rows]
     ax.bar([r.variant for r in rows], vals, color=colors)
     if use_bw:
@@ -252,7 +251,7 @@ def plot(rows: list[Row], copy_gbps: float, path: str | os.PathLike | None = Non
         fig.savefig(path, dpi=120)
     if show:
         plt.show()
-    plt.close(fig)
+        plt.close(fig)
     return fig
 
 

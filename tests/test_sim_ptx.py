@@ -138,10 +138,13 @@ def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, s
      ' : "+f"(f[0]), "+f"(f[1]), "+f"(f[2]), "+f"(f[3]) : "l"(o), "l"(o));',
      r"no such shape for \.e4m3: \.m64n8k16 \(m64nNk32"),
     ('asm volatile("atom.global.add.noftz.f16 %0, [%1], %2;" : "=h"(h) : "l"(o), "h"(h));',
-     r"atom and red on one 32- or 64-bit value"),
+     r"atom and red on one value \(no \.f16"),
     ('asm volatile("red.acquire.gpu.global.add.u32 [%0], 1;" :: "l"(o));', r"red has no \.acquire form"),
     ('asm volatile("atom.global.add.s64 %0, [%1], 1;" : "=l"(l) : "l"(o));',  # ptxas refuses it too
      r"runs this instruction on \.f32, \.f64, \.s32, \.u32, \.u64; found \.s64"),
+    ('asm volatile("ld.acquire.global.u32 %0, [%1];" : "=r"(o[0]) : "l"(o));', r"ld\.acquire needs a scope"),
+    ('asm volatile("ld.release.gpu.global.u32 %0, [%1];" : "=r"(o[0]) : "l"(o));', r"ld has no \.release form"),
+    ('asm volatile("red.global.exch.b32 [%0], 1;" :: "l"(o));', r"red has no \.exch"),
     ('asm volatile("ld.acquire.gpu.global.v2.u32 {%0, %1}, [%2];" : "=r"(o[0]), "=r"(o[1]) : "l"(o));',
      r"\.acquire loads and stores on one 32- or 64-bit value"),
 ])

@@ -301,14 +301,17 @@ def train_rows(ms: dict[str, float]) -> list[Row]:
         alone = ms.get("1 GPU, " + ("custom" if "custom" in label else "eager") + (", compiled" if "compiled" in label else ""))
         speed = world * tokens / t
         base = tokens / alone if alone else None
+        note = f"{speed * 1000:.0f} tokens/s" + (
+            "; vs 1 GPU compiled without compiled autograd (its own gain counts in)" if "compiled autograd" in label
+            else "")
         rows.append(Row(f"data parallel, {world} GPU{'s' if world > 1 else ''}", label, t, None, None, None,
-                        speed / base if base else None, None, f"{speed * 1000:.0f} tokens/s"))
+                        speed / base if base else None, None, note))
     return rows
 
 
 def _overlap(out_dir: Path) -> None:
-    """One profiled step of each of lesson14_overlap's routes, over NVLink and through the host's memory (NCCL
-    without peer-to-peer: the lesson's own kernel needs peer access, so it is traced over NVLink only); their
+    """One profiled step of each of lesson14_overlap's routes, peer to peer and through the host's memory (NCCL
+    without peer-to-peer: the lesson's own kernel needs peer access, so it is traced peer to peer only); their
     summaries printed, their spans to OVERLAP_CSV and the timeline to OVERLAP_PNG."""
     import os
 
@@ -316,7 +319,7 @@ def _overlap(out_dir: Path) -> None:
     from ..ranks import run_ranks
 
     spans = ov.least_waiting(run_ranks(ov.trace_rank, WORLD, args=(MODEL, PER_GPU_BATCH), backend="nccl",
-                                       timeout=600), "NVLink")
+                                       timeout=600), "peer to peer")  # NVLink, or PCIe with peer access
     before = os.environ.get("NCCL_P2P_DISABLE")
     os.environ["NCCL_P2P_DISABLE"] = "1"  # read by NCCL in the ranks, which inherit this environment
     try:
@@ -327,7 +330,7 @@ def _overlap(out_dir: Path) -> None:
             del os.environ["NCCL_P2P_DISABLE"]
         else:
             os.environ["NCCL_P2P_DISABLE"] = before
-    spans |= ov.least_waiting(host, "host memory")
+    spans |= ov.least_waiting(host, "through host memory")
     print(f"\nOne training step of each route ({MODEL['n_layer']} blocks, d {MODEL['d_model']}, T {MODEL['seq_len']}, "
           f"{PER_GPU_BATCH} sequences per GPU, eager PyTorch):")
     for route, ss in spans.items():

@@ -90,10 +90,13 @@ def symmetric_hook(ext, buffer) -> Callable:
 @contextlib.contextmanager
 def compiled_autograd() -> Iterator[Callable[[torch.Tensor], None]]:
     """Inside: DDP models built (by wrap) and compiled use DDP's Python reducer, and the backward function this
-    yields runs loss.backward() with compiled autograd (the backward's graph compiled, its all-reduces in it)."""
+    yields runs loss.backward() with compiled autograd (the backward's graph compiled, its all-reduces in it).
+    On leaving, the settings it and DDP's Python reducer change are put back (dynamo's optimize_ddp, inductor's
+    _fuse_ddp_communication and _fuse_ddp_bucket_size); DDP's module stays on dynamo's list of modules to inline."""
+    import torch._inductor.config as inductor
     from torch._dynamo import compiled_autograd as ca
 
-    before = torch._dynamo.config.optimize_ddp
+    before = (torch._dynamo.config.optimize_ddp, inductor._fuse_ddp_communication, inductor._fuse_ddp_bucket_size)
     torch._dynamo.config.optimize_ddp = "python_reducer"  # read when DDP is built and when dynamo compiles it
 
     def backward(loss: torch.Tensor) -> None:
@@ -102,7 +105,8 @@ def compiled_autograd() -> Iterator[Callable[[torch.Tensor], None]]:
     try:
         yield backward
     finally:
-        torch._dynamo.config.optimize_ddp = before
+        torch._dynamo.config.optimize_ddp = before[0]
+        inductor._fuse_ddp_communication, inductor._fuse_ddp_bucket_size = before[1:]
         torch._dynamo.reset()
 
 

@@ -1,7 +1,7 @@
 """What DDP's buckets buy: one training step of each route on two GPUs, seen through the profiler's trace.
 
     ranks = run_ranks(trace_rank, 2, args=(cfg, 16), backend="nccl")   # every rank's {route: [Span, ...]}
-    spans = least_waiting(ranks, "NVLink")   # each route from the rank that waited least in its collectives
+    spans = least_waiting(ranks, "peer to peer")   # each route from the rank that waited least in its collectives
     for route, s in spans.items():
         print(describe(route, s))      # step, backward and all-reduce times, and how much of it the step waits for
     plot(spans)                        # the timeline: compute and communication, one pair of lanes per route
@@ -17,10 +17,13 @@ be summed over the ranks before the optimizer runs. The three routes traced:
             only the last bucket's all-reduce (the first layers' gradients, produced last) is left after it
     OURS    the same DDP with the lesson's all_reduce2 kernel as its communication hook, on a side stream
 
-"exposed" is the time from the end of the backward's last kernel to the end of the last all-reduce: the part of
-the communication the step waits for. How much there is to hide depends on the link: the benchmark traces the
-steps twice, over NVLink and with NCCL told not to use it (NCCL_P2P_DISABLE=1: through the host's memory, as
-between GPUs without a direct link). On the simulator there is no GPU trace to take; the notebook shows the one
+"exposed" is the time in which a communication kernel runs and no compute kernel does: the part of the
+communication the step waits for (DDP's last kernels, which copy the averaged buckets back into the gradients, are
+launched by autograd's thread too, and wait for the all-reduce: "the end of the backward" would hide it). How much there is to hide depends on the link: the benchmark traces the
+steps twice, peer to peer (NVLink on the recording's machine) and with NCCL told not to use it
+(NCCL_P2P_DISABLE=1: through the host's memory, as between GPUs without a direct link). Compute kernels that follow
+one another within GAP_US count as one busy span, so that the gaps of launching one kernel after another are not
+counted as exposed. On the simulator there is no GPU trace to take; the notebook shows the one
 recorded on two GPUs (kernels/benchmarks/recorded/lesson14_overlap.csv).
 """
 from __future__ import annotations
@@ -69,7 +72,7 @@ def spans_from_trace(events: list[dict]) -> list[Span]:
     for e in work:
         start, end = e["ts"] - t0, e["ts"] + e["dur"] - t0
         if is_comm(e["name"]):
-            spans.append(Span(COMM, start, end, e["name"].split("(")[0].split("<")[0]))
+            spans.append(Span(COMM, start, end, e["name"].split("(")[0].split("<")[0].removeprefix("void ")))
             continue
         by = thread.get(e.get("args", {}).get("correlation"))
         phase = BACKWARD if by is not None and by != main else OPTIMIZER if started else FORWARD
@@ -78,12 +81,13 @@ def spans_from_trace(events: list[dict]) -> list[Span]:
     return merged(spans)
 
 
-GAP_US = 20.0  # compute kernels of one phase closer than this are drawn as one span (the plot cannot show less)
+GAP_US = 5.0  # compute kernels of one phase closer than this are kept as one span (the plot cannot show less)
 
 
 def merged(spans: list[Span], gap_us: float = GAP_US) -> list[Span]:
     """The spans with each phase's compute kernels that follow one another within gap_us joined into one span;
-    communication spans kept one by one. The summary of a step does not change."""
+    communication spans kept one by one. The step's length and its backward's do not change; the exposed time can
+    only shrink, by less than gap_us per gap that a communication kernel falls in."""
     out: list[Span] = []
     latest: dict[str, int] = {}  # phase -> index in out of its latest compute span
     for s in sorted(spans, key=lambda s: s.start_us):
@@ -97,26 +101,49 @@ def merged(spans: list[Span], gap_us: float = GAP_US) -> list[Span]:
     return out
 
 
+def _busy(spans: list[Span]) -> list[tuple[float, float]]:
+    """When some compute kernel ran: the compute spans' union, as (start, end) in order."""
+    out: list[list[float]] = []
+    for s in sorted((s for s in spans if s.phase != COMM), key=lambda s: s.start_us):
+        if out and s.start_us <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], s.end_us)
+        else:
+            out.append([s.start_us, s.end_us])
+    return [(a, b) for a, b in out]
+
+
+def exposed_us(spans: list[Span]) -> float:
+    """The microseconds in which a communication kernel ran and no compute kernel did: the communication that the
+    step waits for (counted once where two communication kernels overlap)."""
+    busy = _busy(spans)
+    comm = _busy([s._replace(phase=FORWARD) for s in spans if s.phase == COMM])  # the union of the communication
+    alone = 0.0
+    for a, b in comm:
+        covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y in busy)
+        alone += (b - a) - covered
+    return alone
+
+
 def summary(spans: list[Span]) -> dict[str, float]:
     """Milliseconds of one step: its length, the backward's (first to last backward kernel), the all-reduce
-    kernels' (added up), and the exposed part (the end of the last all-reduce past the end of the backward)."""
+    kernels' (added up), and the exposed part (exposed_us: communication while no compute kernel runs)."""
     backward = [s for s in spans if s.phase == BACKWARD]
     comm = [s for s in spans if s.phase == COMM]
     if not backward:
-        raise ValueError("no backward kernels in these spans: expected one training step's trace")
+        raise ValueError("no backward kernels in these spans: expected one step of an eager backward, whose kernels "
+                         "autograd's own thread launches (compiled autograd launches them from the calling thread)")
     bw_end = max(s.end_us for s in backward)
-    last = max((s.end_us for s in comm), default=bw_end)
     return {"step": max(s.end_us for s in spans) / 1e3,
             "backward": (bw_end - min(s.start_us for s in backward)) / 1e3,
             "all-reduce": sum(s.end_us - s.start_us for s in comm) / 1e3,
             "all-reduce calls": float(len(comm)),
-            "exposed": max(0.0, last - bw_end) / 1e3}
+            "exposed": exposed_us(spans) / 1e3}
 
 
 def describe(route: str, spans: list[Span]) -> str:
     s = summary(spans)
     return (f"{route}: step {s['step']:.1f} ms, backward {s['backward']:.1f} ms, {s['all-reduce calls']:.0f} "
-            f"all-reduce kernel(s) {s['all-reduce']:.1f} ms, exposed after the backward {s['exposed']:.1f} ms")
+            f"all-reduce kernel(s) {s['all-reduce']:.2f} ms, exposed (no compute beside it) {s['exposed']:.2f} ms")
 
 
 def write_csv(spans: dict[str, list[Span]], path: str | Path, device: str) -> None:
@@ -147,14 +174,13 @@ COLOURS = {FORWARD: "tab:blue", BACKWARD: "tab:orange", OPTIMIZER: "tab:green", 
 def plot(spans: dict[str, list[Span]], path: str | Path | None = None, show: bool = True, device: str = ""):
     """Two lanes per route, one step each from its first kernel: the compute kernels coloured by phase, and the
     all-reduce kernels; a line at the end of the backward, and the exposed time written beside it."""
-    import matplotlib
-
-    if not show:
-        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(10, 0.9 + 0.8 * len(spans)))
+    size = (10, 0.9 + 0.8 * len(spans))
+    fig = plt.figure(figsize=size) if show else Figure(figsize=size)  # a file alone: no backend switched
+    ax = fig.subplots()
     ticks, labels = [], []
     for i, (route, ss) in enumerate(spans.items()):
         y = 2.5 * i
@@ -165,7 +191,7 @@ def plot(spans: dict[str, list[Span]], path: str | Path | None = None, show: boo
         s = summary(ss)
         bw_end = max(x.end_us for x in ss if x.phase == BACKWARD) / 1e3
         ax.plot([bw_end, bw_end], [y - 0.5, y + 1.5], color="black", linewidth=0.8, linestyle=":")
-        ax.text(s["step"], y + 1, f"  exposed {s['exposed']:.1f} ms", va="center", fontsize=8)
+        ax.text(s["step"], y + 1, f"  exposed {s['exposed']:.2f} ms", va="center", fontsize=8)
         ticks += [y, y + 1]
         labels += [f"{route}: compute", "all-reduce"]
     ax.set_yticks(ticks, labels, fontsize=8)
@@ -180,16 +206,16 @@ def plot(spans: dict[str, list[Span]], path: str | Path | None = None, show: boo
         fig.savefig(path, dpi=110, bbox_inches="tight")
     if show:
         plt.show()
-    plt.close(fig)
+        plt.close(fig)
     return fig
 
 
 def show_recorded(path: str | Path | None = None, show: bool = True) -> dict[str, list[Span]]:
-    """The recorded trace's summaries and timeline (for learners without two GPUs)."""
+    """The recorded trace's summaries and timeline (for learners without two GPUs), or those of `path`."""
     from ..benchmarks import RECORDED
 
     spans, device = read_csv(path or RECORDED / "lesson14_overlap.csv")
-    print(f"one training step, two ranks, recorded on {device}:")
+    print(f"one training step, two ranks, {'measured' if path else 'recorded'} on {device}:")
     for route, ss in spans.items():
         print("  " + describe(route, ss))
     plot(spans, show=show, device=device)

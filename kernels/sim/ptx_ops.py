@@ -146,12 +146,19 @@ def e_ld(ins: Instr, em: Emit) -> str:
     addr = em.addr(ins.operands[1] if ins.parts[0] == "ld" else ins.operands[0])
     signed = "true" if t[0] == "s" else "false"
     size = {"8": 1, "16": 2, "32": 4, "64": 8}[t[1:] if t[0] != "f" else t[1:]]
-    sem, scope = _order(mods)
-    if sem is not None and (sem != "relaxed" or scope in ("gpu", "sys")):  # a strong access: an atomic here
+    sem, scope = _order(mods, default_scope="")
+    load = ins.parts[0] == "ld"
+    if sem is not None and not scope:
+        em.fail(f"{ins.parts[0]}.{sem} needs a scope (.cta, .cluster, .gpu or .sys), as ptxas requires")
+    if sem in ("acq_rel", "release" if load else "acquire"):
+        em.fail(f"{ins.parts[0]} has no .{sem} form (ld takes .relaxed or .acquire, st .relaxed or .release)")
+    if sem is None and "volatile" in mods:  # PTX reads .volatile as .relaxed.sys
+        sem, scope = "relaxed", "sys"
+    if sem is not None:  # a strong access: an atomic here
         if n != 1 or size not in (4, 8):
             em.fail(f"the simulator runs .{sem} loads and stores on one 32- or 64-bit value")
         order = f"{P}Sem::{SEMS[sem]}, {P}Scope::{SCOPES[scope]}"
-        if ins.parts[0] == "ld":
+        if load:
             return f"{P}ld_strong<{P}Space::{space}, {size}, {signed}>({em.site()}, {addr}, {order}, {em.reg(outs[0])});"
         return f"{P}st_strong<{P}Space::{space}, {size}>({em.site()}, {addr}, {order}, {em.val(outs[0])});"
     if ins.parts[0] == "ld":
@@ -189,11 +196,13 @@ def e_atom(ins: Instr, em: Emit) -> str:
     op = m.need(*ATOM_TYPES)
     hint = m.take("L2::cache_hint") is not None
     if m.take("noftz", "v2", "v4", "v8"):
-        em.fail("the simulator runs atom and red on one 32- or 64-bit value (no .f16, .bf16 or vector forms)")
+        em.fail("the simulator runs atom and red on one value (no .f16, .bf16 or vector forms)")
     t = m.type(set(ATOM_TYPES[op]))
     m.done()
     if red and sem in ("acquire", "acq_rel"):
         em.fail(f"red has no .{sem} form (it returns nothing to acquire): use atom")
+    if red and op in ("exch", "cas"):
+        em.fail(f"red has no .{op} (ptxas refuses it): use atom")
     values = (2 if op == "cas" else 1) + hint
     nops(ins, em, values + (1 if red else 2))
     ops = ins.operands if red else ins.operands[1:]

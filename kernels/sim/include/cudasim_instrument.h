@@ -212,7 +212,8 @@ CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   }
   if (!check::S.on || !g.cur || !g.running) return;
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  check_access(a, bytes, check::kWrite | check::kAtomic, reinterpret_cast<uintptr_t>(pc), true);
+  // a strong load (PTX ld.acquire, ld.relaxed) is an atomic read: it conflicts with plain writes, not with reads
+  check_access(a, bytes, (load ? 0 : check::kWrite) | check::kAtomic, reinterpret_cast<uintptr_t>(pc), true);
   // the bookkeeping that lets an atomic order plain accesses (cudasim_check.h: through_atomics)
   check::S.busy = true;
   const int tid = g.cur->linear;

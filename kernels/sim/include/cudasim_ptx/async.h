@@ -76,6 +76,7 @@ CUDASIM_INTERNAL inline void st(const Site& s, Addr a, const V&... vals) {
 // are its fences: .release is a fence of the instruction's scope before the access, .acquire one after it
 // (.acq_rel both); at .sys scope that is __threadfence_system(), which the race check's model of peer memory reads
 // (cudasim_peers.h), at .gpu scope __threadfence(), at .cta and .cluster nothing (one memory, one order here).
+// ld.volatile is ld.relaxed.sys, as PTX defines it. A strong load is an atomic read for the race check.
 enum class Scope { Cta, Cluster, Gpu, Sys };
 enum class Sem { Relaxed = 0, Acquire = 1, Release = 2, AcqRel = 3 };
 enum class AtomOp { Add, Min, Max, And, Or, Xor, Exch, Cas, Inc, Dec };
