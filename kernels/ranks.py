@@ -49,8 +49,9 @@ def _free_port() -> int:
 
 
 def _rank_main(fn, rank: int, world_size: int, args: tuple, backend: str, port: int, tag: str, timeout: float,
-               out) -> None:
+               out, env: dict[str, str]) -> None:
     """One rank: join the group, run fn, send (rank, ok, result or failure) to the parent."""
+    os.environ.update(env)
     os.environ[TAG] = tag
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
     try:
@@ -98,9 +99,10 @@ def _remove_segments(tag: str) -> None:
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: tuple = (), backend: str = "gloo",
-              timeout: float = 300) -> list:
+              timeout: float = 300, env: dict[str, str] | None = None) -> list:
     """[fn(0, world_size, *args), ..., fn(world_size - 1, world_size, *args)], each run in a process of its own
-    with torch.distributed initialised (`backend`: "gloo", or "nccl" with GPU `rank` for each rank). A rank's
+    with torch.distributed initialised (`backend`: "gloo", or "nccl" with GPU `rank` for each rank), with `env`
+    added to each rank's environment before it starts torch (this process's stays as it is). A rank's
     exception is raised here as a RankError naming the rank; past `timeout` seconds every rank is stopped and a
     TimeoutError says which ranks had not finished."""
     if world_size < 1:
@@ -114,7 +116,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: tuple = (), bac
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     port, tag = _free_port(), uuid.uuid4().hex[:12]
-    procs = [ctx.Process(target=_rank_main, args=(fn, r, world_size, tuple(args), backend, port, tag, timeout, out),
+    procs = [ctx.Process(target=_rank_main, args=(fn, r, world_size, tuple(args), backend, port, tag, timeout, out,
+                                                  dict(env or {})),
                          daemon=True, name=f"rank-{r}") for r in range(world_size)]
     results: dict[int, Any] = {}
     deadline = time.monotonic() + timeout

@@ -144,6 +144,12 @@ def _wrong_slot_rank(rank: int, world: int) -> None:
         ext.one_shot(x, torch.tensor(mem.buffer_ptrs), torch.tensor(mem.signal_pad_ptrs), rank, world, WRONG_SLOT)
 
 
+def _env_rank(rank: int, world: int) -> str | None:
+    import os
+
+    return os.environ.get("CUDASIM_TEST_RANK_ENV")
+
+
 def _failing_rank(rank: int, world: int) -> int:
     if rank == 1:
         raise ValueError("planted failure")
@@ -181,6 +187,13 @@ def test_a_rank_that_raises_is_named_with_its_traceback_and_the_others_are_stopp
         run_ranks(_failing_rank, world_size=2, timeout=120)
     assert info.value.rank == 1 and info.value.kind == "ValueError" and info.value.message == "planted failure"
     assert "in _failing_rank" in info.value.traceback and str(info.value).startswith("rank 1 raised ValueError")
+
+
+def test_env_reaches_every_rank_and_leaves_this_process_as_it_was():
+    import os
+
+    assert run_ranks(_env_rank, world_size=2, env={"CUDASIM_TEST_RANK_ENV": "1"}) == ["1", "1"]
+    assert "CUDASIM_TEST_RANK_ENV" not in os.environ and run_ranks(_env_rank, world_size=2) == [None, None]
 
 
 def test_the_knobs_refuse_a_peer_list_or_a_timeout_they_cannot_read():

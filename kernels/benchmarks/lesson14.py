@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from ..bench import Row, device_name, plot, table, write_csv
+from ..lessons import lesson14_overlap as overlap
 from . import Bar
 
 WORLD = 2
@@ -53,8 +54,8 @@ STEPS = 10
 # and the partial products are summed and split by rows over the ranks (a reduce-scatter). (M, K, N, what it is.)
 MATMUL_RS = ((16 * 1024, 3072, 768, "GPT-2 small's MLP down-projection, 16 x 1024 tokens"),
              (8 * 1024, 14336, 4096, "an 8B model's MLP down-projection, 8 x 1024 tokens"))
-OVERLAP_CSV, OVERLAP_PNG = "lesson14_overlap.csv", "lesson14_overlap.png"
-RECORD_FILES = (OVERLAP_CSV,)  # copied beside the recorded CSV by --record (the notebook draws the timeline from it)
+OVERLAP_PNG = "lesson14_overlap.png"
+RECORD_FILES = (overlap.CSV,)  # copied beside the recorded CSV by --record (the notebook draws the timeline from it)
 
 
 def size_name(nbytes: int) -> str:
@@ -312,30 +313,20 @@ def train_rows(ms: dict[str, float]) -> list[Row]:
 def _overlap(out_dir: Path) -> None:
     """One profiled step of each of lesson14_overlap's routes, peer to peer and through the host's memory (NCCL
     without peer-to-peer: the lesson's own kernel needs peer access, so it is traced peer to peer only); their
-    summaries printed, their spans to OVERLAP_CSV and the timeline to OVERLAP_PNG."""
-    import os
-
+    summaries printed, their spans to lesson14_overlap.CSV and the timeline to OVERLAP_PNG."""
     from ..lessons import lesson14_overlap as ov
     from ..ranks import run_ranks
 
     spans = ov.least_waiting(run_ranks(ov.trace_rank, WORLD, args=(MODEL, PER_GPU_BATCH), backend="nccl",
                                        timeout=600), "peer to peer")  # NVLink, or PCIe with peer access
-    before = os.environ.get("NCCL_P2P_DISABLE")
-    os.environ["NCCL_P2P_DISABLE"] = "1"  # read by NCCL in the ranks, which inherit this environment
-    try:
-        host = run_ranks(ov.trace_rank, WORLD, args=(MODEL, PER_GPU_BATCH, (ov.AFTER, ov.BUCKETS)), backend="nccl",
-                         timeout=600)
-    finally:
-        if before is None:
-            del os.environ["NCCL_P2P_DISABLE"]
-        else:
-            os.environ["NCCL_P2P_DISABLE"] = before
+    host = run_ranks(ov.trace_rank, WORLD, args=(MODEL, PER_GPU_BATCH, (ov.AFTER, ov.BUCKETS)), backend="nccl",
+                     timeout=600, env={"NCCL_P2P_DISABLE": "1"})  # NCCL through the host's memory
     spans |= ov.least_waiting(host, "through host memory")
     print(f"\nOne training step of each route ({MODEL['n_layer']} blocks, d {MODEL['d_model']}, T {MODEL['seq_len']}, "
           f"{PER_GPU_BATCH} sequences per GPU, eager PyTorch):")
     for route, ss in spans.items():
         print("  " + ov.describe(route, ss))
-    ov.write_csv(spans, out_dir / OVERLAP_CSV, device_name())
+    ov.write_csv(spans, out_dir / ov.CSV, device_name())
     ov.plot(spans, out_dir / OVERLAP_PNG, show=False, device=device_name())
 
 

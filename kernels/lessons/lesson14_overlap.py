@@ -42,6 +42,7 @@ FORWARD, BACKWARD, OPTIMIZER, COMM = "forward", "backward", "after the backward"
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # a trace's categories of work on the GPU
 LAUNCHES = ("cuda_runtime", "cuda_driver")          # and of the CPU calls that queued it
 FIELDS = ("route", "phase", "start_us", "end_us", "name")
+CSV = "lesson14_overlap.csv"  # the benchmark's file of spans, in its output folder and among the recorded figures
 
 
 class Span(NamedTuple):
@@ -210,12 +211,13 @@ def plot(spans: dict[str, list[Span]], path: str | Path | None = None, show: boo
     return fig
 
 
-def show_recorded(path: str | Path | None = None, show: bool = True) -> dict[str, list[Span]]:
-    """The recorded trace's summaries and timeline (for learners without two GPUs), or those of `path`."""
+def show_recorded(folder: str | Path | None = None, show: bool = True) -> dict[str, list[Span]]:
+    """The recorded trace's summaries and timeline (for learners without two GPUs), or those the benchmark wrote
+    into `folder` (its output folder, build/bench)."""
     from ..benchmarks import RECORDED
 
-    spans, device = read_csv(path or RECORDED / "lesson14_overlap.csv")
-    print(f"one training step, two ranks, {'measured' if path else 'recorded'} on {device}:")
+    spans, device = read_csv(Path(folder or RECORDED) / CSV)
+    print(f"one training step, two ranks, {'measured' if folder else 'recorded'} on {device}:")
     for route, ss in spans.items():
         print("  " + describe(route, ss))
     plot(spans, show=show, device=device)
