@@ -65,6 +65,8 @@ def _rank_main(fn, rank: int, world_size: int, args: tuple, backend: str, port: 
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout),
                                 device_id=torch.device("cuda", rank) if backend == "nccl" else None)
+        dist.barrier()  # every rank's side of the connections is up: a rank whose fn returns at once and leaves the
+        # group could otherwise close its end while a peer is still connecting (gloo's "Connection closed by peer")
         try:
             result = fn(rank, world_size, *args)
         finally:
