@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels import load
+from kernels.check import thorough
 from kernels.exercises import check_exercise, find, fitting_hint
 from kernels.lessons import lesson12
 from kernels.lessons.lesson12 import (HALF_DTYPES, SHAPES, TENSOR_CORE_SHAPES, attention_backward_ref, attention_ref,
@@ -23,8 +24,9 @@ SOLUTION = ROOT / "solutions" / "12_attention" / "flash_online.cu"
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
 # (small cases, first order) finds what the other orders would show. The exercise and its planted bugs keep all three.
 ONE_ORDER = ("forward",)
-TENSOR_CORE_VARIANTS = ("attention3", "attention4", "attention_backward2", "attention_backward3", "attention_backward4")
-HOPPER_VARIANTS = ("attention4", "attention_backward4")  # bf16 only
+TENSOR_CORE_VARIANTS = ("attention3", "attention4", "attention_backward2", "attention_backward3", "attention_backward4",
+                        "attention_backward5")
+HOPPER_VARIANTS = ("attention4", "attention_backward4", "attention_backward5")  # bf16 only
 
 
 def dtypes_of(name: str) -> tuple:
@@ -396,7 +398,7 @@ def test_bad_backward_inputs_are_refused_saying_what_was_expected(ext, dev, name
         op(q, k, v, out, lse, torch.randn(1, 2, 8, 32, device=dev, dtype=dt), False, 0.125, *grads)
     with pytest.raises(RuntimeError, match=r"dk must have k's shape"):
         op(q, k, v, out, lse, torch.randn_like(q), False, 0.125, grads[0], grads[1][:, :1].contiguous(), grads[2])
-    if name == "attention_backward4" and _hopper(dev):  # an output that overlaps itself would be written twice
+    if name in HOPPER_VARIANTS and _hopper(dev):  # an output that overlaps itself would be written twice
         with pytest.raises(RuntimeError, match=r"dk's rows must be contiguous .*no stride of 0"):
             op(q, k, v, out, lse, torch.randn_like(q), False, 0.125, grads[0], grads[1][:, :1].expand_as(k), grads[2])
 
@@ -491,6 +493,10 @@ PLANTED_BACKWARD = {
     # causal: the dQ kernel's key tiles counted up to its first row's diagonal instead of its last row's
     "backward4_causal_tiles": ("per_head = (keys_of_row(min(r0 + 128, Tq) - 1, Tq, Tk, causal) + BS - 1) / BS;",
                                "per_head = (keys_of_row(r0, Tq, Tk, causal) + BS - 1) / BS;", "elements differ"),
+    # attention_backward5: at D 128 both consumers multiply dS by the first 64 columns of K (dq's last 64 columns get
+    # the first 64's values)
+    "backward5_dq_columns": ("const int qa = BS == 128 ? c : 0, dpan = BS == 128 ? 0 : c;",
+                             "const int qa = BS == 128 ? c : 0, dpan = 0;", "elements differ"),
 }
 
 
@@ -525,10 +531,32 @@ def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
     old, new, said = {**PLANTED_REFERENCE, **PLANTED_BACKWARD}[bug]
     planted = load(plant(REFERENCE, old, new, f"lesson12_reference_{bug}.cu"), "sim", quiet=True)
     run = check_attention_backward if bug in PLANTED_BACKWARD else check_attention
-    report = run(getattr(planted, "attention_backward4" if bug in PLANTED_BACKWARD else "attention4"),
+    name = "attention4" if bug not in PLANTED_BACKWARD else f"attention_{bug[:bug.index('_')]}"
+    report = run(getattr(planted, name),
                  TENSOR_CORE_SHAPES, dtypes=(torch.bfloat16,), backend="sim", quiet=True, orders=ONE_ORDER,
                  large=False)
     assert not report.passed and any(said in c.problem + c.detail for c in report.cases if not c.passed), str(report)
+
+
+# attention_backward5's dQ product reads both consumers' halves of dS^T from shared memory, which a named barrier
+# between the two warpgroups orders after their stores. Small enough for the simulator's race check (thorough(): every
+# case), at D 64 (a consumer's dQ rows: half of the queries) and D 128 (half of the columns), with more keys than one
+# block's 128 so that two blocks add into the same dq rows.
+RACE_SHAPES = ((1, 2, 2, 130, 130, 64), (1, 2, 1, 70, 150, 128))
+
+
+def test_attention_backward5_passes_the_race_check_and_fails_it_without_the_barrier_between_its_consumers(ext, dev):
+    if dev.type != "cpu":
+        pytest.skip("the race check is the simulator's")
+    with thorough():
+        check_attention_backward(ext.attention_backward5, RACE_SHAPES, dtypes=(torch.bfloat16,), quiet=True,
+                                 raise_on_fail=True, orders=ONE_ORDER, large=False, name="attention_backward5")
+        planted = load(plant(REFERENCE, "        named_barrier(1, 256);  // both consumers' halves of dS^T are in\n",
+                             "", "lesson12_reference_backward5_no_barrier.cu"), "sim", quiet=True)
+        report = check_attention_backward(planted.attention_backward5, RACE_SHAPES, dtypes=(torch.bfloat16,),
+                                          backend="sim", quiet=True, orders=ONE_ORDER, large=False)
+    assert not report.passed and all("data race on shared memory" in c.problem + c.detail for c in report.cases
+                                     if not c.passed), str(report)
 
 
 # Shapes the Hopper variants' blocks and tiles meet that TENSOR_CORE_SHAPES leave out: two batches (the batch's
@@ -570,12 +598,12 @@ def _in_model_layout(name: str, fn: Callable) -> Callable:
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "model"])
-@pytest.mark.parametrize("name", ["attention4", "attention_backward4"])
+@pytest.mark.parametrize("name", ["attention4", "attention_backward4", "attention_backward5"])
 def test_the_hopper_variants_match_the_reference_on_batches_grouped_heads_and_empty_rows(ext, dev, name, layout):
     """The shapes above, on contiguous tensors and on tensors in a model's layout (every input and output a
     transposed [B, T, H, D] view whose tokens and heads are not dense: the tensor maps' strides and the epilogues')."""
     if dev.type != "cpu" and not _hopper(dev):
-        pytest.skip("attention4 and attention_backward4 need an H100 (or the simulator)")
+        pytest.skip("the Hopper variants need an H100 (or the simulator)")
     run = check_attention if name == "attention4" else check_attention_backward
     fn = getattr(ext, name)
     if layout == "model":

@@ -523,6 +523,18 @@ def test_atomics_on_every_type(feat):
     assert fmax.item() == f.max().item()  # the atomicCAS loop
 
 
+def test_vector_atomic_adds_add_every_element(feat):
+    if feat.device.type == "cuda" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("float2 and float4 atomicAdd need compute capability 9.0")
+    n = 1000
+    f = torch.randn(n)
+    out = feat.vector_atomics(f)
+    s = f.sum()
+    torch.testing.assert_close(out[:8], torch.stack([s, 2 * s, s.new_zeros(()), s.new_zeros(()), s, -s,
+                                                     s.new_tensor(n), s.new_tensor(n / 2)]), rtol=1e-4, atol=1e-3)
+    assert out[8:10].tolist() == [n, n] and out[10:12].tolist() == [0, 0] and out[12:].tolist() == [n] * 4
+
+
 @pytest.mark.slow
 def test_atomic_max_on_float_does_not_compile_as_on_nvcc(tmp_path):
     src = tmp_path / "bad_atomic.cu"

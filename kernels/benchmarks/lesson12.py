@@ -51,7 +51,7 @@ HEADS = {128: 16, 64: 32}  # head dimension: heads (a width of 2048)
 DTYPE = torch.bfloat16
 SLOW = ("attention1", "attention2")  # timed only at the shortest sequence
 FORWARD = ("attention3", "attention4")
-BACKWARD = ("attention_backward2", "attention_backward3", "attention_backward4")
+BACKWARD = ("attention_backward2", "attention_backward3", "attention_backward4", "attention_backward5")
 # Eager's graph keeps five T x T matrices for its backward (34 GB at T = 8192, B = 2, 16 heads), too many beside the
 # compiled and SDPA graphs of the same benchmark on an 80 GB GPU: its backward row stops at T = 2048.
 EAGER_BACKWARD_UP_TO = 2048

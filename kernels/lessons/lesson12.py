@@ -413,6 +413,7 @@ VARIANTS = [
     Variant("attention_backward2", _backward_args, HALF_DTYPES, needs=TENSOR_CORES),
     Variant("attention_backward3", _backward_args, HALF_DTYPES, needs=TENSOR_CORES),
     Variant("attention_backward4", _backward_args, (torch.bfloat16,), needs=HOPPER),
+    Variant("attention_backward5", _backward_args, (torch.bfloat16,), needs=HOPPER),
 ]
 # The functional forms need no gate: they take attention4 on an H100 (bf16, an sm_90a build), attention3 and
 # attention_backward3 where the GPU and the input allow (fp16 or bf16, D 64 or 128, compute capability 8.0 or later),

@@ -29,6 +29,10 @@
 //   attention_backward4  attention_backward3 on Hopper's instructions: one warp-specialised kernel in two modes (dK
 //                        and dV per 128 keys, dQ per 128 queries), TMA and wgmma, every score tile fed back from
 //                        registers. Deterministic. Same inputs as attention4
+//   attention_backward5  attention_backward4 with FlashAttention 3's dQ: the dK/dV kernel also computes dQ = dS K for
+//                        each streamed tile (dS^T from registers into shared memory, read by both consumers' wgmma)
+//                        and adds it into a float32 buffer with atomics; a last pass rounds it into dq. 5 products
+//                        instead of 7, one pass over K and V. Not deterministic. Same inputs as attention4
 //   attention            functional form: attention4 on a 9.x GPU in an sm_90a build (bf16), else attention3 where it
 //                        runs (fp16/bf16, D 64 or 128, 16-byte aligned, compute capability 8.0 or later), else
 //                        attention2; returns (out, lse)
@@ -70,6 +74,11 @@
 // faster of the two at every shape measured (bf16, D 64 and 128, T 2048 and 8192): backward2's dK/dV kernel stalls on
 // the barrier and the shared-memory round trip of its dQ step and on its float32 atomics, which cost more than the
 // recomputation. So the functional attention_backward takes backward3.
+// On Hopper the question comes back: FlashAttention 3 computes dQ inside the dK/dV kernel with wgmma and adds it up
+// with atomics. attention_backward5 does so; on an H200 it ran at 0.91-1.03x the speed of attention_backward4 (bf16,
+// D 64 and 128, T 1024-8192): the dQ product waits for both consumers' halves of dS (a barrier between them every
+// step) and for its own result before the atomics, and that costs what the second kernel's recomputation did. The
+// functional op keeps the deterministic attention_backward4.
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
@@ -96,7 +105,7 @@ using hopper::tensor_map_nd;
 #ifdef HAS_SM90A
 using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
 using hopper::tma_load; using hopper::tma_load4; using hopper::desc128; using hopper::wgmma_fence;
-using hopper::wgmma_commit; using hopper::wgmma_wait;
+using hopper::wgmma_commit; using hopper::wgmma_wait; using hopper::fence_async_shared; using hopper::named_barrier;
 #endif
 
 constexpr float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
@@ -939,16 +948,20 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 template <int D>
 constexpr int kStream4 = D == 64 ? 128 : 64;
 
-template <int D>
+template <int D, bool ATOMIC = false>
 struct Bwd4 {
   static constexpr int BS = kStream4<D>;
   static constexpr int OWN_PANEL = 128 * 128, STR_PANEL = BS * 128;       // 64 columns of 128 or BS rows
   static constexpr int OWN_BYTES = (D / 64) * OWN_PANEL, STR_BYTES = (D / 64) * STR_PANEL;
-  static constexpr int SMEM = 2 * OWN_BYTES + 2 * STAGES4 * STR_BYTES + 1024;
+  // attention_backward5: dS^T (128 keys x BS queries, bf16) for the dQ product, two buffers
+  static constexpr int DS_PANEL = 128 * 128, DS_BYTES = (BS / 64) * DS_PANEL;
+  static constexpr int SMEM = 2 * OWN_BYTES + 2 * STAGES4 * STR_BYTES + (ATOMIC ? 2 * DS_BYTES : 0) + 1024;
 };
 
 #ifdef HAS_SM90A
-// The same 64 rows against 64 columns (the backward's score tiles at D 128).
+// The same 64 rows against 64 columns (the backward's score tiles at D 128). TRANS 1: both operands MN-major (A
+// transposed, its M along the stored rows), for attention_backward5's dQ = dS K from dS^T and K as they lie.
+template <int TRANS = 0>
 __device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t adesc, uint64_t bdesc, int accumulate) {
   asm volatile("{\n"
                ".reg .pred p;\n"
@@ -956,17 +969,23 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t adesc, uint64_
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                 "}, %32, %33, p, 1, 1, 0, 0;\n"
+                 "}, %32, %33, p, 1, 1, %35, %35;\n"
                "}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(adesc), "l"(bdesc), "r"(accumulate));
+                 : "l"(adesc), "l"(bdesc), "r"(accumulate), "n"(TRANS));
+}
+// dst[0] += a and dst[1] += b in global memory, each atomically (float2 atomicAdd: one instruction from compute
+// capability 9.0; the pair as a whole is not one atomic, and needs not be). dst is 8-byte aligned.
+__device__ __forceinline__ void add_pair(float* dst, float a, float b) {
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
 }
 #endif
 
-template <int D, bool DQ>
+// ATOMIC (attention_backward5, with DQ false): the dK/dV kernel also adds each step's dQ = dS K into dq_acc.
+template <int D, bool DQ, bool ATOMIC = false>
 __global__ void __launch_bounds__(THREADS4_WS, 1)
     attention_backward_kernel4(const __grid_constant__ CUtensorMap map_own1, const __grid_constant__ CUtensorMap map_own2,
                                const __grid_constant__ CUtensorMap map_str1, const __grid_constant__ CUtensorMap map_str2,
@@ -974,13 +993,15 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
                                const float* __restrict__ lse2, const float* __restrict__ delta, int Tpad,
                                __nv_bfloat16* __restrict__ out1, __nv_bfloat16* __restrict__ out2, HeadRows rows1,
                                HeadRows rows2, int Hq, int Hkv,
-                               int Tq, int Tk, bool causal, float scale, float scale_log2) {
+                               int Tq, int Tk, bool causal, float scale, float scale_log2, float* __restrict__ dq_acc) {
 #ifdef HAS_SM90A
-  using C = Bwd4<D>;
+  static_assert(!(DQ && ATOMIC), "ATOMIC is a mode of the dK/dV kernel");
+  using C = Bwd4<D, ATOMIC>;
   constexpr int BS = C::BS;
   extern __shared__ uint4 attention_smem[];
   unsigned char* const own = align1024(reinterpret_cast<unsigned char*>(attention_smem));  // own1, then own2
   unsigned char* const str = own + 2 * C::OWN_BYTES;  // [STAGES4] x (str1, str2)
+  unsigned char* const ds = str + 2 * STAGES4 * C::STR_BYTES;  // ATOMIC: [2] x dS^T
   __shared__ alignas(8) uint64_t own_full;           // the own tiles have landed
   __shared__ alignas(8) uint64_t full[STAGES4];      // a stage's streamed tiles (and lse, D) have landed
   __shared__ alignas(8) uint64_t empty[STAGES4];     // both consumers' wgmma have read them
@@ -1109,6 +1130,17 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
           sa[kk][e] = pack<__nv_bfloat16>(dp[8 * kk + 2 * e], dp[8 * kk + 2 * e + 1]);
           if constexpr (!DQ) pa[kk][e] = pack<__nv_bfloat16>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
         }
+      if constexpr (ATOMIC) {  // dS^T into ds[t % 2], swizzled as a TMA copy of it would be (128-byte rows)
+        unsigned char* const buf = ds + (t % 2) * C::DS_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BS / 16; ++kk)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = 64 * c + 16 * warp + lane / 4 + 8 * (e % 2), co = 16 * kk + 8 * (e / 2) + 2 * (lane % 4);
+            *reinterpret_cast<uint32_t*>(buf + co / 64 * C::DS_PANEL + key * 128 + ((co % 64 / 8) ^ (key % 8)) * 16 +
+                                         co % 8 * 2) = sa[kk][e];
+          }
+      }
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BS / 16; ++kk) wgmma_pv(acc1, sa[kk], str_mn_desc(stage, 0, kk));
@@ -1117,7 +1149,30 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         for (int kk = 0; kk < BS / 16; ++kk) wgmma_pv(acc2, pa[kk], str_mn_desc(stage, 1, kk));
       }
       wgmma_commit();
-      if constexpr (DRAIN) {
+      if constexpr (ATOMIC) {
+        // dQ (BS queries x D) = dS (BS x 128 keys) K (128 keys x D), with both consumers' dS^T: consumer c takes
+        // queries 64c.. at D 64 (BS 128), columns 64c.. at D 128 (BS 64); 64 x 64 each, A and B MN-major
+        const int qa = BS == 128 ? c : 0, dpan = BS == 128 ? 0 : c;
+        const uint32_t buf = smem_addr(ds + (t % 2) * C::DS_BYTES) + qa * C::DS_PANEL, kb = smem_addr(own) + dpan * C::OWN_PANEL;
+        float dq[32];  // written whole by the first wgmma (scale-d 0)
+        fence_async_shared();   // the stores above, before wgmma (the async proxy) reads them
+        named_barrier(1, 256);  // both consumers' halves of dS^T are in
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) wgmma_qk<1>(dq, desc128(buf + kk * 16 * 128, C::DS_PANEL, 1024),
+                                                   desc128(kb + kk * 16 * 128, C::OWN_PANEL, 1024), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(&empty[stage]);
+        // ds[t % 2] is written again at step t + 2, after the barrier of step t + 1, which each consumer reaches
+        // after its wait above: no consumer overwrites a buffer the other still reads
+        float* const rows = dq_acc + (int64_t)head_of(t) * Tq * D;
+#pragma unroll
+        for (int r = 0; r < 32; r += 2) {
+          const int i = col0 + 64 * qa + 16 * warp + lane / 4 + 8 * (r / 2 % 2);
+          const int col = 64 * dpan + 8 * (r / 4) + 2 * (lane % 4);
+          if (i < Tq) add_pair(rows + (int64_t)i * D + col, dq[r], dq[r + 1]);
+        }
+      } else if constexpr (DRAIN) {
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(&empty[stage]);
       }
@@ -1144,7 +1199,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
   }
 #else
   (void)lse2, (void)delta, (void)Tpad, (void)out1, (void)out2, (void)rows1, (void)rows2, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale,
-      (void)scale_log2;
+      (void)scale_log2, (void)dq_acc;
   __trap();  // built without sm_90a: the launcher refuses to start it
 #endif
 }
@@ -2121,22 +2176,39 @@ static CUtensorMap row_map(const at::Tensor& t, uint32_t cols) {
   return tensor_map_nd(t, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
-template <int D, bool DQ>
+template <int D, bool DQ, bool ATOMIC = false>
 static void launch_backward4(const CUtensorMap& own1, const CUtensorMap& own2, const CUtensorMap& str1,
                              const CUtensorMap& str2, const CUtensorMap& rows_lse, const CUtensorMap& rows_delta,
                              const at::Tensor& lse2, const at::Tensor& delta, at::Tensor& out1,
                              __nv_bfloat16* out2, HeadRows rows2, const Dims& d, bool causal, double scale,
-                             cudaStream_t stream) {
-  auto kernel = attention_backward_kernel4<D, DQ>;
-  allow_shared(kernel, Bwd4<D>::SMEM);
-  kernel<<<head_grid(ceil_div(DQ ? d.Tq : d.Tk, (int64_t)128), d, DQ ? d.Hq : d.Hkv), THREADS4_WS, Bwd4<D>::SMEM,
+                             cudaStream_t stream, float* dq_acc = nullptr) {
+  auto kernel = attention_backward_kernel4<D, DQ, ATOMIC>;
+  constexpr int smem = Bwd4<D, ATOMIC>::SMEM;
+  allow_shared(kernel, smem);
+  kernel<<<head_grid(ceil_div(DQ ? d.Tq : d.Tk, (int64_t)128), d, DQ ? d.Hq : d.Hkv), THREADS4_WS, smem,
            stream>>>(own1, own2, str1, str2, rows_lse, rows_delta, ptr<float>(lse2), ptr<float>(delta), (int)delta.size(1), mut<__nv_bfloat16>(out1), out2,
                      head_rows(out1), rows2,
-                     d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale, (float)scale * LOG2E);
+                     d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale, (float)scale * LOG2E, dq_acc);
   CHECK_LAUNCH();
 }
 
-template <int D>
+// attention_dq_kernel5: attention_backward5's last step, dq = scale * the float32 sums its atomics made, rounded once,
+// into dq's layout (rows of D contiguous); a thread per 8 values (16 bytes of dq).
+__global__ void attention_dq_kernel5(const float* __restrict__ acc, __nv_bfloat16* __restrict__ dq, HeadRows rows,
+                                     int64_t n8, int Tq, int D, float scale) {
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n8; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t row = e * 8 / D;
+    const float4 a = reinterpret_cast<const float4*>(acc)[2 * e], b = reinterpret_cast<const float4*>(acc)[2 * e + 1];
+    const uint4 v = {pack<__nv_bfloat16>(a.x * scale, a.y * scale), pack<__nv_bfloat16>(a.z * scale, a.w * scale),
+                     pack<__nv_bfloat16>(b.x * scale, b.y * scale), pack<__nv_bfloat16>(b.z * scale, b.w * scale)};
+    *reinterpret_cast<uint4*>(dq + rows.row((int)(row / Tq), row % Tq) + e * 8 % D) = v;
+  }
+}
+
+// The Hopper backward: the pre-pass (D and lse log2 e in padded rows), then dK and dV per 128 keys, then dQ by the
+// kernel's second mode (attention_backward4), or in the same kernel by atomics and a rounding pass (ATOMIC:
+// attention_backward5).
+template <int D, bool ATOMIC>
 static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                       const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
                       at::Tensor& dk, at::Tensor& dv, const Dims& d) {
@@ -2150,31 +2222,56 @@ static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor
       mut<float>(delta), mut<float>(lse2), rows, (int)d.Tq, (int)tpad, (int)d.D);
   CHECK_LAUNCH();
   const CUtensorMap lse_rows = row_map(lse2, BS), delta_rows = row_map(delta, BS);
-  launch_backward4<D, false>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
-                             delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), head_rows(dv), d, causal, scale, stream);
-  launch_backward4<D, true>(head_map(q, 128), head_map(dout, 128), head_map(k, BS), head_map(v, BS), lse_rows,
-                            delta_rows, lse2, delta, dq, nullptr, head_rows(dq), d, causal, scale, stream);
+  if constexpr (ATOMIC) {
+    const at::Tensor acc = at::zeros({d.B * d.Hq, d.Tq, d.D}, lse.options());
+    launch_backward4<D, false, true>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
+                                     delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), head_rows(dv), d, causal, scale,
+                                     stream, mut<float>(acc));
+    const int64_t n8 = acc.numel() / 8, blocks = std::min<int64_t>(ceil_div(n8, (int64_t)256), 65536);
+    attention_dq_kernel5<<<blocks, 256, 0, stream>>>(ptr<float>(acc), mut<__nv_bfloat16>(dq), head_rows(dq), n8,
+                                                     (int)d.Tq, (int)d.D, (float)scale);
+    CHECK_LAUNCH();
+  } else {
+    launch_backward4<D, false>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
+                               delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), head_rows(dv), d, causal, scale, stream);
+    launch_backward4<D, true>(head_map(q, 128), head_map(dout, 128), head_map(k, BS), head_map(v, BS), lse_rows,
+                              delta_rows, lse2, delta, dq, nullptr, head_rows(dq), d, causal, scale, stream);
+  }
 }
 
-// attention_backward4: the pre-pass D = rowsum(dO * O), then the dK/dV kernel, then the dQ kernel (Hopper, bf16).
-void attention_backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
-                         at::Tensor& dk, at::Tensor& dv) {
-  const Takes w{"attention_backward4", true, 128, true, true};
+// attention_backward4 and 5: the pre-pass D = rowsum(dO * O), then the dK/dV kernel, then (4) the dQ kernel or (5)
+// dQ added up by that kernel's atomics and rounded by a last pass (Hopper, bf16).
+template <bool ATOMIC>
+static void backward_hopper(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout, bool causal,
+                            double scale, at::Tensor& dq, at::Tensor& dk, at::Tensor& dv) {
+  const Takes w{op, true, 128, true, true};
   Dims d;
   // the GPU, the dtype and the alignment first: an empty call must be refused where a full one would be
   for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&dout, "dout"},
                                 {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
-    TORCH_CHECK(aligned16(*t), "`attention_backward4`: ", name, " must start on a 16-byte boundary (TMA reads whole "
+    TORCH_CHECK(aligned16(*t), "`", op, "`: ", name, " must start on a 16-byte boundary (TMA reads whole "
                 "rows), got a view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
-  check_hopper("attention_backward4");
-  TORCH_CHECK(q.scalar_type() == at::kBFloat16, "`attention_backward4` takes bfloat16 (its wgmma instructions name the type, "
+  check_hopper(op);
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16, "`", op, "` takes bfloat16 (its wgmma instructions name the type, "
               "and they are written for bfloat16 only; attention_backward3 takes float16 too), got ", q.scalar_type());
-  TORCH_CHECK(q.dim() != 4 || q.size(0) * q.size(1) < (int64_t(1) << 31), "`attention_backward4`: B * Hq must be below 2^31 (a "
+  TORCH_CHECK(q.dim() != 4 || q.size(0) * q.size(1) < (int64_t(1) << 31), "`", op, "`: B * Hq must be below 2^31 (a "
               "tensor map's coordinate), got ", std::to_string(q.size(0) * q.size(1)));
   if (!backward_args(w, q, k, v, out, lse, dout, scale, dq, dk, dv, d)) return;
-  if (d.D == 64) backward4<64>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
-  else backward4<128>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
+  if (d.D == 64) backward4<64, ATOMIC>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
+  else backward4<128, ATOMIC>(q, k, v, out, lse, dout, causal, scale, dq, dk, dv, d);
+}
+
+void attention_backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                         at::Tensor& dk, at::Tensor& dv) {
+  backward_hopper<false>("attention_backward4", q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
+}
+
+void attention_backward5(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& lse, const at::Tensor& dout, bool causal, double scale, at::Tensor& dq,
+                         at::Tensor& dk, at::Tensor& dv) {
+  backward_hopper<true>("attention_backward5", q, k, v, out, lse, dout, causal, scale, dq, dk, dv);
 }
 
 void attention_backward2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
@@ -2245,6 +2342,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
         "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   m.def("attention_backward4(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
         "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
+  m.def("attention_backward5(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale, "
+        "Tensor(a!) dq, Tensor(b!) dk, Tensor(c!) dv) -> ()");
   m.def("attention_backward(Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor dout, bool causal, float scale) "
         "-> (Tensor, Tensor, Tensor)");
   m.def("attention_variant(Tensor q, Tensor k, Tensor v) -> str");
@@ -2261,6 +2360,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("attention_backward2", &attention_backward2);
   m.impl("attention_backward3", &attention_backward3);
   m.impl("attention_backward4", &attention_backward4);
+  m.impl("attention_backward5", &attention_backward5);
   m.impl("attention_backward", &attention_backward);
   m.impl("attention_variant", &attention_variant);
   m.impl("attention_backward_variant", &attention_backward_variant);

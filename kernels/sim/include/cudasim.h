@@ -2347,6 +2347,19 @@ CUDASIM_ATOMIC(atomicOr, old | v, CUDASIM_INTS, "int, unsigned int or unsigned l
 CUDASIM_ATOMIC(atomicXor, old ^ v, CUDASIM_INTS, "int, unsigned int or unsigned long long")
 #undef CUDASIM_ATOMIC
 #undef CUDASIM_INTS
+// The vector forms of compute capability 9.0 (global memory): each element added atomically on its own, as there
+// (CUDA does not make the vector one atomic either). Non-templates: they win over the template above.
+#define CUDASIM_VECTOR_ADD(suffix)                                                                                 \
+  CUDASIM_INTERNAL inline float2 atomicAdd##suffix(float2* p, float2 v) {                                         \
+    return make_float2(atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y));                                             \
+  }                                                                                                               \
+  CUDASIM_INTERNAL inline float4 atomicAdd##suffix(float4* p, float4 v) {                                         \
+    return make_float4(atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y), atomicAdd(&p->z, v.z), atomicAdd(&p->w, v.w)); \
+  }
+CUDASIM_VECTOR_ADD()
+CUDASIM_VECTOR_ADD(_block)
+CUDASIM_VECTOR_ADD(_system)
+#undef CUDASIM_VECTOR_ADD
 CUDASIM_RT unsigned atomicInc(unsigned* p, unsigned v) {
   CUDASIM_EVENT(atomic_access(p, sizeof *p, __builtin_return_address(0)));
   ::cudasim::SimScope scope;
