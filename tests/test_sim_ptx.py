@@ -177,7 +177,9 @@ def test_asm_in_a_macro_keeps_the_macro_continued():
            '__global__ void k(unsigned* o) { unsigned l; LOAD(l, 0u); o[l] = l; }\n')
     out = translate_source(src, "t.cu").split('#line 1 "t.cu"\n')[1]
     lines = out.split("\n")
-    assert lines[0].startswith("#define LOAD(x, a) \\") and lines[1].rstrip().endswith("\\")
+    # the parameters renamed (the translation's own names cannot collide with them), the body still continued
+    assert lines[0].startswith("#define LOAD(cudasim_arg_x, cudasim_arg_a) \\") and lines[1].rstrip().endswith("\\")
+    assert "(cudasim_arg_a)" in out and "(cudasim_arg_x)" in out
     assert "__LINE__" in lines[1] and len(lines) == len(src.split("\n"))
 
 
@@ -667,10 +669,65 @@ def test_libcudacxx_barrier_and_tma_helpers_load_a_tile(hopper_ops, row0, col0):
     assert address.item() % 1024 == 0  # __shared__ alignas(1024): aligned in the shared window
 
 
-def test_ldmatrix_takes_the_count_before_the_shape_as_ptxas_does():
-    out = _translate('  asm volatile("ldmatrix.sync.aligned.x4.m8n8.shared.b16 {%0, %1, %2, %3}, [%4];" '
-                     ': "=r"(o[0]), "=r"(o[1]), "=r"(o[2]), "=r"(o[3]) : "r"(0u));')
-    assert "ldmatrix<4, false" in out
+@pytest.mark.parametrize("mods, want", [(".x4.m8n8", "ldmatrix<4, false"), (".x1.trans.m8n8", "ldmatrix<1, true"),
+                                        (".m8n8.trans.x2", "ldmatrix<2, true")])
+def test_ldmatrix_takes_the_shape_count_and_trans_in_any_order_as_ptxas_does(mods, want):
+    # ptxas takes each of these (checked with nvcc 13); LeetCUDA's matmuls write .x1.trans.m8n8
+    regs = ", ".join(f"%{i}" for i in range(int(want[9])))
+    outs = ", ".join(f'"=r"(o[{i}])' for i in range(int(want[9])))
+    out = _translate(f'  asm volatile("ldmatrix.sync.aligned{mods}.shared.b16 {{{regs}}}, [%{int(want[9])}];" '
+                     f': {outs} : "r"(0u));')
+    assert want in out
+
+
+# A header's macros for instructions a file never uses (LeetCUDA's CP_ASYNC_BULK_WAIT_ALL, written with no PTX
+# instruction of that name behind it): nvcc never sees an unexpanded macro, so the simulator's error waits for a use.
+BAD_MACRO = ('#define WAIT_ALL() asm volatile("cp.async.bulk.wait_all;\\n" ::)\n'
+             '#define COPY(dst, src)                                  \\\n'
+             '  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\\n" ::"r"(dst), \\\n'
+             '               "l"(src))\n')
+
+
+def test_an_instruction_the_simulator_refuses_inside_an_unused_macro_does_not_stop_the_build(tmp_path):
+    src = tmp_path / "unused_macro.cu"
+    src.write_text('#include "helpers.cuh"\n' + BAD_MACRO + "__global__ void k(float* p) { p[threadIdx.x] = 1.0f; }\n")
+    load(src, "sim", quiet=True)  # builds: WAIT_ALL is never expanded
+
+
+def test_operands_split_over_a_macros_continued_lines_are_read():
+    out = translate_source(BAD_MACRO, "t.cu")
+    copy = out[out.index("#define COPY"):]
+    assert "static_assert" not in copy and "cp_async" in copy.replace(".", "_")
+    body = out[out.index('#line 1 "t.cu"\n') + len('#line 1 "t.cu"\n'):]
+    assert body.count("\n") == BAD_MACRO.count("\n")  # the lines keep their numbers
+
+
+def test_a_macro_parameter_named_like_the_simulators_own_helpers_builds(tmp_path):
+    # LeetCUDA's LDMATRIX_X4(R0, R1, R2, R3, addr): the translation of the asm inside calls ::cudasim::ptx::addr,
+    # which the preprocessor would replace with the macro's argument if the parameter kept its name
+    src = tmp_path / "param_addr.cu"
+    src.write_text('#include "helpers.cuh"\n'
+                   '#define LDMATRIX_X1(R, addr) \\\n'
+                   '  asm volatile("ldmatrix.sync.aligned.x1.m8n8.shared.b16 {%0}, [%1];\\n" : "=r"(R) : "r"(addr))\n'
+                   "__global__ void k(unsigned* o) {\n"
+                   "  __shared__ unsigned short s[64];\n"
+                   "  unsigned acc = static_cast<unsigned>(__cvta_generic_to_shared(s + threadIdx.x % 8 * 8));\n"
+                   "  LDMATRIX_X1(o[threadIdx.x], acc);\n"
+                   "}\n")
+    load(src, "sim", quiet=True)
+
+
+def test_that_instruction_fails_the_build_where_the_macro_is_used_naming_the_instruction_and_the_macros_line(tmp_path):
+    src = tmp_path / "used_macro.cu"
+    src.write_text('#include "helpers.cuh"\n' + BAD_MACRO + "__global__ void k(float* p) { WAIT_ALL(); }\n")
+    with pytest.raises(BuildError, match=r"cudasim: .*used_macro\.cu:2: cp\.async\.bulk\.wait_all"):
+        load(src, "sim", quiet=True)
+
+
+@pytest.mark.parametrize("mods", [".x4", ".m8n8.x4.x2", ".m8n8.x1.trans.trans"])
+def test_ldmatrix_without_its_shape_or_with_two_counts_is_refused(mods):
+    with pytest.raises(Exception, match=r"needs \.m8n8, one of \.x1 \.x2 \.x4, and at most one \.trans"):
+        _translate(f'  asm volatile("ldmatrix.sync.aligned{mods}.shared.b16 {{%0}}, [%1];" : "=r"(o[0]) : "r"(0u));')
 
 
 @sim_only

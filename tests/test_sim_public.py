@@ -9,7 +9,9 @@ simulator does (its errors) run on sim alone.
 from __future__ import annotations
 
 import math
+import os
 import re
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -121,6 +123,27 @@ def test_the_issues_bfloat16_reproducer_builds_and_runs(halves):
     p = torch.tensor([1.5, 2.25, 0.5, 0.25, 7.0, 9.0], dtype=torch.bfloat16, device=_device(backend))
     torch.testing.assert_close(ext.bf16_api(p).cpu(), torch.tensor([1.5, 2.25, 3.5, 4.75, 0.0, 9.0],
                                                                    dtype=torch.bfloat16))
+
+
+def test_a_build_with_its_own_nvcc_macro_flags_does_not_take_the_precompiled_headers(tmp_path):
+    # LeetCUDA's scripts pass -U__CUDA_NO_HALF_OPERATORS__ and friends in extra_cuda_cflags. The precompiled headers
+    # hold PyTorch's macros (made by an earlier build of the same headers: the first load below), and clang refused
+    # them beside a file's own -U ("defined in the precompiled header but undef'd on the command line"): such a
+    # build parses the headers itself. Copies with names and texts of their own, so that no cache answers.
+    stamp = f"{os.getpid()}_{time.time_ns()}"
+    body = ("#include <torch/extension.h>\n#include <cuda_fp16.h>\n"
+            "__global__ void twice_kernel(half* x) { x[threadIdx.x] = X_PLUS_X; }\n"
+            "void twice(torch::Tensor x) { twice_kernel<<<1, x.numel()>>>(reinterpret_cast<half*>(x.data_ptr())); }\n"
+            "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def(\"twice\", &twice); }\n")
+    plain, own = tmp_path / f"plain_{stamp}.cu", tmp_path / f"own_{stamp}.cu"
+    plain.write_text("#define X_PLUS_X __hadd(x[threadIdx.x], x[threadIdx.x])\n" + body)
+    own.write_text("#define X_PLUS_X x[threadIdx.x] + x[threadIdx.x]  // half's operator+\n" + body)
+    x = torch.tensor([1.5, -2.0, 0.25], dtype=torch.half)
+    for src, flags in ((plain, []), (own, CONVERSIONS_ON)):
+        ext = load(src, "sim", extra_cuda_cflags=flags, quiet=True)
+        y = x.clone()
+        ext.twice(y)
+        assert y.tolist() == [3.0, -4.0, 0.5]
 
 
 def test_the_exact_reference_rounds_to_nearest_as_pytorch_does():

@@ -451,11 +451,14 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         raise BuildError(f"the simulator cannot translate {display_path(entry)}:\n{e}") from None
     headers = pch_headers(sources, light_torch)
     pch = pch_path(flags, headers)
-    if _pch_enabled() and not pch_file(pch).exists():
+    # a build's own -D and -U flags (LeetCUDA's -U__CUDA_NO_HALF_OPERATORS__ and friends) change what the headers
+    # mean: the precompiled headers, made with PyTorch's macros, do not fit it (clang refuses them), so it parses them
+    own_macros = any(f.startswith(("-D", "-U")) for f in extra["cflags"])
+    if _pch_enabled() and not own_macros and not pch_file(pch).exists():
         command = pch_command(flags) if headers != PCH_HEADERS else instrumented_pch_command(flags)
         if command is not None:
             make_pch(pch, headers, command, runtime_object(flags))
-    use_pch = ["-include", str(pch)] if _pch_enabled() and pch_file(pch).exists() else []
+    use_pch = ["-include", str(pch)] if _pch_enabled() and not own_macros and pch_file(pch).exists() else []
     runtime = runtime_object(flags)
     with_runtime = use_pch and prebuilt_runtime(pch)
     if with_runtime and not runtime.exists():  # the object was removed: parse the headers instead
@@ -491,7 +494,7 @@ def _compile_translated(cpp, sources: SourceSet, flags: list[str], out: Path, kw
         if headers != PCH_HEADERS and str(e).startswith("Error building extension"):
             raise _LightTorchFailed(str(e)) from None
         raise
-    if use_pch or not _pch_enabled() or flags not in (FLAGS, FLAGS + instrumented_flags()):
+    if use_pch or own_macros or not _pch_enabled() or flags not in (FLAGS, FLAGS + instrumented_flags()):
         return None
 
     def precompile():

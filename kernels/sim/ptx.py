@@ -183,6 +183,7 @@ def parse_asm(src: str, start: int, path: str) -> AsmStatement:
         if not sec.strip():
             continue
         for part in _split_top(sec, ","):
+            part = part.replace("\\\n", " ")  # a macro's line continuations between (or inside) operands
             om = _OPERAND_RE.match(part)
             if not om:
                 raise PtxError(f"{path}:{line}: cannot read the asm operand {part.strip()!r}: expected "
@@ -784,13 +785,45 @@ def asm_edits(src: str, mask: bytearray, path: str, gpu_only: set[int]) -> list[
         try:
             stmt = parse_asm(src, m.start(), path)
             code, needs_ptx = translate_asm(stmt, path)
-        except PtxError:
+        except PtxError as e:
             if line in gpu_only:
                 continue
-            raise
+            deferred = _deferred_error(src, m, path, line, e)
+            if deferred is None:
+                raise
+            stmt, code, needs_ptx = deferred
         original = src[stmt.start:stmt.end]
         pad = "".join(" \\\n" if original[max(0, k - 1):k] == "\\" else "\n"
                       for k, c in enumerate(original) if c == "\n")
         edits.append((stmt.start, stmt.end, code + pad, needs_ptx))
         pos = stmt.end
     return edits
+
+
+def _in_define(src: str, pos: int) -> bool:
+    """Whether `pos` lies in the body of a #define (its logical line, continuations followed back, starts so)."""
+    start = src.rfind("\n", 0, pos) + 1
+    while start > 1 and src[start - 2] == "\\":  # the line before continues into this one
+        start = src.rfind("\n", 0, start - 1) + 1
+    return re.match(r"[ \t]*#[ \t]*define\b", src[start:]) is not None
+
+
+def _deferred_error(src: str, m: re.Match, path: str, line: int, error: PtxError):
+    """An asm statement the simulator cannot run inside a #define: nvcc sees it only where the macro is used (a
+    header's macro for an instruction that a file never calls is common), so the simulator's error waits for a use
+    too: the statement becomes a static_assert that fails, with the error's words, where the macro is expanded.
+    None where the statement's extent cannot be read (the error stands)."""
+    if not _in_define(src, m.start()):
+        return None
+    try:
+        rparen = _matching_paren(src, m.end() - 1, path, line)
+    except PtxError:
+        return None
+    end = _skip_space(src, rparen + 1)
+    if end < len(src) and src[end] == ";":
+        end += 1
+    words = str(error).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    code = f'static_assert(false, "cudasim: {words}");'
+    stmt = AsmStatement(m.start(), end, line, "", [], [], True, True)
+    return stmt, code, False
+

@@ -632,11 +632,13 @@ def _matrix_mods(ins: Instr, em: Emit) -> tuple[int, bool, str]:
     m = Mods(ins, em)
     m.need("sync")
     m.need("aligned")
-    shape = m.take("m8n8")
-    num = int(m.need("x1", "x2", "x4")[1:])
-    if shape is None:  # ptxas also takes the count before the shape
-        m.need("m8n8")
-    trans = m.take("trans") is not None
+    # ptxas takes the shape, the count and .trans in any order (.m8n8.x4.trans as the ISA writes it, .x1.trans.m8n8)
+    got = m.take_all({"m8n8", "x1", "x2", "x4", "trans"})
+    nums = [g for g in got if g[0] == "x"]
+    if got.count("m8n8") != 1 or len(nums) != 1 or got.count("trans") > 1:
+        em.fail("needs .m8n8, one of .x1 .x2 .x4, and at most one .trans, after .sync.aligned; found "
+                + ("".join("." + g for g in got) or "none of them"))
+    num, trans = int(nums[0][1:]), "trans" in got
     space = _space(m)
     m.need("b16")
     m.done()

@@ -203,12 +203,6 @@ _ALIGN_RE = re.compile(r"\b(?:__align__|alignas)\s*\(\s*([^)]*)\)")
 _DECL_RE = re.compile(r"^(?P<type>.*?[\w>*&\s])\s*\b(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$", re.S)
 
 
-def _declared_name(declarator: str) -> str:
-    """The name in one declarator of a declaration (`float a[4]` or `*b[2]` -> a, b)."""
-    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", declarator.split("=")[0].strip())
-    return m.group(1) if m else "?"
-
-
 def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
     edits = []
     depths = None
@@ -247,45 +241,59 @@ def _shared_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
         extern = "extern" in words
         words = [w for w in words if w not in ("extern", "static")]
         text = " ".join(words)
-        commas = _top_level(text, ",")
-        if commas:
-            bounds = [0, *[c + 1 for c in commas], len(text) + 1]
-            names = [_declared_name(text[a:b - 1]) for a, b in zip(bounds, bounds[1:])]
-            raise TranslateError(
-                f"{path}:{line}: this __shared__ statement declares {len(names)} variables "
-                f"({', '.join(names)}); the simulator needs one __shared__ variable per statement")
         if _top_level(text, "=") or re.search(r"[\w\]]\s*\{", text):
             raise TranslateError(f"{path}:{line}: a __shared__ variable cannot have an initializer "
                                  "(nvcc refuses it too); assign it in the kernel, then __syncthreads()")
-        dm = _DECL_RE.match(text)
+        # `__shared__ float a[8][8], b[8];` declares each name as its own statement would (the type before the first
+        # name, each declarator's own stars and sizes)
+        parts = [text]
+        commas = _top_level(text, ",")
+        if commas:
+            bounds = [0, *[c + 1 for c in commas], len(text) + 1]
+            parts = [text[a:b - 1].strip() for a, b in zip(bounds, bounds[1:])]
+        dm = _DECL_RE.match(parts[0])
         if not dm:
             raise TranslateError(f"{path}:{line}: cannot read this __shared__ declaration: {decl.strip()!r}")
-        typ, name, dims = dm.group("type").strip(), dm.group("name"), "".join(dm.group("dims").split())
-        if extern and not dims:  # extern __shared__ Tile s; (dynamic shared memory seen as one object)
-            new = (f"using cudasim_t_{name} = {typ}; "
-                   + ("static " if file_scope else "")
-                   + f"cudasim_t_{name}& {name} = *::cudasim::{'file_' if file_scope else ''}dynamic_shared<cudasim_t_{name}>()")
-        elif extern:
-            if not dims.startswith("[]") or "[]" in dims[2:]:
-                raise TranslateError(
-                    f"{path}:{line}: extern __shared__ must be an array whose first size is left out, such as "
-                    "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`, or one object "
-                    "(`extern __shared__ Tiles s;`)")
-            # buf[] is a T*; rows[][64] (the CUDA samples' idiom) a pointer to rows of 64
-            elem = f"cudasim_t_{name}"
-            new = f"using {elem} = {typ}{dims[2:]}; "
-            if file_scope:
-                new += f"static {elem}* const {name} = ::cudasim::file_dynamic_shared<{elem}>()"
-            else:
-                new += f"{elem}* {name} = ::cudasim::dynamic_shared<{elem}>()"
-        elif file_scope:
-            new = (f"using cudasim_t_{name} = {typ}{dims}; "
-                   f"static cudasim_t_{name}& {name} = ::cudasim::file_shared<cudasim_t_{name}, {align}>(\"{name}\")")
-        else:
-            new = (f"static ::cudasim::SharedSlot cudasim_slot_{name}; using cudasim_t_{name} = {typ}{dims}; "
-                   f"cudasim_t_{name}& {name} = ::cudasim::shared_var<cudasim_t_{name}, {align}>(cudasim_slot_{name}, \"{name}\")")
+        typ = dm.group("type").strip()
+        declared = [(typ, dm.group("name"), "".join(dm.group("dims").split()))]
+        base = typ.rstrip("*& ")
+        for part in parts[1:]:
+            pm = re.match(r"^(?P<stars>[*\s]*)(?P<name>[A-Za-z_]\w*)\s*(?P<dims>(?:\[[^\]]*\]\s*)*)$", part)
+            if not pm:
+                raise TranslateError(f"{path}:{line}: cannot read the declarator {part!r} of this __shared__ "
+                                     f"declaration: {decl.strip()!r}")
+            stars = "".join(pm.group("stars").split())
+            declared.append((base + (" " + stars if stars else ""), pm.group("name"), "".join(pm.group("dims").split())))
+        new = "; ".join(_shared_declaration(typ, name, dims, extern, file_scope, align, path, line)
+                        for typ, name, dims in declared)
         edits.append(_Edit(s, e, _keep_newlines(decl, new)))
     return edits
+
+
+def _shared_declaration(typ: str, name: str, dims: str, extern: bool, file_scope: bool, align: str, path: str,
+                        line: int) -> str:
+    """What one __shared__ variable becomes: a per-block slot, a file-scope one, or a view of the dynamic buffer."""
+    if extern and not dims:  # extern __shared__ Tile s; (dynamic shared memory seen as one object)
+        return (f"using cudasim_t_{name} = {typ}; "
+                + ("static " if file_scope else "")
+                + f"cudasim_t_{name}& {name} = *::cudasim::{'file_' if file_scope else ''}dynamic_shared<cudasim_t_{name}>()")
+    if extern:
+        if not dims.startswith("[]") or "[]" in dims[2:]:
+            raise TranslateError(
+                f"{path}:{line}: extern __shared__ must be an array whose first size is left out, such as "
+                "`extern __shared__ float buf[];` or `extern __shared__ half rows[][64];`, or one object "
+                "(`extern __shared__ Tiles s;`)")
+        # buf[] is a T*; rows[][64] (the CUDA samples' idiom) a pointer to rows of 64
+        elem = f"cudasim_t_{name}"
+        new = f"using {elem} = {typ}{dims[2:]}; "
+        if file_scope:
+            return new + f"static {elem}* const {name} = ::cudasim::file_dynamic_shared<{elem}>()"
+        return new + f"{elem}* {name} = ::cudasim::dynamic_shared<{elem}>()"
+    if file_scope:
+        return (f"using cudasim_t_{name} = {typ}{dims}; "
+                f"static cudasim_t_{name}& {name} = ::cudasim::file_shared<cudasim_t_{name}, {align}>(\"{name}\")")
+    return (f"static ::cudasim::SharedSlot cudasim_slot_{name}; using cudasim_t_{name} = {typ}{dims}; "
+            f"cudasim_t_{name}& {name} = ::cudasim::shared_var<cudasim_t_{name}, {align}>(cudasim_slot_{name}, \"{name}\")")
 
 
 _GLOBAL_RE = re.compile(r"\b__global__\b")
@@ -438,6 +446,48 @@ def _renamed_namespaces(src: str, suffix: str) -> str:
     return "".join(out) + src[last:]
 
 
+_DEFINE_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+\w+\(([^)]*)\)", re.M)
+
+
+def _asm_macro_params_renamed(src: str) -> str:
+    """The parameters of each function-like #define whose body holds an asm statement, renamed cudasim_arg_<name>
+    in its parameter list and body (code only, not strings): the simulator's translation of the asm puts its own
+    names into that body (::cudasim::ptx::addr, acc, put, ...), which the preprocessor would replace with the
+    arguments of a parameter of the same name (LeetCUDA's LDMATRIX_X4(R0, R1, R2, R3, addr)). Lines keep their
+    numbers."""
+    mask = None
+    edits = []
+    for m in _DEFINE_RE.finditer(src):
+        end = m.end()
+        while True:  # the body runs to the first line that does not end in a backslash
+            nl = src.find("\n", end)
+            if nl < 0:
+                end = len(src)
+                break
+            if src[nl - 1] != "\\":
+                end = nl
+                break
+            end = nl + 1
+        body = src[m.end():end]
+        if not _ASM_RE.search(body):
+            continue
+        params = [p.strip() for p in m.group(1).split(",")]
+        params = [p for p in params if re.fullmatch(r"[A-Za-z_]\w*", p) and p != "__VA_ARGS__"]
+        if not params:
+            continue
+        if mask is None:
+            mask = code_mask(src)
+        names = re.compile(r"\b(" + "|".join(map(re.escape, params)) + r")\b")
+        for n in names.finditer(src, m.start(1), end):
+            if mask[n.start()]:
+                edits.append((n.start(), n.end(), "cudasim_arg_" + n.group(1)))
+    out, last = [], 0
+    for a, b, text in edits:
+        out += [src[last:a], text]
+        last = b
+    return "".join(out) + src[last:]
+
+
 _ASM_RE = re.compile(r"\b(?:asm|__asm__|__asm)\b(?:\s+(?:volatile|__volatile__|goto|inline))*\s*\(")
 _IF_RE = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b([^\n]*)", re.M)
 _GPU_ONLY_RE = re.compile(r"__CUDA_ARCH__|\bCUDASIM\b|__CUDASIM__")
@@ -493,6 +543,7 @@ def translate_source(src: str, path: str, include_map: dict[str, str] | None = N
     src = _cuda_device_as_cpu(src)
     if namespace_suffix:
         src = _renamed_namespaces(src, namespace_suffix)
+    src = _asm_macro_params_renamed(src)
     mask = code_mask(src)
     asm, asm_ptx = _asm_edits(src, mask, path)
     edits = asm + _launch_edits(src, mask, path) + _shared_edits(src, mask, path) + _kernel_return_edits(src, mask)
