@@ -21,7 +21,7 @@ import pytest
 from kernels import load
 from kernels.check import race_check_limit
 from kernels.exercises import check_exercise
-from kernels.lessons import lesson13
+from kernels.lessons import lesson12, lesson13
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANTED = ROOT / "build" / "planted"
@@ -167,11 +167,10 @@ CHECKED_IN_NOTEBOOKS.update({
          passed("triton softmax")),
     **{f"{_T12}every_forward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
        (_L12, "l12-12", "r = check_attention(getattr(ext, name)", passed(v))
-       for v in ("attention1", "attention2", "attention3", "attention4")},
+       for v in lesson12.FORWARD},
     **{f"{_T12}every_backward_variant_matches_the_reference_masked_and_not_on_awkward_shapes[{v}]":
        (_L12, "l12-16", "r = check_attention_backward(getattr(ext, name)", passed(v))
-       for v in ("attention_backward1", "attention_backward2", "attention_backward3", "attention_backward4",
-                 "attention_backward5")},
+       for v in lesson12.BACKWARD},  # the cell checks every backward variant the lesson declares
     # lesson 13's cell checks every variant on SHAPES in bf16 and fp16: the bf16 test's shapes, and the fp16 test's one
     **{f"{_T13}{test}[{v}]": (_L13, "l13-24", "check_matmul13(getattr(ext, name), SHAPES, quiet=True)", passed(v))
        for test in ("every_variant_matches_torch_in_bf16_on_whole_and_ragged_tiles", "every_variant_takes_fp16_too")

@@ -24,9 +24,10 @@ SOLUTION = ROOT / "solutions" / "12_attention" / "flash_online.cu"
 # The reference variants run in one thread order: each order is a full run of every case, and the race check
 # (small cases, first order) finds what the other orders would show. The exercise and its planted bugs keep all three.
 ONE_ORDER = ("forward",)
-TENSOR_CORE_VARIANTS = ("attention3", "attention4", "attention_backward2", "attention_backward3", "attention_backward4",
-                        "attention_backward5")
-HOPPER_VARIANTS = ("attention4", "attention_backward4", "attention_backward5")  # bf16 only
+# From the variants' own declarations (kernels/lessons/lesson12.py): the tensor-core ones take no float32, the Hopper
+# ones bf16 only
+TENSOR_CORE_VARIANTS = tuple(v.name for v in lesson12.VARIANTS if torch.float32 not in v.dtypes)
+HOPPER_VARIANTS = tuple(v.name for v in lesson12.VARIANTS if v.needs is lesson12.HOPPER)
 
 
 def dtypes_of(name: str) -> tuple:
