@@ -570,6 +570,23 @@ def test_vector_atomic_adds_add_every_element(feat):
     assert out[8:10].tolist() == [n, n] and out[10:12].tolist() == [0, 0] and out[12:].tolist() == [n] * 4
 
 
+@sim_only
+def test_a_thread_polling_a_volatile_load_for_another_blocks_store_fails_as_a_spin_instead_of_hanging(ext):
+    # the simulator switches threads only where one waits, and runs blocks one at a time: this poll never ends
+    # here (on a GPU both blocks are resident). It used to hang the process; the watchdog stops it
+    import time
+
+    with knobs.set(spin_seconds=1):
+        start = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"the kernel seems to spin forever at features\.cu:\d+: this thread ran 1 "
+                                               r"seconds without reaching a barrier, a warp operation or an atomic.*"
+                                               r"\[kernel volatile_handoff_kernel, block \(0,0,0\), thread \(0,0,0\)"):
+            ext.volatile_handoff(torch.zeros(1))
+        assert time.monotonic() - start < 15
+    x = torch.randn(100)
+    torch.testing.assert_close(ext.float_math(x)[0], torch.exp(x))  # the process and the module go on
+
+
 @pytest.mark.slow
 def test_atomic_max_on_float_does_not_compile_as_on_nvcc(tmp_path):
     src = tmp_path / "bad_atomic.cu"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import load
+from kernels import load, load_inline
 from kernels.paths import SIM
 
 pytestmark = [pytest.mark.toolkit, pytest.mark.sim_only]
@@ -54,6 +54,85 @@ def test_the_programs_planted_mistake_fails_its_validation(program):
     run = subprocess.run([str(prog), "2"], capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert "mismatch at 999" in run.stdout and "kernel 2: 1 of 1000 wrong" in run.stdout
+
+
+@pytest.fixture(scope="module")
+def memory_program(tmp_path_factory):
+    """sim_compat/device_memory.cu: one mistake with cudaMalloc'd memory per argument."""
+    d = tmp_path_factory.mktemp("memory")
+    run = nvcc_sim(PROGRAM.parent / "device_memory.cu", "-o", "mem", cwd=d)
+    assert run.returncode == 0, run.stderr
+    return d / "mem"
+
+
+@pytest.mark.parametrize("mode,words", [
+    ("past", "96 bytes past the end of a cudaMalloc'd allocation of 4000 bytes"),
+    ("before", "1200 bytes before the start of a cudaMalloc'd allocation of 4000 bytes"),
+    ("stale", "byte 0 of a cudaMalloc'd allocation of 4000 bytes that cudaFree had given back (a stale pointer"),
+])
+def test_a_kernel_reaching_outside_its_cudamalloced_buffer_stops_at_its_line_saying_where(memory_program, mode, words):
+    # in the heap these writes corrupted the allocator or the simulator ("deadlock: no thread can run", "malloc():
+    # unaligned tcache chunk detected"); each allocation now has address space with no access around it
+    run = subprocess.run([str(memory_program), mode], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert "illegal memory access at device_memory.cu:25" in run.stderr and words in run.stderr, run.stderr
+    assert "[kernel fill, block" in run.stderr
+
+
+def test_cudamalloced_memory_is_right_when_used_right_and_its_misuses_get_cudas_errors(memory_program):
+    def out(mode):
+        run = subprocess.run([str(memory_program), mode], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return run.stdout, run.stderr
+
+    assert out("right")[0] == "fill [0, 1000): no error\nright: ok\ncudaFree: no error\n"
+    assert "second cudaFree: invalid argument" in out("twice")[0]
+    copied, note = out("copy")
+    assert "copy of 1001 floats: invalid argument" in copied
+    assert ("cudaMemcpy's source: 4004 bytes from byte 0 of a cudaMalloc'd allocation of 4000 bytes run 4 bytes past "
+            "its end") in note
+    # CUDA does not clear cudaMalloc's memory: a counter never set reads NaN here, not a lucky zero
+    assert "unset: total nan" in out("unset")[0].replace("-nan", "nan")
+
+
+CONVERSIONS = """#include <cstdio>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+typedef __nv_bfloat16 floatX;  // llm.c's dev/cuda files: implicit conversions, as plain nvcc allows
+__global__ void twice(const floatX* in, floatX* out, __half* h, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float x = in[i];
+  out[i] = (floatX)(2.0f * x);
+  __half a = x;
+  h[i] = a + a;
+}
+int main() {
+  floatX in[4], out[4], *d_in, *d_out;
+  __half h[4], *d_h;
+  for (int i = 0; i < 4; ++i) in[i] = (floatX)(0.5f + i);
+  cudaMalloc(&d_in, sizeof in); cudaMalloc(&d_out, sizeof out); cudaMalloc(&d_h, sizeof h);
+  cudaMemcpy(d_in, in, sizeof in, cudaMemcpyHostToDevice);
+  twice<<<1, 32>>>(d_in, d_out, d_h, 4);
+  cudaMemcpy(out, d_out, sizeof out, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h, d_h, sizeof h, cudaMemcpyDeviceToHost);
+  for (int i = 0; i < 4; ++i) std::printf("%g %g\\n", (float)out[i], (float)h[i]);
+  return 0;
+}
+"""
+
+
+def test_a_program_gets_nvccs_implicit_half_and_bfloat16_conversions_which_torch_builds_turn_off(tmp_path):
+    # PyTorch's extension builds pass -D__CUDA_NO_HALF_CONVERSIONS__ and friends; nvcc alone does not, and llm.c's
+    # dev/cuda programs (float x = inp[i] with inp a bf16 pointer) failed to build here while they took them
+    (tmp_path / "conv.cu").write_text(CONVERSIONS)
+    run = nvcc_sim("conv.cu", "-o", "conv", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    out = subprocess.run([str(tmp_path / "conv")], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "1 1\n3 3\n5 5\n7 7\n", out.stdout + out.stderr
+    with pytest.raises(Exception, match="no viable conversion|no matching conversion"):
+        load_inline("conversions_off", CONVERSIONS.split("int main()")[0], "sim")
 
 
 LIBRARY = """#include <cuda_runtime.h>

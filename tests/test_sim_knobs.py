@@ -33,6 +33,7 @@ def test_every_knob_python_writes_is_one_cudasim_reads():
     ({"shuffle_blocks": "yes"}, "CUDASIM_SHUFFLE_BLOCKS=yes is not a switch; use 1 (blocks in random order) or 0"),
     ({"seed": -3}, "CUDASIM_SEED=-3 is not a seed; use a whole number from 0 up"),
     ({"stack_kb": 8}, "CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got 8"),
+    ({"spin_seconds": 0.1}, "CUDASIM_SPIN_SECONDS must be a number of seconds from 0.5 to 86400, got 0.1"),
     ({"capability": "seven"}, "CUDASIM_CAPABILITY=seven is not a compute capability; use one such as 7.5 or 9.0"),
 ])
 def test_an_unknown_value_is_refused_in_python_with_the_values_it_takes(kwargs, message):

@@ -34,9 +34,12 @@ from ..paths import INCLUDE, SIM, SIM_INCLUDE, build_root
 # -fno-strict-aliasing: CUDA code reads values through pointers of another type (bf16 pairs packed through an
 # int*, `*(float4*)&x[i]`), which nvcc compiles as written; under C++'s strict aliasing rules the host compiler
 # may reorder or drop such accesses and give a wrong answer.
+# The half and bfloat16 switches are PyTorch's: its extension builds pass them to nvcc (cpp_extension), nvcc itself
+# does not, so the compiler driver (nvcc.py: whole programs, objects, libraries) leaves them out.
+TORCH_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                 "-D__CUDA_NO_HALF2_OPERATORS__"]
 FLAGS = ["-O2", "-fno-strict-aliasing", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
-         "-Wno-unused-variable", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-         "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"]
+         "-Wno-unused-variable", *TORCH_DEFINES]
 PCH_SWITCH = "KERNELS_SIM_PCH"  # =0 turns the precompiled headers off
 
 

@@ -22,13 +22,14 @@ ORDER = "CUDASIM_ORDER"
 SHUFFLE_BLOCKS = "CUDASIM_SHUFFLE_BLOCKS"
 SEED = "CUDASIM_SEED"
 STACK_KB = "CUDASIM_STACK_KB"
+SPIN_SECONDS = "CUDASIM_SPIN_SECONDS"  # how long a thread may run without waiting before the launch fails (30 unset)
 CAPABILITY = "CUDASIM_CAPABILITY"  # the compute capability the simulated device reports (an H100's 9.0 unset)
 CLUSTER_LEAD = "CUDASIM_CLUSTER_LEAD"  # which block of a cluster runs ahead of the others (unset: the order's)
 # Peer memory (kernels/sim/peers.py): the segments of other processes' memory mapped into this one, which PeerMemory
 # writes (peers_value says the format), and how long a poll of that memory may wait before it is an error.
 PEERS = "CUDASIM_PEERS"
 PEER_TIMEOUT = "CUDASIM_PEER_TIMEOUT"
-NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, CAPABILITY, CLUSTER_LEAD, PEERS, PEER_TIMEOUT)
+NAMES = (ORDER, SHUFFLE_BLOCKS, SEED, STACK_KB, SPIN_SECONDS, CAPABILITY, CLUSTER_LEAD, PEERS, PEER_TIMEOUT)
 
 # The orders in which a block's threads run, as cudasim.h's kOrderNames lists them (same order: the
 # index is what the simulator stores).
@@ -38,6 +39,7 @@ ORDERS = ("forward", "reverse", "random")
 # says: forward the first, reverse the last, random a drawn one (kernels/sim/README.md, "Thread-block clusters").
 CLUSTER_LEADS = ("none", "first", "last", "random")
 STACK_KB_RANGE = (16, 1024 * 1024)
+SPIN_SECONDS_RANGE = (0.5, 86400)
 
 
 def order_value(order: str) -> str:
@@ -77,6 +79,19 @@ def stack_kb_value(kb: int | str) -> str:
     text = str(kb)
     if isinstance(kb, bool) or not text.isdigit() or not low <= int(text) <= high:
         raise ValueError(f"{STACK_KB} must be a number of KB from {low} to {high}, got {kb!r}")
+    return text
+
+
+def spin_seconds_value(seconds: float | int | str) -> str:
+    """How long a thread may run without reaching a barrier, a warp operation or an atomic: 0.5 to 86400 s."""
+    low, high = SPIN_SECONDS_RANGE
+    text = str(seconds)
+    try:
+        ok = not isinstance(seconds, bool) and low <= float(text) <= high
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{SPIN_SECONDS} must be a number of seconds from {low} to {high}, got {seconds!r}")
     return text
 
 
@@ -127,9 +142,12 @@ def put(name: str, value: str | None) -> None:
 
 def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,
            stack_kb: int | None = None, capability: tuple[int, int] | str | None = None,
-           cluster_lead: str | None = None, peer_timeout: float | None = None) -> dict[str, str]:
+           cluster_lead: str | None = None, peer_timeout: float | None = None,
+           spin_seconds: float | None = None) -> dict[str, str]:
     """The environment entries for the knobs given (None leaves a knob as it is), each value checked."""
     out = {}
+    if spin_seconds is not None:
+        out[SPIN_SECONDS] = spin_seconds_value(spin_seconds)
     if peer_timeout is not None:
         out[PEER_TIMEOUT] = peer_timeout_value(peer_timeout)
     if cluster_lead is not None:
@@ -150,12 +168,14 @@ def values(order: str | None = None, shuffle_blocks: bool | None = None, seed: i
 @contextlib.contextmanager
 def set(order: str | None = None, shuffle_blocks: bool | None = None, seed: int | None = None,  # noqa: A001
         stack_kb: int | None = None, capability: tuple[int, int] | str | None = None,
-        cluster_lead: str | None = None, peer_timeout: float | None = None) -> Iterator[None]:
+        cluster_lead: str | None = None, peer_timeout: float | None = None,
+        spin_seconds: float | None = None) -> Iterator[None]:
     """Run the block with these knobs (None: as they are); what was there before comes back after it.
     `capability` is what the simulated device reports, (7, 5) for a T4 (the launchers' gates read it);
     `cluster_lead` which block of a thread-block cluster runs ahead (one of CLUSTER_LEADS); `peer_timeout` how many
-    seconds a poll of another rank's memory may wait (kernels/sim/peers.py; 60 unset)."""
-    new = values(order, shuffle_blocks, seed, stack_kb, capability, cluster_lead, peer_timeout)
+    seconds a poll of another rank's memory may wait (kernels/sim/peers.py; 60 unset); `spin_seconds` how long a thread
+    may run without reaching a barrier, a warp operation or an atomic before the launch fails (30 unset)."""
+    new = values(order, shuffle_blocks, seed, stack_kb, capability, cluster_lead, peer_timeout, spin_seconds)
     old = {k: os.environ.get(k) for k in new}
     os.environ.update(new)
     try:

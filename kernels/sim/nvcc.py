@@ -233,10 +233,10 @@ def _as_written(src: Path, flags: list[str], what: list[str]) -> subprocess.Comp
     standing in for the toolkit's: `what` is -E, or -M/-MM and their options. As nvcc's -MM lists the
     toolkit's headers, -MM lists the simulator's (only the host's system headers are left out)."""
     from ..paths import INCLUDE, SIM_INCLUDE
-    from .build import FLAGS
+    from .build import FLAGS, TORCH_DEFINES
 
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
-    defines = [f for f in FLAGS if f.startswith("-D")]
+    defines = [f for f in FLAGS if f.startswith("-D") and f not in TORCH_DEFINES]
     return subprocess.run([*_compiler(), *std, *defines, f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
                            "-x", "c++", *what, str(src)], capture_output=True, text=True)
 
@@ -262,7 +262,7 @@ def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> N
     from ..build.errors import BuildError, display_path
     from ..build.sources import SourceSet
     from ..paths import INCLUDE, SIM_INCLUDE
-    from .build import FLAGS
+    from .build import FLAGS, TORCH_DEFINES
     from .translate import TranslateError, translate_tree
 
     search = [Path(f[2:]) for f in flags if f.startswith("-I")]
@@ -275,7 +275,8 @@ def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> N
         main = src
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
     lang = ["-x", "c++"] if src.suffix in (".cu", ".c") and main == src else []
-    command = [*_compiler(), *std, *FLAGS, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
+    own = [f for f in FLAGS if f not in TORCH_DEFINES]  # nvcc's own defaults: half and bfloat16 convert implicitly
+    command = [*_compiler(), *std, *own, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
                *lang, "-c", str(main), "-o", str(obj)]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:

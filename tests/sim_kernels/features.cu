@@ -699,6 +699,29 @@ at::Tensor vector_atomics(const at::Tensor& f) {
   return out;
 }
 
+// A handoff between blocks through a flag read with volatile loads: block 1 sets it, thread 0 of block 0 waits for
+// it. On a GPU both blocks are resident at once; here blocks run one at a time and a thread runs until it waits at a
+// barrier, a warp operation or an atomic, so the poll never sees the store and the simulator's watchdog stops it
+// (tests/test_sim.py, which runs it on the simulator only).
+__global__ void volatile_handoff_kernel(int* flag, int* out) {
+  if (blockIdx.x == 1) {
+    if (threadIdx.x == 0) atomicExch(flag, 1);
+    return;
+  }
+  if (threadIdx.x == 0) {
+    while (*reinterpret_cast<volatile int*>(flag) == 0) {
+    }
+    out[0] = 1;
+  }
+}
+
+at::Tensor volatile_handoff(const at::Tensor& like) {
+  auto flag = at::zeros({2}, like.options().dtype(at::kInt));
+  volatile_handoff_kernel<<<2, 32>>>(flag.data_ptr<int>(), flag.data_ptr<int>() + 1);
+  CHECK_LAUNCH();
+  return flag;
+}
+
 // =============================================================================================
 // math and types
 __global__ void float_math_kernel(const float* __restrict__ x, float* out, int n) {
@@ -913,6 +936,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("legacy_reduce(Tensor x, bool use_syncwarp) -> Tensor");
   m.def("atomics(Tensor v, Tensor f) -> Tensor[]");
   m.def("vector_atomics(Tensor f) -> Tensor");
+  m.def("volatile_handoff(Tensor like) -> Tensor");
   m.def("float_math(Tensor x) -> Tensor");
   m.def("int_math(Tensor x) -> Tensor");
   m.def("vectors(Tensor x) -> Tensor");
@@ -944,6 +968,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("legacy_reduce", &legacy_reduce);
   m.impl("atomics", &atomics);
   m.impl("vector_atomics", &vector_atomics);
+  m.impl("volatile_handoff", &volatile_handoff);
   m.impl("float_math", &float_math);
   m.impl("int_math", &int_math);
   m.impl("vectors", &vectors);

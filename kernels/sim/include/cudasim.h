@@ -47,6 +47,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 // Instrumented builds (kernels.profile, and the check's race and bounds pass: -DCUDASIM_INSTRUMENTED
 // -fsanitize=thread) make every load and store of the learner's code call a hook
@@ -428,6 +429,11 @@ struct Sim {
   // a fault caught by the SIGSEGV handler in a running thread (see on_segv): the thread, or -1
   volatile int fault_thread = -1;
   volatile bool fault_overflow = false;  // in the thread's stack guard, else an illegal access
+  volatile bool fault_spin = false;      // stopped by the watchdog (see spin_watchdog), not a fault
+  // the watchdog's view of a launch: fibers resumed so far, the thread running the launch, its limit in seconds
+  std::atomic<unsigned long long> resumes{0};
+  pthread_t launch_thread{};
+  double spin_seconds = 30;  // CUDASIM_SPIN_SECONDS
   const void* volatile fault_addr = nullptr;
   volatile int fault_code = 0;  // the signal's si_code: SI_KERNEL for a fault that carries no address (Linux)
   const void* volatile fault_pc = nullptr;
@@ -691,6 +697,7 @@ CUDASIM_RT void start_fiber(Thread& t) {
 }
 
 CUDASIM_RT void resume(Thread& t) {
+  g.resumes.fetch_add(1, std::memory_order_relaxed);
   g.cur = &t;
   g.thread_idx = t.idx;
   if (g.cluster_size > 1) {
@@ -1591,6 +1598,17 @@ CUDASIM_RT void read_knobs() {
     throw std::runtime_error("cudasim: CUDASIM_STACK_KB must be a number of KB from 16 to 1048576, got '" +
                              std::string(kb) + "'");
   g.stack_bytes = static_cast<size_t>(stack_kb) * 1024;
+  const char* spin = std::getenv("CUDASIM_SPIN_SECONDS");
+  if (spin && *spin) {
+    char* end = nullptr;
+    double seconds = std::strtod(spin, &end);
+    if (*end || !(seconds >= 0.5 && seconds <= 86400))
+      throw std::runtime_error(std::string("cudasim: CUDASIM_SPIN_SECONDS must be a number of seconds from 0.5 to "
+                                           "86400, got '") + spin + "'");
+    g.spin_seconds = seconds;
+  } else {
+    g.spin_seconds = 30;
+  }
   const char* seed = std::getenv("CUDASIM_SEED");
   if (seed && *seed) {
     char* end = nullptr;
@@ -1623,6 +1641,7 @@ CUDASIM_RT cudaError_t record(cudaError_t e) {
 constexpr int kFaultSignals[] = {SIGSEGV, SIGBUS};
 struct FaultGuard {
   struct sigaction old_action[2] {};
+  struct sigaction old_spin {};
   stack_t old_stack{};
   bool installed = false;
   uintptr_t code_lo = 0, code_hi = 0;  // this library's executable segment
@@ -1670,6 +1689,73 @@ CUDASIM_RT void on_segv(int sig, siginfo_t* info, void* uctx) {
   signal(sig, SIG_DFL);  // returning re-runs the faulting instruction, which now ends the process
 }
 
+// A thread that never waits. The simulator switches threads only where one waits (a barrier, a warp operation, an
+// atomic, a poll it knows), so a loop on a plain or volatile load that waits for another block's store (blocks run
+// one at a time here) or for a thread that never got to run would spin for ever. A watchdog thread, started with the
+// first launch of a process, looks twice a second at how many times the scheduler resumed a fiber; when a launch has
+// gone CUDASIM_SPIN_SECONDS (30 by default) without one, it signals the launching thread, whose handler stops the
+// running fiber as the fault handler does, and the launch fails naming the thread and its line.
+constexpr int kSpinSignal = SIGURG;  // ignored by default: a late one between launches does nothing
+inline pid_t spin_watchdog_pid = 0;
+
+CUDASIM_RT void on_spin(int, siginfo_t*, void* uctx) {
+#ifdef CUDASIM_FAULT_REGS
+  Thread* t = g.cur;
+  uintptr_t pc = platform::fault_pc(uctx);
+  if (!t || !g.running || g.fault_thread >= 0 || pc < fault_guard.code_lo || pc >= fault_guard.code_hi) return;
+  g.fault_spin = true;
+  g.fault_overflow = false;
+  g.fault_addr = nullptr;
+  g.fault_pc = reinterpret_cast<const void*>(pc);
+  g.fault_sp = reinterpret_cast<const void*>(platform::fault_sp(uctx));
+  g.fault_thread = t->linear;
+  t->state = State::Done;
+  platform::fault_resume(uctx, leave_faulted_fiber, signal_stack + sizeof signal_stack);
+#else
+  (void)uctx;
+#endif
+}
+
+CUDASIM_RT void* spin_watchdog(void*) {
+  unsigned long long seen = ~0ull;
+  double still = 0;  // seconds the running launch has gone without a resume
+  for (;;) {
+    timespec half{0, 500000000};
+    nanosleep(&half, nullptr);
+    unsigned long long now = g.resumes.load(std::memory_order_relaxed);
+    if (!g.running || now != seen) {
+      seen = now;
+      still = 0;
+      continue;
+    }
+    still += 0.5;
+    if (still >= g.spin_seconds) {
+      pthread_kill(g.launch_thread, kSpinSignal);
+      still = 0;  // once more after as long, should the thread be outside the kernel's code just now
+    }
+  }
+  return nullptr;
+}
+
+CUDASIM_RT void start_spin_watchdog() {
+#ifdef CUDASIM_FAULT_REGS
+  g.launch_thread = pthread_self();
+  if (spin_watchdog_pid == getpid()) return;  // one per process (a forked child starts its own)
+  spin_watchdog_pid = getpid();
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the watchdog takes no signals meant for the process
+  pthread_t id;
+  if (pthread_create(&id, &attr, spin_watchdog, nullptr) != 0) spin_watchdog_pid = 0;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  pthread_attr_destroy(&attr);
+#endif
+}
+
 CUDASIM_RT void install_fault_guard() {
   if (!fault_guard.code_hi) platform::image_segments(reinterpret_cast<const void*>(&on_segv), note_code_segment);
   stack_t ss{};
@@ -1682,12 +1768,19 @@ CUDASIM_RT void install_fault_guard() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   for (int i = 0; i < 2; ++i) sigaction(kFaultSignals[i], &sa, &fault_guard.old_action[i]);
+  struct sigaction spin {};
+  spin.sa_sigaction = on_spin;
+  sigemptyset(&spin.sa_mask);
+  spin.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigaction(kSpinSignal, &spin, &fault_guard.old_spin);
+  start_spin_watchdog();
   fault_guard.installed = true;
 }
 
 CUDASIM_RT void remove_fault_guard() {
   if (!fault_guard.installed) return;
   for (int i = 0; i < 2; ++i) sigaction(kFaultSignals[i], &fault_guard.old_action[i], nullptr);
+  sigaction(kSpinSignal, &fault_guard.old_spin, nullptr);
   sigaltstack(&fault_guard.old_stack, nullptr);
   fault_guard.installed = false;
 }
@@ -1753,6 +1846,128 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
   return at;
 }
 
+// cudaMalloc's memory. Each allocation is a mapping of its own: its size rounded up to 256 bytes (CUDA's alignment)
+// ends where the mapping's pages end, with 1 MB of address space that has no access on either side. A kernel that
+// reads or writes past the end of a cudaMalloc'd buffer (or before its start, past the page's slack) then faults
+// there, and the fault handler above stops it with an illegal memory access at its line, where the same access into
+// heap memory would corrupt a neighbour, the allocator's bookkeeping or the simulator itself (and be reported much
+// later as something else). cudaFree returns the memory but keeps the addresses unmapped (the last 64 GB of them;
+// address space only), so that a stale pointer faults too instead of reaching whatever is mapped there next.
+// The bytes start as 0xff, not zero: CUDA does not clear what cudaMalloc gives, and a kernel that adds into memory it
+// never set must not pass here by luck (floats read NaN, integers -1).
+struct DeviceAllocation {
+  char* p;       // what cudaMalloc gave
+  size_t bytes;  // what it was asked for
+  char* base;    // the mapping, guards included
+  size_t mapped;
+};
+inline std::vector<DeviceAllocation> device_allocations;  // live ones, by p ascending
+inline std::vector<DeviceAllocation> device_freed;        // given back, oldest first, still reserved
+inline size_t device_freed_bytes = 0;
+inline std::atomic_flag device_allocations_lock = ATOMIC_FLAG_INIT;
+constexpr size_t kDeviceGuardBytes = size_t(1) << 20;
+constexpr size_t kDeviceFreedReserve = size_t(64) << 30;
+struct DeviceAllocationsLocked {
+  DeviceAllocationsLocked() { while (device_allocations_lock.test_and_set(std::memory_order_acquire)) {} }
+  ~DeviceAllocationsLocked() { device_allocations_lock.clear(std::memory_order_release); }
+};
+inline size_t device_rounded(size_t bytes) { return bytes ? (bytes + 255) / 256 * 256 : 256; }
+inline bool device_before(const DeviceAllocation& a, const char* q) { return a.p < q; }
+
+CUDASIM_RT void* device_malloc(size_t n) {
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t data = device_rounded(n);
+  if (data < n) return nullptr;  // n within 255 of SIZE_MAX
+  size_t body = (data + page - 1) / page * page;
+  if (body < data || body > SIZE_MAX - 2 * kDeviceGuardBytes) return nullptr;
+  size_t mapped = body + 2 * kDeviceGuardBytes;
+  void* m = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  char* base = static_cast<char*>(m);
+  if (mprotect(base + kDeviceGuardBytes, body, PROT_READ | PROT_WRITE) != 0) {
+    munmap(base, mapped);
+    return nullptr;
+  }
+  char* p = base + kDeviceGuardBytes + body - data;
+  std::memset(p, 0xff, data);
+  DeviceAllocationsLocked lock;
+  auto at = std::lower_bound(device_allocations.begin(), device_allocations.end(), p, device_before);
+  device_allocations.insert(at, DeviceAllocation{p, n, base, mapped});
+  return p;
+}
+
+// Gives back what cudaMalloc gave; false for any other pointer (freed already, from elsewhere, or into a buffer).
+CUDASIM_RT bool device_release(void* p) {
+  std::vector<DeviceAllocation> unmap;
+  {
+    DeviceAllocationsLocked lock;
+    auto at = std::lower_bound(device_allocations.begin(), device_allocations.end(), static_cast<char*>(p),
+                               device_before);
+    if (at == device_allocations.end() || at->p != p) return false;
+    DeviceAllocation a = *at;
+    device_allocations.erase(at);
+    madvise(a.base, a.mapped, MADV_DONTNEED);  // the memory goes back; the addresses stay reserved
+    mprotect(a.base, a.mapped, PROT_NONE);
+    device_freed.push_back(a);
+    device_freed_bytes += a.mapped;
+    size_t drop = 0;
+    while (device_freed_bytes > kDeviceFreedReserve && drop < device_freed.size())
+      device_freed_bytes -= device_freed[drop].mapped, unmap.push_back(device_freed[drop++]);
+    device_freed.erase(device_freed.begin(), device_freed.begin() + long(drop));
+  }
+  for (const DeviceAllocation& a : unmap) munmap(a.base, a.mapped);
+  return true;
+}
+
+// The live cudaMalloc'd allocation that holds address q, if one does.
+CUDASIM_RT bool device_allocation_at(const void* q, DeviceAllocation* out) {
+  const char* c = static_cast<const char*>(q);
+  DeviceAllocationsLocked lock;
+  auto at = std::upper_bound(device_allocations.begin(), device_allocations.end(), c,
+                             [](const char* x, const DeviceAllocation& a) { return x < a.p; });
+  if (at == device_allocations.begin()) return false;
+  --at;
+  if (c >= at->p + device_rounded(at->bytes)) return false;
+  *out = *at;
+  return true;
+}
+
+// A copy or memset of n bytes at q that starts inside a cudaMalloc'd allocation and runs past its end: CUDA refuses
+// it with cudaErrorInvalidValue (the simulator counts the bytes that were asked for); a note on stderr says by how much.
+CUDASIM_RT bool device_range_overruns(const char* what, const void* q, size_t n) {
+  DeviceAllocation a{};
+  if (!n || !device_allocation_at(q, &a)) return false;
+  size_t offset = size_t(static_cast<const char*>(q) - a.p);
+  if (offset + n <= a.bytes && offset + n >= offset) return false;
+  std::fprintf(stderr, "cudasim: %s: %zu bytes from byte %zu of a cudaMalloc'd allocation of %zu bytes run %zu bytes "
+               "past its end (cudaErrorInvalidValue)\n", what, n, offset, a.bytes, offset + n - a.bytes);
+  return true;
+}
+
+// Words for a fault in the address space of a cudaMalloc'd allocation (its guards, or all of it once freed), or "".
+CUDASIM_RT std::string device_fault_words(const void* q) {
+  uintptr_t c = reinterpret_cast<uintptr_t>(q);
+  DeviceAllocationsLocked lock;
+  for (int freed = 0; freed < 2; ++freed)
+    for (const DeviceAllocation& a : freed ? device_freed : device_allocations) {
+      uintptr_t base = reinterpret_cast<uintptr_t>(a.base), p = reinterpret_cast<uintptr_t>(a.p);
+      if (c < base || c >= base + a.mapped) continue;
+      char buf[320];
+      if (freed && c >= p && c < p + a.bytes)
+        std::snprintf(buf, sizeof buf, "byte %zu of a cudaMalloc'd allocation of %zu bytes that cudaFree had given "
+                      "back (a stale pointer: on a GPU it reads or overwrites whatever was allocated there next)",
+                      size_t(c - p), a.bytes);
+      else
+        std::snprintf(buf, sizeof buf, "%zu bytes %s of a cudaMalloc'd allocation of %zu bytes%s (the simulator "
+                      "keeps the address space around each allocation unmapped; on a GPU the access could land in "
+                      "another allocation unnoticed, where compute-sanitizer's memcheck finds it)",
+                      c >= p ? size_t(c - p - a.bytes) : size_t(p - c), c >= p ? "past the end" : "before the start",
+                      a.bytes, freed ? " that cudaFree had given back" : "");
+      return buf;
+    }
+  return "";
+}
+
 [[noreturn]] CUDASIM_RT void report_fault() {
   g.cur = &g.threads[g.fault_thread];
   g.fault_thread = -1;
@@ -1762,8 +1977,17 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
   uintptr_t sp = std::clamp(reinterpret_cast<uintptr_t>(g.fault_sp) & ~uintptr_t(7), lo, hi);
   std::string line = fault_line(g.fault_pc, reinterpret_cast<const void*>(sp), reinterpret_cast<const void*>(hi));
   std::string at = line.empty() ? "" : " at " + line;
-  char buf[600];
-  if (g.fault_overflow) {
+  char buf[800];
+  if (g.fault_spin) {
+    g.fault_spin = false;
+    std::snprintf(buf, sizeof buf,
+                  "the kernel seems to spin forever%s: this thread ran %g seconds without reaching a barrier, a warp "
+                  "operation or an atomic, so no other thread could run. Is it polling a plain or volatile load for "
+                  "a value that another block or thread stores? Here a thread runs until it waits at one of those, "
+                  "and blocks run one at a time (a GPU promises no order between blocks either). If the thread is "
+                  "only slow, raise the limit with the environment variable CUDASIM_SPIN_SECONDS",
+                  at.c_str(), g.spin_seconds);
+  } else if (g.fault_overflow) {
     std::snprintf(buf, sizeof buf,
                   "stack overflow%s: the thread used more than its %zu KB stack (deep recursion or large local "
                   "arrays); raise it with the environment variable CUDASIM_STACK_KB, e.g. CUDASIM_STACK_KB=%zu",
@@ -1777,6 +2001,9 @@ CUDASIM_RT std::string fault_line(const void* pc, const void* sp, const void* to
                   "of 16; a GPU would stop with \"misaligned address\") or an address far outside memory (a huge or "
                   "negative index; a GPU would stop with \"an illegal memory access was encountered\")",
                   at.c_str());
+  } else if (std::string words = device_fault_words(g.fault_addr); !words.empty()) {
+    std::snprintf(buf, sizeof buf, "illegal memory access%s: the thread read or wrote address 0x%zx, %s", at.c_str(),
+                  static_cast<size_t>(reinterpret_cast<uintptr_t>(g.fault_addr)), words.c_str());
   } else {
     std::snprintf(buf, sizeof buf,
                   "illegal memory access%s: the thread read or wrote address 0x%zx%s, which is not mapped (an index "
@@ -2507,23 +2734,35 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::aligned_alloc(256, (n + 255) / 256 * 256 + (n ? 0 : 256));  // 256-byte aligned, as CUDA's
+  *p = ::cudasim::device_malloc(n);
   if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
   CUDASIM_EVENT(device_alloc(*p, n));  // memory a kernel may use (the bounds check)
   return cudaSuccess;
 }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
 inline cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;  // as CUDA: freeing nullptr does nothing
+  if (!::cudasim::device_release(p)) return ::cudasim::record(cudaErrorInvalidValue);
   CUDASIM_EVENT(device_free(p));
-  std::free(p);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memmove(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  if (::cudasim::device_range_overruns("cudaMemcpy's destination", d, n) ||
+      ::cudasim::device_range_overruns("cudaMemcpy's source", s, n))
+    return ::cudasim::record(cudaErrorInvalidValue);
+  std::memmove(d, s, n);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
   return cudaMemcpy(d, s, n, k);
 }
-inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* d, int v, size_t n) {
+  if (::cudasim::device_range_overruns("cudaMemset", d, n)) return ::cudasim::record(cudaErrorInvalidValue);
+  std::memset(d, v, n);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(d, v, n); }
 template <class T>
 inline cudaError_t cudaMemcpyToSymbol(T& sym, const void* src, size_t n, size_t off = 0,

@@ -1,7 +1,7 @@
 // cudasim_runtime.h: the CUDA runtime API beyond kernels, for the simulator (included by cudasim.h).
 //
-// The CPU is the device and host memory stands for device memory: cudaMalloc, cudaMallocHost,
-// cudaMallocManaged and cudaHostAlloc all allocate ordinary memory, copies are memmove, every call
+// The CPU is the device and host memory stands for device memory: cudaMallocHost and cudaHostAlloc
+// allocate ordinary memory, cudaMalloc and cudaMallocManaged guarded mappings (cudasim.h), copies are memmove, every call
 // and launch is synchronous (streams and events order nothing that was not already in order), and
 // the device looks like an H100 (compute capability 9.0, 132 SMs) to code that asks. What cannot be
 // answered truthfully is marked: an event's elapsed time is NaN (the simulator does not time kernels)
