@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table, write_csv
 from ..build import load
 from ..gates import runnable
-from ..lessons import op_gates
+from ..lessons import lesson12, op_gates
 from ..lessons.lesson12 import default_scale, register_attention
 from ..paths import reference_file
 from . import Bar, print_quick, quick_main
@@ -50,8 +50,10 @@ QUICK_SEQUENCES = (2048, 8192)
 HEADS = {128: 16, 64: 32}  # head dimension: heads (a width of 2048)
 DTYPE = torch.bfloat16
 SLOW = ("attention1", "attention2")  # timed only at the shortest sequence
-FORWARD = ("attention3", "attention4")
-BACKWARD = ("attention_backward2", "attention_backward3", "attention_backward4", "attention_backward5")
+# the tensor-core variants, as kernels/lessons/lesson12.py declares them (those with a GPU gate), in its order
+_GATED = {v.name for v in lesson12.VARIANTS if v.needs is not None}
+FORWARD = tuple(name for name in lesson12.FORWARD if name in _GATED)
+BACKWARD = tuple(name for name in lesson12.BACKWARD if name in _GATED)
 # Eager's graph keeps five T x T matrices for its backward (34 GB at T = 8192, B = 2, 16 heads), too many beside the
 # compiled and SDPA graphs of the same benchmark on an 80 GB GPU: its backward row stops at T = 2048.
 EAGER_BACKWARD_UP_TO = 2048
