@@ -114,6 +114,12 @@ def test_launch_keeps_template_and_namespace_in_the_name():
     assert "::cudasim::config(g, b, 0, s)" in out
 
 
+def test_a_null_launch_argument_becomes_nullptr_so_that_its_stored_copy_still_converts_to_a_pointer():
+    # the launch stores its arguments, and a stored NULL is a long: llm.c's classifier_fused.cu did not build
+    out = _tr("void f() { k<<<g, b>>>(x, NULL, g(NULL, 1), NULL_OK, (float*)NULL,\n  NULL ); }")
+    assert "}, x, nullptr, g(NULL, 1), NULL_OK, (float*)NULL,\n  nullptr ); }" in out
+
+
 def test_multiline_launch_keeps_the_line_count():
     src = "void f() {\n  k<<<\n    g,\n    b>>>(x,\n      y);\n  int after;\n}\n"
     out = _tr(src)

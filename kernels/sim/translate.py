@@ -114,6 +114,14 @@ def _keep_newlines(old: str, new: str) -> str:
     return new + "".join(" \\\n" if b else "\n" for b in breaks)
 
 
+def _null_arguments(args: str) -> str:
+    """A launch's arguments with each one written as NULL made nullptr. The arguments reach the kernel through the
+    launch's stored copies, and a copy of NULL is a plain integer (`long`), which no pointer parameter takes, where
+    nvcc passes the literal itself (llm.c's `fused_classifier_kernel2<<<...>>>(dlogits, losses, NULL, ...)`)."""
+    parts = _split_top(args)
+    return ",".join(re.sub(r"^(\s*)NULL(\s*)$", r"\1nullptr\2", part) for part in parts)
+
+
 def _launch_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
     edits = []
     pos = 0
@@ -140,7 +148,7 @@ def _launch_edits(src: str, mask: bytearray, path: str) -> list[_Edit]:
             raise TranslateError(f"{path}:{line_of(src, k)}: cannot find the kernel's name before '<<<'")
         name = re.sub(r"\\\r?\n", " ", src[start:k])  # a macro's line continuations are blanks
         cfg = src[k + 3:close]
-        args = src[j + 1:rparen]
+        args = _null_arguments(src[j + 1:rparen])
         n_cfg = len(_split_top(cfg))
         if not 2 <= n_cfg <= 4:
             raise TranslateError(f"{path}:{line_of(src, k)}: a launch takes 2 to 4 values between <<< and >>>, got {n_cfg}")
