@@ -593,6 +593,17 @@ def test_a_thread_polling_a_volatile_load_for_another_blocks_store_fails_as_a_sp
     torch.testing.assert_close(ext.float_math(x)[0], torch.exp(x))  # the process and the module go on
 
 
+@sim_only
+def test_a_failed_assert_in_a_kernel_fails_the_launch_naming_it_instead_of_aborting_the_process(ext):
+    # glibc's assert aborted the process (a Jupyter kernel with it); on a GPU the launch fails with cudaErrorAssert
+    assert ext.device_assert(torch.zeros(1), 64).tolist() == list(range(64))
+    with pytest.raises(RuntimeError, match=r"device-side assert triggered: the assertion `i < n' failed at "
+                                           r"features\.cu:\d+ .*\[kernel device_assert_kernel, block \(0,0,0\), "
+                                           r"thread \(32,0,0\)"):
+        ext.device_assert(torch.zeros(1), 32)
+    assert ext.device_assert(torch.zeros(1), 64)[63] == 63  # the module goes on
+
+
 @pytest.mark.slow
 def test_atomic_max_on_float_does_not_compile_as_on_nvcc(tmp_path):
     src = tmp_path / "bad_atomic.cu"

@@ -21,6 +21,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
+#include <cassert>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <string>
@@ -715,6 +716,21 @@ __global__ void volatile_handoff_kernel(int* flag, int* out) {
   }
 }
 
+// assert() in a kernel: thread i asserts i < n (run on the simulator only, by tests/test_sim.py: on a GPU a failed
+// device-side assert loses the CUDA context for the rest of the process)
+__global__ void device_assert_kernel(float* out, int n) {
+  const int i = threadIdx.x;
+  assert(i < n);
+  out[i] = static_cast<float>(i);
+}
+
+at::Tensor device_assert(const at::Tensor& like, int64_t n) {
+  auto out = at::zeros({64}, like.options());
+  device_assert_kernel<<<1, 64>>>(out.data_ptr<float>(), static_cast<int>(n));
+  CHECK_LAUNCH();
+  return out;
+}
+
 at::Tensor volatile_handoff(const at::Tensor& like) {
   auto flag = at::zeros({2}, like.options().dtype(at::kInt));
   volatile_handoff_kernel<<<2, 32>>>(flag.data_ptr<int>(), flag.data_ptr<int>() + 1);
@@ -937,6 +953,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("atomics(Tensor v, Tensor f) -> Tensor[]");
   m.def("vector_atomics(Tensor f) -> Tensor");
   m.def("volatile_handoff(Tensor like) -> Tensor");
+  m.def("device_assert(Tensor like, int n) -> Tensor");
   m.def("float_math(Tensor x) -> Tensor");
   m.def("int_math(Tensor x) -> Tensor");
   m.def("vectors(Tensor x) -> Tensor");
@@ -969,6 +986,7 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("atomics", &atomics);
   m.impl("vector_atomics", &vector_atomics);
   m.impl("volatile_handoff", &volatile_handoff);
+  m.impl("device_assert", &device_assert);
   m.impl("float_math", &float_math);
   m.impl("int_math", &int_math);
   m.impl("vectors", &vectors);

@@ -14,6 +14,7 @@
 // conversion intrinsics, CUDA's extra float functions).
 #pragma once
 
+#include <assert.h>  // before the kernels' assert below, which must follow glibc's declaration
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -666,6 +667,28 @@ namespace cudasim {
 }
 }  // namespace cudasim
 #define __trap() ::cudasim::trap_(__FILE__, __LINE__)
+
+// assert() in a kernel. On a GPU a failed assert prints the condition with the block and thread, and the launch fails
+// with cudaErrorAssert ("device-side assert triggered"); glibc's assert would abort the whole process here (a Jupyter
+// kernel with it). glibc's assert calls __assert_fail, which this module defines for itself (inline, so hidden in
+// each library and program, and glibc's own stays as it is): in a kernel thread it stops the thread, and the launch
+// fails naming the condition, the line, the block and the thread; anywhere else it does what glibc's does.
+namespace cudasim {
+[[noreturn]] CUDASIM_RT void device_assert_failed(const char* expr, const char* file, unsigned line) {
+  SimScope scope;
+  stop_thread("device-side assert triggered: the assertion `" + std::string(expr) + "' failed at " + base_name(file) +
+              ":" + std::to_string(line) + " (on a GPU the launch fails with cudaErrorAssert, \"device-side assert "
+              "triggered\", and the CUDA context is lost)");
+}
+}  // namespace cudasim
+#if defined(__GLIBC__) && !defined(NDEBUG)
+extern "C" inline __attribute__((noreturn)) void __assert_fail(const char* expr, const char* file, unsigned int line,
+                                                             const char* function) noexcept {
+  if (::cudasim::g.cur && ::cudasim::g.running) ::cudasim::device_assert_failed(expr, file, line);
+  std::fprintf(stderr, "%s:%u: %s: Assertion `%s' failed.\n", file, line, function, expr);
+  std::abort();
+}
+#endif
 #define __brkpt() ((void)0)
 
 template <class T> inline T __ldca(const T* p) { return *p; }
