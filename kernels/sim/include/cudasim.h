@@ -1982,10 +1982,11 @@ CUDASIM_RT std::string device_fault_words(const void* q) {
     g.fault_spin = false;
     std::snprintf(buf, sizeof buf,
                   "the kernel seems to spin forever%s: this thread ran %g seconds without reaching a barrier, a warp "
-                  "operation or an atomic, so no other thread could run. Is it polling a plain or volatile load for "
-                  "a value that another block or thread stores? Here a thread runs until it waits at one of those, "
-                  "and blocks run one at a time (a GPU promises no order between blocks either). If the thread is "
-                  "only slow, raise the limit with the environment variable CUDASIM_SPIN_SECONDS",
+                  "operation or an atomic, so no other thread could run. Either a loop that never ends (a "
+                  "grid-stride loop whose stride is 0?), or a poll of a plain or volatile load for a value that "
+                  "another block or thread stores: here a thread runs until it waits at one of those, and blocks run "
+                  "one at a time (a GPU promises no order between blocks either). If the thread is only slow, raise "
+                  "the limit with the environment variable CUDASIM_SPIN_SECONDS",
                   at.c_str(), g.spin_seconds);
   } else if (g.fault_overflow) {
     std::snprintf(buf, sizeof buf,
