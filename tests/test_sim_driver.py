@@ -75,7 +75,9 @@ def test_a_kernel_reaching_outside_its_cudamalloced_buffer_stops_at_its_line_say
     # unaligned tcache chunk detected"); each allocation now has address space with no access around it
     run = subprocess.run([str(memory_program), mode], capture_output=True, text=True, timeout=60)
     assert run.returncode != 0, run.stdout + run.stderr
-    assert "illegal memory access at device_memory.cu:25" in run.stderr and words in run.stderr, run.stderr
+    source = (PROGRAM.parent / "device_memory.cu").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "y[i] = 1.0f;" in text)
+    assert f"illegal memory access at device_memory.cu:{line}" in run.stderr and words in run.stderr, run.stderr
     assert "[kernel fill, block" in run.stderr
 
 
@@ -91,6 +93,9 @@ def test_cudamalloced_memory_is_right_when_used_right_and_its_misuses_get_cudas_
     assert "copy of 1001 floats: invalid argument" in copied
     assert ("cudaMemcpy's source: 4004 bytes from byte 0 of a cudaMalloc'd allocation of 4000 bytes run 4 bytes past "
             "its end") in note
+    copied, note = out("freed")
+    assert "copy from a freed buffer: invalid argument" in copied
+    assert "cudaMemcpy's source: byte 0 of a cudaMalloc'd allocation of 4000 bytes that cudaFree had given back" in note
     # CUDA does not clear cudaMalloc's memory: a counter never set reads NaN here, not a lucky zero
     assert "unset: total nan" in out("unset")[0].replace("-nan", "nan")
 

@@ -11,6 +11,7 @@
 //   stale       a launch on a buffer already given back with cudaFree
 //   twice       cudaFree twice: the second call's error
 //   copy        a cudaMemcpy of 1001 floats out of a 1000-float buffer: its error
+//   freed       a cudaMemcpy out of a buffer already given back: its error
 //   unset       atomicAdd into a counter that was never set (no cudaMemset): prints what it holds
 // build-cache: make test-toolkit (only its tests load this file, so make test-all does not build it first)
 #include <cstdio>
@@ -62,6 +63,11 @@ int main(int argc, char** argv) {
   } else if (!std::strcmp(mode, "copy")) {
     std::printf("copy of %d floats: %s\n", N + 1,
                 cudaGetErrorString(cudaMemcpy(h, d, (N + 1) * sizeof(float), cudaMemcpyDeviceToHost)));
+  } else if (!std::strcmp(mode, "freed")) {
+    cudaFree(d);
+    std::printf("copy from a freed buffer: %s\n",
+                cudaGetErrorString(cudaMemcpy(h, d, N * sizeof(float), cudaMemcpyDeviceToHost)));
+    return 0;
   } else if (!std::strcmp(mode, "unset")) {
     float* total = nullptr;
     cudaMalloc(&total, sizeof(float));

@@ -1936,7 +1936,18 @@ CUDASIM_RT bool device_allocation_at(const void* q, DeviceAllocation* out) {
 // it with cudaErrorInvalidValue (the simulator counts the bytes that were asked for); a note on stderr says by how much.
 CUDASIM_RT bool device_range_overruns(const char* what, const void* q, size_t n) {
   DeviceAllocation a{};
-  if (!n || !device_allocation_at(q, &a)) return false;
+  if (!n) return false;
+  if (!device_allocation_at(q, &a)) {  // a pointer into memory cudaFree gave back: a copy there would fault
+    const char* c = static_cast<const char*>(q);
+    DeviceAllocationsLocked lock;
+    for (const DeviceAllocation& f : device_freed)
+      if (c >= f.p && c < f.p + device_rounded(f.bytes)) {
+        std::fprintf(stderr, "cudasim: %s: byte %zu of a cudaMalloc'd allocation of %zu bytes that cudaFree had given "
+                     "back, a stale pointer (cudaErrorInvalidValue)\n", what, size_t(c - f.p), f.bytes);
+        return true;
+      }
+    return false;
+  }
   size_t offset = size_t(static_cast<const char*>(q) - a.p);
   if (offset + n <= a.bytes && offset + n >= offset) return false;
   std::fprintf(stderr, "cudasim: %s: %zu bytes from byte %zu of a cudaMalloc'd allocation of %zu bytes run %zu bytes "
