@@ -221,6 +221,7 @@ enum cudaError_t {
   cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorAssert = 710,
   cudaErrorIllegalInstruction = 715,
+  cudaErrorMisalignedAddress = 716,
   cudaErrorLaunchFailure = 719,
   cudaErrorNotSupported = 801,
   cudaErrorInvalidClusterSize = 912,
@@ -246,6 +247,7 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
     case cudaErrorAssert: return "device-side assert triggered";
     case cudaErrorIllegalInstruction: return "an illegal instruction was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotSupported: return "operation not supported";
     case cudaErrorInvalidClusterSize: return "invalid cluster size";
@@ -272,6 +274,7 @@ inline const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorPeerAccessAlreadyEnabled: return "cudaErrorPeerAccessAlreadyEnabled";
     case cudaErrorAssert: return "cudaErrorAssert";
     case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
     case cudaErrorInvalidClusterSize: return "cudaErrorInvalidClusterSize";
@@ -440,6 +443,8 @@ struct Sim {
   const void* volatile fault_sp = nullptr;
   // the sticky and the last error, as cudaGetLastError reports them
   cudaError_t last_error = cudaSuccess;
+  // a kernel's failure in a whole program (see kernel_failed): every later call reports it, as a lost CUDA context does
+  cudaError_t sticky_error = cudaSuccess;
   // opt-in dynamic shared memory, recorded by kernel name
   std::vector<std::pair<std::string, int>> max_dynamic_smem;
   size_t stack_bytes = 256 * 1024;  // CUDASIM_STACK_KB
@@ -1739,7 +1744,6 @@ CUDASIM_RT void* spin_watchdog(void*) {
 
 CUDASIM_RT void start_spin_watchdog() {
 #ifdef CUDASIM_FAULT_REGS
-  g.launch_thread = pthread_self();
   if (spin_watchdog_pid == getpid()) return;  // one per process (a forked child starts its own)
   spin_watchdog_pid = getpid();
   pthread_attr_t attr;
@@ -2238,6 +2242,14 @@ CUDASIM_INTERNAL inline void body_trampoline(void* ctx) { (*static_cast<Body*>(c
 template <class Call, class Params>
 __attribute__((noinline)) void run_kernel_body(Call& call, Params& params) { std::apply(call, params); }
 
+inline pthread_mutex_t launch_mutex = PTHREAD_MUTEX_INITIALIZER;
+struct LaunchLock {
+  LaunchLock() { pthread_mutex_lock(&launch_mutex); }
+  ~LaunchLock() { pthread_mutex_unlock(&launch_mutex); }
+  LaunchLock(const LaunchLock&) = delete;
+  LaunchLock& operator=(const LaunchLock&) = delete;
+};
+
 // Run a whole grid now (launches are synchronous here) and record errors as CUDA does. `body(body_ctx)` runs
 // the kernel as the current thread.
 CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const Config& c, void (*body)(void*),
@@ -2259,7 +2271,12 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
     record(cudaErrorInvalidValue);
     return;
   }
-  if (g.running) fail("a kernel launched another kernel (dynamic parallelism is not simulated)");
+  if (g.running && pthread_equal(g.launch_thread, pthread_self()))
+    fail("a kernel launched another kernel (dynamic parallelism is not simulated)");
+  // A launch from another host thread (the CUDA samples' simpleCallback launches from worker threads) waits for the
+  // one running: the simulator is one device, and runs one grid at a time.
+  LaunchLock launch_lock;
+  g.launch_thread = pthread_self();
   dim3 cl;
   if (!cluster_of(kernel, c, cl)) {
     record(cudaErrorInvalidClusterSize);
@@ -2360,8 +2377,37 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
 
 // A launch: the parameters copied once here (each thread copies them again), the grid run by run_grid, which
 // every launch shares (compiled once, in the runtime object when there is one).
+// Whether this process is a whole program (nvcc-sim's, no Python in it) rather than an extension loaded by Python.
+CUDASIM_RT bool in_program() {
+  static const bool program = dlsym(RTLD_DEFAULT, "Py_IsInitialized") == nullptr;
+  return program;
+}
+
+// A kernel that failed (an illegal memory access, a device-side assert, __trap(), a deadlock, ...). Loaded by Python the
+// error is raised where the launch is (a RuntimeError that says what and where). In a whole program it becomes what CUDA
+// gives a program: the message goes to stderr, and the launch's error is sticky (cudaDeviceSynchronize, cudaMemcpy,
+// cudaGetLastError and every later call return it, and no later kernel runs), so that a program's own error checks
+// see it: the CUDA samples' simpleAssert expects cudaErrorAssert from its synchronisation.
+CUDASIM_RT void kernel_failed(const char* what) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", what);
+  cudaError_t e = cudaErrorLaunchFailure;  // "unspecified launch failure", as after __trap()
+  if (std::strstr(what, "illegal memory access")) e = cudaErrorIllegalAddress;
+  else if (std::strstr(what, "device-side assert")) e = cudaErrorAssert;
+  else if (std::strstr(what, "misaligned")) e = cudaErrorMisalignedAddress;
+  g.sticky_error = e;
+  g.last_error = e;
+}
+
+// The error a call returns once a kernel has failed in a whole program, or cudaSuccess.
+inline cudaError_t sticky() {
+  if (g.sticky_error != cudaSuccess) g.last_error = g.sticky_error;
+  return g.sticky_error;
+}
+
 template <class K, class... Args>
 CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, const Config& c, K&& call, Args&&... args) {
+  if (sticky() != cudaSuccess) return;  // the context is lost: nothing more runs
   auto packed = std::make_tuple(std::decay_t<Args>(args)...);
   auto body = [&]() CUDASIM_INTERNAL {
     SimScope scope;      // copying the parameters is the simulator's work
@@ -2369,7 +2415,12 @@ CUDASIM_INTERNAL void launch(const char* kernel, const char* file, int line, con
     scope.end();         // the kernel is the learner's
     run_kernel_body(call, mine);
   };
-  run_grid(kernel, file, line, c, &body_trampoline<decltype(body)>, &body);
+  try {
+    run_grid(kernel, file, line, c, &body_trampoline<decltype(body)>, &body);
+  } catch (const std::runtime_error& e) {
+    if (!in_program()) throw;
+    kernel_failed(e.what());
+  }
 }
 
 CUDASIM_RT cudaError_t func_set_attribute(const char* name, int attr, int value) {
@@ -2615,6 +2666,11 @@ CUDASIM_RT unsigned atomicDec(unsigned* p, unsigned v) {
   ::cudasim::atomic_done(p, o, *p);
   return o;
 }
+// Their scoped forms (the CUDA samples' systemWideAtomics uses the _system ones): one memory here, the same operation.
+__attribute__((always_inline)) inline unsigned atomicInc_block(unsigned* p, unsigned v) { return atomicInc(p, v); }
+__attribute__((always_inline)) inline unsigned atomicInc_system(unsigned* p, unsigned v) { return atomicInc(p, v); }
+__attribute__((always_inline)) inline unsigned atomicDec_block(unsigned* p, unsigned v) { return atomicDec(p, v); }
+__attribute__((always_inline)) inline unsigned atomicDec_system(unsigned* p, unsigned v) { return atomicDec(p, v); }
 template <class T, class U, class V>
 CUDASIM_INTERNAL inline T atomicCAS(T* p, U compare_, V val_, const char* file = __builtin_FILE(),
                                     int line = __builtin_LINE()) {
@@ -2737,17 +2793,18 @@ inline double max(double a, float b) { return fmax(a, b); }
 // The host API subset.
 inline cudaError_t cudaGetLastError() {
   cudaError_t e = ::cudasim::g.last_error;
-  ::cudasim::g.last_error = cudaSuccess;
+  ::cudasim::g.last_error = ::cudasim::g.sticky_error;  // a lost context's error stays
   return e;
 }
 inline cudaError_t cudaPeekAtLastError() { return ::cudasim::g.last_error; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return ::cudasim::sticky(); }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return ::cudasim::sticky(); }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 
 inline cudaError_t cudaMalloc(void** p, size_t n) {
+  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
   *p = ::cudasim::device_malloc(n);
   if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
   CUDASIM_EVENT(device_alloc(*p, n));  // memory a kernel may use (the bounds check)
@@ -2755,12 +2812,14 @@ inline cudaError_t cudaMalloc(void** p, size_t n) {
 }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
 inline cudaError_t cudaFree(void* p) {
+  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
   if (!p) return cudaSuccess;  // as CUDA: freeing nullptr does nothing
   if (!::cudasim::device_release(p)) return ::cudasim::record(cudaErrorInvalidValue);
   CUDASIM_EVENT(device_free(p));
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
   if (::cudasim::device_range_overruns("cudaMemcpy's destination", d, n) ||
       ::cudasim::device_range_overruns("cudaMemcpy's source", s, n))
     return ::cudasim::record(cudaErrorInvalidValue);
@@ -2771,6 +2830,7 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
   return cudaMemcpy(d, s, n, k);
 }
 inline cudaError_t cudaMemset(void* d, int v, size_t n) {
+  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
   if (::cudasim::device_range_overruns("cudaMemset", d, n)) return ::cudasim::record(cudaErrorInvalidValue);
   std::memset(d, v, n);
   return cudaSuccess;

@@ -270,6 +270,7 @@ CUDASIM_INTERNAL inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* t
 #define cudaDeviceScheduleBlockingSync 0x04
 #define cudaDeviceMapHost 0x08
 #define cudaDeviceLmemResizeToMax 0x10
+#define cudaDeviceBlockingSync cudaDeviceScheduleBlockingSync  // the older name, which the CUDA samples still use
 CUDASIM_INTERNAL inline cudaError_t cudaSetDeviceFlags(unsigned) { return cudaSuccess; }
 CUDASIM_INTERNAL inline cudaError_t cudaGetDeviceFlags(unsigned* f) { *f = 0; return cudaSuccess; }
 
@@ -477,8 +478,25 @@ CUDASIM_INTERNAL inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (s != cudaStreamLegacy && s != cudaStreamPerThread) delete s;
   return cudaSuccess;
 }
-CUDASIM_INTERNAL inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+CUDASIM_INTERNAL inline cudaError_t cudaStreamQuery(cudaStream_t) { return ::cudasim::sticky(); }
 CUDASIM_INTERNAL inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+// Host functions queued on a stream: the work before them is done by the time they are queued here (every call is
+// synchronous), so they run at once, on the calling thread, with the stream's status.
+#define CUDART_CB
+typedef void (*cudaStreamCallback_t)(cudaStream_t, cudaError_t, void*);
+typedef void (*cudaHostFn_t)(void*);
+CUDASIM_INTERNAL inline cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t fn, void* data,
+                                                          unsigned flags) {
+  if (!fn || flags != 0) return ::cudasim::record(cudaErrorInvalidValue);  // CUDA reserves flags: they must be 0
+  fn(s, ::cudasim::g.sticky_error, data);
+  return cudaSuccess;
+}
+CUDASIM_INTERNAL inline cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
+  if (!fn) return ::cudasim::record(cudaErrorInvalidValue);
+  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
+  fn(data);
+  return cudaSuccess;
+}
 CUDASIM_INTERNAL inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   if (least) *least = 0;
   if (greatest) *greatest = -5;
@@ -498,7 +516,7 @@ CUDASIM_INTERNAL inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = 
 CUDASIM_INTERNAL inline cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t = nullptr, unsigned = 0) {
   return cudaSuccess;
 }
-CUDASIM_INTERNAL inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+CUDASIM_INTERNAL inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return ::cudasim::sticky(); }
 CUDASIM_INTERNAL inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 CUDASIM_INTERNAL inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
   static bool said = false;
@@ -589,14 +607,39 @@ enum cudaLaunchAttributeID {
 };
 enum cudaClusterSchedulingPolicy { cudaClusterSchedulingPolicyDefault = 0, cudaClusterSchedulingPolicySpread = 1,
                                    cudaClusterSchedulingPolicyLoadBalancing = 2 };
+// The L2 cache's access policy (a window of global memory kept in L2): accepted, and it changes nothing here, where
+// there is no cache to keep anything in.
+enum cudaAccessProperty { cudaAccessPropertyNormal = 0, cudaAccessPropertyStreaming = 1, cudaAccessPropertyPersisting = 2 };
+struct cudaAccessPolicyWindow {
+  void* base_ptr;
+  size_t num_bytes;
+  float hitRatio;
+  cudaAccessProperty hitProp, missProp;
+};
 union cudaLaunchAttributeValue {
   char pad[64];
+  cudaAccessPolicyWindow accessPolicyWindow;
   struct { unsigned int x, y, z; } clusterDim;
   cudaClusterSchedulingPolicy clusterSchedulingPolicyPreference;
   int cooperative;
   int priority;
   int programmaticStreamSerializationAllowed;
 };
+// A stream's attributes are the launch attributes under their older names (CUDA 12 made them one type).
+typedef cudaLaunchAttributeID cudaStreamAttrID;
+typedef cudaLaunchAttributeValue cudaStreamAttrValue;
+#define cudaStreamAttributeAccessPolicyWindow cudaLaunchAttributeAccessPolicyWindow
+#define cudaStreamAttributeSynchronizationPolicy cudaLaunchAttributeSynchronizationPolicy
+#define cudaStreamAttributePriority cudaLaunchAttributePriority
+CUDASIM_INTERNAL inline cudaError_t cudaStreamSetAttribute(cudaStream_t, cudaStreamAttrID, const cudaStreamAttrValue* v) {
+  return v ? cudaSuccess : ::cudasim::record(cudaErrorInvalidValue);
+}
+CUDASIM_INTERNAL inline cudaError_t cudaStreamGetAttribute(cudaStream_t, cudaStreamAttrID, cudaStreamAttrValue* v) {
+  if (!v) return ::cudasim::record(cudaErrorInvalidValue);
+  *v = cudaStreamAttrValue{};
+  return cudaSuccess;
+}
+CUDASIM_INTERNAL inline cudaError_t cudaCtxResetPersistingL2Cache() { return cudaSuccess; }
 struct cudaLaunchAttribute {
   cudaLaunchAttributeID id;
   char pad[8 - sizeof(cudaLaunchAttributeID)];
@@ -708,6 +751,13 @@ inline long long __mul64hi(long long a, long long b) { return static_cast<long l
 inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
   return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
 }
+// The integer minimum and maximum functions of CUDA's math library.
+inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 inline unsigned __sad(int a, int b, unsigned c) { return c + static_cast<unsigned>(a > b ? a - b : b - a); }
 inline unsigned __usad(unsigned a, unsigned b, unsigned c) { return c + (a > b ? a - b : b - a); }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
