@@ -82,6 +82,26 @@ def test_sgemm_with_transposes_and_padded_leading_dimensions_matches_torch(blas,
     assert torch.equal(pad, c0.view(n, ldc)[:, m:])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("trans,m,n,incx,incy", [(0, 5, 7, 1, 1), (1, 5, 7, 2, 3), (0, 33, 1, 3, 2), (1, 1, 40, 1, 1)])
+def test_gemv_with_a_transpose_and_strided_vectors_matches_torch(blas, dtype, trans, m, n, incx, incy):
+    # the CUDA samples' UnifiedMemoryStreams calls cublasDgemv
+    backend, ext = blas
+    g, dev = torch.Generator().manual_seed(m + 10 * n + incx), _dev(backend)
+    lda = m + 2
+    a = buffer(m, n, lda, dtype, dev, gen=g)
+    xs, ys = (m, n) if trans else (n, m)  # op(A) x: x has op(A)'s columns, y its rows
+    x = torch.randn((xs - 1) * incx + 1, generator=g).to(dtype=dtype, device=dev)
+    y = torch.randn((ys - 1) * incy + 2, generator=g).to(dtype=dtype, device=dev)  # one element past the last
+    y0 = y.clone()
+    ext.gemv(a, x, y, trans, m, n, lda, incx, incy, 1.5, -0.5)
+    want = 1.5 * op(a.double().cpu(), trans, ys, xs, lda) @ x.double().cpu()[::incx] - 0.5 * y0.double().cpu()[:-1:incy]
+    torch.testing.assert_close(y.double().cpu()[:-1:incy], want, rtol=1e-5, atol=1e-5)
+    others = torch.ones_like(y, dtype=torch.bool)
+    others[:-1:incy] = False
+    assert torch.equal(y[others], y0[others])  # only y's own elements are written
+
+
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.float32, torch.float32), (torch.float16, torch.float16),
                                              (torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32),
                                              (torch.bfloat16, torch.float32)])

@@ -219,6 +219,43 @@ def test_what_the_cuda_samples_use_of_the_runtime_builds_and_runs_with_launches_
         "launch host function: no error", *(f"worker {w}: 0 wrong" for w in range(4)), "no error"]
 
 
+OPENMP = """#include <cstdio>
+#include <omp.h>
+#include <cuda_runtime.h>
+// llm.c's matmul files: a CPU reference with OpenMP, built with -Xcompiler -fopenmp
+__global__ void square(const float* x, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * x[i];
+}
+int main() {
+  const int n = 1000;
+  float hx[n], hy[n], ref[n], *x, *y;
+  for (int i = 0; i < n; ++i) hx[i] = 0.5f * i;
+  #pragma omp parallel for
+  for (int i = 0; i < n; ++i) ref[i] = hx[i] * hx[i];
+  cudaMalloc(&x, sizeof hx); cudaMalloc(&y, sizeof hy);
+  cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+  square<<<(n + 255) / 256, 256>>>(x, y, n);
+  cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost);
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) wrong += hy[i] != ref[i];
+  std::printf("threads %s, %d wrong\\n", omp_get_max_threads() >= 1 ? "ok" : "none", wrong);
+  return 0;
+}
+"""
+
+
+def test_a_program_with_openmp_builds_even_where_clang_lacks_it(tmp_path):
+    # clang without its OpenMP package has no omp.h: such builds take g++, as nvcc with gcc behind it builds them
+    if not shutil.which("g++") and not shutil.which("clang++"):
+        pytest.skip("no host compiler to try")
+    (tmp_path / "omp.cu").write_text(OPENMP)
+    run = nvcc_sim("-Xcompiler", "-fopenmp", "omp.cu", "-o", "prog", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    out = subprocess.run([str(tmp_path / "prog")], capture_output=True, text=True, timeout=60)
+    assert out.stdout == "threads ok, 0 wrong\n", out.stdout + out.stderr
+
+
 LIBRARY = """#include <cuda_runtime.h>
 __global__ void scale_kernel(float* x, int n, float by) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -19,8 +19,11 @@ and `extra_ldflags` of a sim build through `host_flags` and `link_flags` here.
 """
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -222,10 +225,33 @@ def _parse(argv: list[str]) -> dict:
     return opts
 
 
-def _compiler() -> list[str]:
+def _compiler(openmp: bool = False) -> list[str]:
+    """The host compiler of the simulator's builds; for OpenMP code (-fopenmp, or a source that includes omp.h) g++
+    where that one is clang without its OpenMP package (no omp.h, no libomp: llm.c's matmul files, the CUDA samples'
+    cudaOpenMP), as nvcc with gcc behind it would build them."""
     from ..build.toolchain import cxx
 
-    return shlex.split(cxx("sim"))
+    chosen = shlex.split(cxx("sim"))
+    if openmp and not _has_openmp(tuple(chosen)) and shutil.which("g++"):
+        return ["g++"]
+    return chosen
+
+
+@functools.lru_cache(maxsize=None)
+def _has_openmp(compiler: tuple[str, ...]) -> bool:
+    """Whether the compiler builds and links a program that uses OpenMP."""
+    with tempfile.TemporaryDirectory(prefix="nvcc-sim-omp-") as tmp:
+        run = subprocess.run([*compiler, "-fopenmp", "-x", "c++", "-", "-o", os.path.join(tmp, "a.out")],
+                             input="#include <omp.h>\nint main() { return omp_get_max_threads() > 0 ? 0 : 1; }\n",
+                             capture_output=True, text=True)
+    return run.returncode == 0
+
+
+_OMP_INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"]omp\.h[>\"]", re.M)
+
+
+def _uses_openmp(src: Path, flags: list[str]) -> bool:
+    return "-fopenmp" in flags or bool(_OMP_INCLUDE.search(src.read_text(errors="replace")))
 
 
 def _as_written(src: Path, flags: list[str], what: list[str]) -> subprocess.CompletedProcess:
@@ -237,7 +263,7 @@ def _as_written(src: Path, flags: list[str], what: list[str]) -> subprocess.Comp
 
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
     defines = [f for f in FLAGS if f.startswith("-D") and f not in TORCH_DEFINES]
-    return subprocess.run([*_compiler(), *std, *defines, f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
+    return subprocess.run([*_compiler(_uses_openmp(src, flags)), *std, *defines, f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
                            "-x", "c++", *what, str(src)], capture_output=True, text=True)
 
 
@@ -276,7 +302,7 @@ def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> N
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
     lang = ["-x", "c++"] if src.suffix in (".cu", ".c") and main == src else []
     own = [f for f in FLAGS if f not in TORCH_DEFINES]  # nvcc's own defaults: half and bfloat16 convert implicitly
-    command = [*_compiler(), *std, *own, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
+    command = [*_compiler(_uses_openmp(src, flags)), *std, *own, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
                *lang, "-c", str(main), "-o", str(obj)]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
@@ -377,8 +403,11 @@ def drive(argv: list[str]) -> int:
             else:
                 target = Path(out or "a.out")
                 shared = ["-shared"] if opts["shared"] else []
-                run = subprocess.run([*_compiler(), *shared, *map(str, linked), "-o", str(target), *lflags,
-                                      "-pthread", "-ldl"], capture_output=True, text=True)
+                openmp = "-fopenmp" in cflags  # nvcc links with the host compiler's OpenMP flag too
+                openmp_linker = _compiler(openmp or any(_uses_openmp(src, cflags) for src in sources))
+                run = subprocess.run([*openmp_linker, *shared, *map(str, linked), "-o", str(target), *lflags,
+                                      *(["-fopenmp"] if openmp else []), "-pthread", "-ldl"],
+                                     capture_output=True, text=True)
             if run.returncode != 0:
                 raise BuildError(f"linking {target} failed:\n{run.stderr.strip()}")
             if mode == "link" and opts["deps"]:  # as nvcc: the program's rule, beside it (prog.d)

@@ -11,6 +11,7 @@
 //   sgemm_batched      cublasSgemmStridedBatched
 //   gemm_batched_ex    cublasGemmStridedBatchedEx
 //   lt_matmul          cublasLtMatmul with an epilogue (DEFAULT, BIAS, RELU_BIAS, GELU_BIAS, ...), llm.c's calls
+//   gemv               cublasSgemv or cublasDgemv (by the tensors' type), strided vectors (the CUDA samples' calls)
 #include "helpers.cuh"
 
 #include <cublasLt.h>
@@ -123,7 +124,23 @@ at::Tensor lt_matmul(at::Tensor a, at::Tensor b, at::Tensor c, at::Tensor d, at:
   return d;
 }
 
+// y is updated in place and returned: y = alpha op(A) x + beta y (A column-major m x n, vectors with strides)
+at::Tensor gemv(at::Tensor a, at::Tensor x, at::Tensor y, int64_t trans, int64_t m, int64_t n, int64_t lda,
+                int64_t incx, int64_t incy, double alpha, double beta) {
+  if (a.scalar_type() == at::kDouble) {
+    CUBLAS_OK(cublasDgemv(handle(), op(trans), m, n, &alpha, a.data_ptr<double>(), lda, x.data_ptr<double>(), incx,
+                          &beta, y.data_ptr<double>(), incy));
+  } else {
+    float al = alpha, be = beta;
+    CUBLAS_OK(cublasSgemv(handle(), op(trans), m, n, &al, a.data_ptr<float>(), lda, x.data_ptr<float>(), incx, &be,
+                          y.data_ptr<float>(), incy));
+  }
+  return y;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
+  m.def("gemv(Tensor a, Tensor x, Tensor y, int trans, int m, int n, int lda, int incx, int incy, float alpha, "
+        "float beta) -> Tensor", &gemv);
   m.def("sgemm(Tensor a, Tensor b, Tensor c, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, "
         "float alpha, float beta) -> Tensor", &sgemm);
   m.def("gemm_ex(Tensor a, Tensor b, Tensor c, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc, "

@@ -7,6 +7,9 @@
 #pragma once
 #include "cudasim.h"
 #include "cudasim_blas.h"
+// cuBLAS's own include guard, which the CUDA samples' helper_cuda.h tests before it declares its cublasStatus_t
+// overload of _cudaGetErrorEnum (checkCudaErrors on a cuBLAS call needs it)
+#define CUBLAS_API_H_
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -174,13 +177,40 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cubla
                                ::cudasim::blas::scale_type(call, compute));
 }
 
+// y = alpha op(A) x + beta y, as a product of one row: y^T (1 x rows of op(A)) = x^T op(A)^T, so that the vectors'
+// strides are the leading dimensions of one-row matrices (column-major, as cuBLAS stores them).
+template <class T>
+inline cublasStatus_t gemv_as_gemm(const char* call, cublasHandle_t h, cublasOperation_t trans, int m, int n,
+                                   const T* alpha, const T* A, int lda, const T* x, int incx, const T* beta, T* y,
+                                   int incy, cudaDataType type) {
+  if (incx <= 0 || incy <= 0)
+    ::cudasim::blas::fail(call, "incx or incy", "is not positive (" + std::to_string(incx) + ", " +
+                          std::to_string(incy) + "): the stand-in does not walk a vector backwards");
+  if (lda < std::max(1, m))
+    ::cudasim::blas::fail(call, "lda", "is " + std::to_string(lda) + ", less than the " + std::to_string(m) +
+                          " rows of A as stored");
+  const bool t = trans != CUBLAS_OP_N;
+  const int rows = t ? n : m, cols = t ? m : n;  // op(A) is rows x cols; x has cols elements, y rows
+  return ::cudasim::blas::gemm(call, h, CUBLAS_OP_N, t ? CUBLAS_OP_N : CUBLAS_OP_T, 1, rows, cols, alpha, x, type, incx,
+                               0, A, type, lda, 0, beta, y, type, incy, 0, 1, type);
+}
+inline cublasStatus_t cublasSgemv(cublasHandle_t h, cublasOperation_t trans, int m, int n, const float* alpha,
+                                  const float* A, int lda, const float* x, int incx, const float* beta, float* y,
+                                  int incy) {
+  return gemv_as_gemm("cublasSgemv", h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy, CUDA_R_32F);
+}
+inline cublasStatus_t cublasDgemv(cublasHandle_t h, cublasOperation_t trans, int m, int n, const double* alpha,
+                                  const double* A, int lda, const double* x, int incx, const double* beta, double* y,
+                                  int incy) {
+  return gemv_as_gemm("cublasDgemv", h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy, CUDA_R_64F);
+}
+
 // Any arguments are accepted, so the file builds; the call raises (cublasLt.h uses it too).
 #define CUDASIM_NO_CUBLAS(name)                                                 \
   template <class... A>                                                         \
   inline cublasStatus_t name(A&&...) { ::cudasim::blas::not_covered(#name); }
 CUDASIM_NO_CUBLAS(cublasGemmBatchedEx)
 CUDASIM_NO_CUBLAS(cublasSgemmBatched)
-CUDASIM_NO_CUBLAS(cublasSgemv)
 CUDASIM_NO_CUBLAS(cublasSaxpy)
 CUDASIM_NO_CUBLAS(cublasSdot)
 CUDASIM_NO_CUBLAS(cublasSnrm2)

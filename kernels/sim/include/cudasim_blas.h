@@ -37,7 +37,8 @@ namespace cudasim::blas {
 }
 [[noreturn]] inline void not_covered(const char* call) {
   throw std::runtime_error(std::string(call) + ": the simulator's cuBLAS stand-in has only the matrix "
-                           "multiplications (cublasSgemm, cublasGemmEx, their strided batched forms, cublasLtMatmul); "
+                           "multiplications (cublasSgemm, cublasGemmEx, their strided batched forms, cublasLtMatmul, cublasSgemv and "
+                           "cublasDgemv); "
                            "run this call with the cuda backend, or compare with torch in Python.");
 }
 inline void check_dims(const char* call, long long m, long long n, long long k, long long batch) {

@@ -351,6 +351,11 @@ template <class T>
 CUDASIM_INTERNAL inline cudaError_t cudaMallocManaged(T** p, size_t n, unsigned f = cudaMemAttachGlobal) {
   return cudaMallocManaged(reinterpret_cast<void**>(p), n, f);
 }
+// Which stream may touch managed memory: one memory here, which every stream may.
+CUDASIM_INTERNAL inline cudaError_t cudaStreamAttachMemAsync(cudaStream_t, void*, size_t = 0,
+                                                             unsigned = cudaMemAttachSingle) {
+  return cudaSuccess;
+}
 // CUDA 13 takes a cudaMemLocation where CUDA 12 took a device number: either is accepted.
 template <class... A>
 CUDASIM_INTERNAL inline cudaError_t cudaMemPrefetchAsync(const void*, size_t, A&&...) { return cudaSuccess; }
