@@ -63,6 +63,19 @@ def test_the_simulator_refuses_an_unknown_order_at_the_launch_naming_the_orders_
 
 
 @pytest.mark.sim_only
+def test_the_simulator_refuses_a_spin_limit_outside_the_range_python_takes(monkeypatch):
+    ext = load(FEATURES, "sim", quiet=True)
+    low, high = knobs.SPIN_SECONDS_RANGE  # the range is written on both sides: this fails when they drift
+    monkeypatch.setenv(knobs.SPIN_SECONDS, "0.1")
+    with pytest.raises(RuntimeError, match=re.escape(f"CUDASIM_SPIN_SECONDS must be a number of seconds from {low} "
+                                                     f"to {high}, got '0.1'")):
+        ext.smem_reverse(torch.randn(256))
+    for edge in (low, high):
+        monkeypatch.setenv(knobs.SPIN_SECONDS, str(edge))
+        ext.smem_reverse(torch.randn(256))  # both ends are taken
+
+
+@pytest.mark.sim_only
 def test_the_simulated_device_reports_the_capability_the_knob_names_and_refuses_one_it_cannot_read(monkeypatch):
     ext = load(FEATURES, "sim", quiet=True)
     assert ext.device_capability() == [9, 0]  # an H100's, unset

@@ -38,8 +38,9 @@ from ..paths import INCLUDE, SIM, SIM_INCLUDE, build_root
 # does not, so the compiler driver (nvcc.py: whole programs, objects, libraries) leaves them out.
 TORCH_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
                  "-D__CUDA_NO_HALF2_OPERATORS__"]
-FLAGS = ["-O2", "-fno-strict-aliasing", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
-         "-Wno-unused-variable", *TORCH_DEFINES]
+NVCC_FLAGS = ["-O2", "-fno-strict-aliasing", "-g1", "-fvisibility=hidden", "-fvisibility-inlines-hidden",
+              "-Wno-unused-variable"]  # what nvcc.py compiles with
+FLAGS = [*NVCC_FLAGS, *TORCH_DEFINES]  # what load's builds compile with
 PCH_SWITCH = "KERNELS_SIM_PCH"  # =0 turns the precompiled headers off
 
 

@@ -259,12 +259,10 @@ def _as_written(src: Path, flags: list[str], what: list[str]) -> subprocess.Comp
     standing in for the toolkit's: `what` is -E, or -M/-MM and their options. As nvcc's -MM lists the
     toolkit's headers, -MM lists the simulator's (only the host's system headers are left out)."""
     from ..paths import INCLUDE, SIM_INCLUDE
-    from .build import FLAGS, TORCH_DEFINES
 
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
-    defines = [f for f in FLAGS if f.startswith("-D") and f not in TORCH_DEFINES]
-    return subprocess.run([*_compiler(_uses_openmp(src, flags)), *std, *defines, f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
-                           "-x", "c++", *what, str(src)], capture_output=True, text=True)
+    return subprocess.run([*_compiler(_uses_openmp(src, flags)), *std, f"-I{SIM_INCLUDE}", f"-I{INCLUDE}",
+                           f"-I{src.parent}", *flags, "-x", "c++", *what, str(src)], capture_output=True, text=True)
 
 
 def _dependencies(src: Path, flags: list[str], deps: list[str], system: bool, target: str, out: Path | None) -> str:
@@ -288,7 +286,7 @@ def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> N
     from ..build.errors import BuildError, display_path
     from ..build.sources import SourceSet
     from ..paths import INCLUDE, SIM_INCLUDE
-    from .build import FLAGS, TORCH_DEFINES
+    from .build import NVCC_FLAGS
     from .translate import TranslateError, translate_tree
 
     search = [Path(f[2:]) for f in flags if f.startswith("-I")]
@@ -301,9 +299,9 @@ def compile_object(src: Path, obj: Path, flags: list[str], build_dir: Path) -> N
         main = src
     std = [] if any(f.startswith("-std=") for f in flags) else ["-std=c++17"]
     lang = ["-x", "c++"] if src.suffix in (".cu", ".c") and main == src else []
-    own = [f for f in FLAGS if f not in TORCH_DEFINES]  # nvcc's own defaults: half and bfloat16 convert implicitly
-    command = [*_compiler(_uses_openmp(src, flags)), *std, *own, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}", f"-I{src.parent}", *flags,
-               *lang, "-c", str(main), "-o", str(obj)]
+    # nvcc's own defaults, not PyTorch's: half and bfloat16 convert implicitly
+    command = [*_compiler(_uses_openmp(src, flags)), *std, *NVCC_FLAGS, "-fPIC", f"-I{SIM_INCLUDE}", f"-I{INCLUDE}",
+               f"-I{src.parent}", *flags, *lang, "-c", str(main), "-o", str(obj)]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise BuildError(f"compiling {display_path(src)} for the simulator failed:\n{run.stderr.strip()}")

@@ -433,6 +433,9 @@ struct Sim {
   volatile int fault_thread = -1;
   volatile bool fault_overflow = false;  // in the thread's stack guard, else an illegal access
   volatile bool fault_spin = false;      // stopped by the watchdog (see spin_watchdog), not a fault
+  // the CUDA error of the failure that stops the running launch (an illegal address, an assert), set where it is found;
+  // cudaSuccess for any other failure, which a whole program gets as cudaErrorLaunchFailure (kernel_failed)
+  cudaError_t fail_code = cudaSuccess;
   // the watchdog's view of a launch: fibers resumed so far, the thread running the launch, its limit in seconds
   std::atomic<unsigned long long> resumes{0};
   pthread_t launch_thread{};
@@ -1993,6 +1996,7 @@ CUDASIM_RT std::string device_fault_words(const void* q) {
   std::string line = fault_line(g.fault_pc, reinterpret_cast<const void*>(sp), reinterpret_cast<const void*>(hi));
   std::string at = line.empty() ? "" : " at " + line;
   char buf[800];
+  if (!g.fault_spin && !g.fault_overflow) g.fail_code = cudaErrorIllegalAddress;
   if (g.fault_spin) {
     g.fault_spin = false;
     std::snprintf(buf, sizeof buf,
@@ -2331,6 +2335,7 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
   g.error = nullptr;
   g.idle_yields = 0;
   g.running = true;
+  g.fail_code = cudaSuccess;
   std::vector<unsigned long long> blocks;
   const dim3 cg(gr.x / cl.x, gr.y / cl.y, gr.z / cl.z);  // the grid of clusters (of blocks without clusters)
   unsigned long long nblocks = 1ull * cg.x * cg.y * cg.z;
@@ -2391,10 +2396,8 @@ CUDASIM_RT bool in_program() {
 CUDASIM_RT void kernel_failed(const char* what) {
   std::fflush(stdout);
   std::fprintf(stderr, "%s\n", what);
-  cudaError_t e = cudaErrorLaunchFailure;  // "unspecified launch failure", as after __trap()
-  if (std::strstr(what, "illegal memory access")) e = cudaErrorIllegalAddress;
-  else if (std::strstr(what, "device-side assert")) e = cudaErrorAssert;
-  else if (std::strstr(what, "misaligned")) e = cudaErrorMisalignedAddress;
+  // "unspecified launch failure" (as after __trap()) unless the failure named its error where it was found
+  cudaError_t e = g.fail_code != cudaSuccess ? g.fail_code : cudaErrorLaunchFailure;
   g.sticky_error = e;
   g.last_error = e;
 }
@@ -2804,7 +2807,7 @@ inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
+  if (cudaError_t lost = ::cudasim::sticky()) return lost;
   *p = ::cudasim::device_malloc(n);
   if (!*p) return ::cudasim::record(cudaErrorMemoryAllocation);
   CUDASIM_EVENT(device_alloc(*p, n));  // memory a kernel may use (the bounds check)
@@ -2812,14 +2815,14 @@ inline cudaError_t cudaMalloc(void** p, size_t n) {
 }
 template <class T> inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc(reinterpret_cast<void**>(p), n); }
 inline cudaError_t cudaFree(void* p) {
-  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
+  if (cudaError_t lost = ::cudasim::sticky()) return lost;
   if (!p) return cudaSuccess;  // as CUDA: freeing nullptr does nothing
   if (!::cudasim::device_release(p)) return ::cudasim::record(cudaErrorInvalidValue);
   CUDASIM_EVENT(device_free(p));
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
+  if (cudaError_t lost = ::cudasim::sticky()) return lost;
   if (::cudasim::device_range_overruns("cudaMemcpy's destination", d, n) ||
       ::cudasim::device_range_overruns("cudaMemcpy's source", s, n))
     return ::cudasim::record(cudaErrorInvalidValue);
@@ -2830,7 +2833,7 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
   return cudaMemcpy(d, s, n, k);
 }
 inline cudaError_t cudaMemset(void* d, int v, size_t n) {
-  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
+  if (cudaError_t lost = ::cudasim::sticky()) return lost;
   if (::cudasim::device_range_overruns("cudaMemset", d, n)) return ::cudasim::record(cudaErrorInvalidValue);
   std::memset(d, v, n);
   return cudaSuccess;

@@ -498,7 +498,7 @@ CUDASIM_INTERNAL inline cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaSt
 }
 CUDASIM_INTERNAL inline cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
   if (!fn) return ::cudasim::record(cudaErrorInvalidValue);
-  if (::cudasim::sticky() != cudaSuccess) return ::cudasim::g.sticky_error;
+  if (cudaError_t lost = ::cudasim::sticky()) return lost;
   fn(data);
   return cudaSuccess;
 }
@@ -724,6 +724,7 @@ namespace cudasim {
 namespace cudasim {
 [[noreturn]] CUDASIM_RT void device_assert_failed(const char* expr, const char* file, unsigned line) {
   SimScope scope;
+  g.fail_code = cudaErrorAssert;
   stop_thread("device-side assert triggered: the assertion `" + std::string(expr) + "' failed at " + base_name(file) +
               ":" + std::to_string(line) + " (on a GPU the launch fails with cudaErrorAssert, \"device-side assert "
               "triggered\", and the CUDA context is lost)");

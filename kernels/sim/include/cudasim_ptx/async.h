@@ -966,12 +966,14 @@ CUDASIM_INTERNAL inline void check_line_inside(const Site& s, const tma::Map& m,
 // a load whose lines reach past the block's shared memory stops the kernel on the H100 (an illegal memory
 // access). A store there is refused too (the H100 ran one whose lines there were all outside the tensor).
 CUDASIM_INTERNAL inline void check_interleaved_room(const Site& s, const tma::Map& m, Addr a, bool load) {
-  if (a.v < kWindow && !shared_in_use(a.v, m.box_bytes))
+  if (a.v < kWindow && !shared_in_use(a.v, m.box_bytes)) {
+    if (load) ::cudasim::g.fail_code = cudaErrorIllegalAddress;
     fail_at(s, "the interleaved box takes " + std::to_string(m.box_bytes) + " bytes of shared memory (" +
                    std::to_string(m.box_bytes / (m.n[0] * m.slice)) + " lines of boxDim[0] = " + std::to_string(m.n[0]) +
                    " slices of " + std::to_string(m.slice) + " bytes) from the " + (load ? "destination " : "source ") +
                    hex(a.v) + ", past the end of the block's shared memory" +
                    (load ? " (the H100 stops the kernel with an illegal memory access)" : "") + ": " + shared_layout());
+  }
 }
 
 // What a tiled copy needs beyond its tensor map: the map's rank, and a first coordinate at a 16-byte
