@@ -470,8 +470,12 @@ PLANTED_REFERENCE = {
     "attention4_no_rescale": ("        for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];\n", "", "elements differ"),
     # the wait for a stage of K one phase off: waiting for parity 1 while phase 0 is under way asks for a phase after
     # the one the producer's copy completes, which never comes (the simulator names the deadlock)
-    "attention4_wrong_parity": ("mbar_wait(&k_full[stage], t / STAGES4 % 2);",
-                                "mbar_wait(&k_full[stage], (t / STAGES4 + 1) % 2);", "deadlock"),
+    # the last consumer never hands the turn back to the first (Turns::pass): consumer 0 waits at its named barrier
+    # for ever (the simulator names the deadlock)
+    "attention4_turn_kept": ("if (on && !(last && c == N - 1)) named_barrier_arrive",
+                             "if (on && c != N - 1) named_barrier_arrive", "deadlock"),
+    "attention4_wrong_parity": ("mbar_wait(&k_full[t % STAGES4], t / STAGES4 % 2);",
+                                "mbar_wait(&k_full[t % STAGES4], (t / STAGES4 + 1) % 2);", "deadlock"),
     # causal: the block's key tiles counted up to its first row's diagonal instead of its last row's
     "attention4_causal_tiles": ("keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;",
                                 "keys_of_row(i0, Tq, Tk, causal) + BN4 - 1) / BN4;",

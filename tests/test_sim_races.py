@@ -171,6 +171,28 @@ def test_a_broken_mbarrier_hand_off_is_a_race_on_the_ring_in_every_thread_order(
         assert "nor an mbarrier phase that the first thread arrived on" in msg
 
 
+# named_handoff's bugs (races.cu): the line of the write and of the read that the check must name
+HANDOFF_BUGS = {"a_warp_outside_the_barrier_reads": (1, "tile[c] = 2.0f * x[c];", "out[64 + c] = tile[c];"),
+                "the_arriving_warp_reads_after_its_arrival": (2, "back[c] = 1.0f;", "out[64 + c] = back[c];")}
+
+
+def test_a_named_barrier_orders_its_arrivals_before_its_waiters_and_nothing_else_in_every_thread_order(races):
+    """bar.arrive 1, 64 by warp 0 after its stores and bar.sync 1, 64 by warp 1 before its reads: a hand-off (PTX's
+    producer-consumer barrier), no race in any order. A warp that takes no part, and the arriving warp after its
+    arrival, stay unordered with the others: each is a race naming both lines (before, every completed named barrier
+    ordered the whole block, as __syncthreads, and both passed)."""
+    x = torch.randn(64)
+    want = torch.cat([2 * x + 2 * x.flip(0), torch.zeros(64)])
+    for order, seed in RING_ORDERS:
+        with knobs.set(order=order, seed=seed):
+            torch.testing.assert_close(checked(races.named_handoff, x, 0), want)
+            for name, (bug, write, read) in HANDOFF_BUGS.items():
+                msg = _finding(races.named_handoff, x, bug)
+                assert msg.startswith("cudasim: data race on shared memory: "), (order, name, msg)
+                assert f"races.cu:{_line(write)}" in msg and f"races.cu:{_line(read)}" in msg, (order, name, msg)
+                assert "nor a named barrier for part of the block" in msg
+
+
 def test_the_checker_fails_racy_cases_as_races_and_passes_the_correct_form(races, capsys):
     def ref(x):
         return x.double().sum(0).float()

@@ -6,7 +6,7 @@
 //   smem_addr(p), align1024(raw)           shared-state-space addresses; the 128-byte swizzle's 1024-byte boundary
 //   mbar_init/expect_bytes/arrive/wait     mbarriers with transaction counts, waited on by phase parity
 //   tma_load(dst, map, x, y, bar), tma_load3(..., z, bar), tma_load4(..., z, w, bar)   TMA loads of a 2-, 3-, 4-D box
-//   fence_async_shared(), named_barrier(id, count)
+//   fence_async_shared(), named_barrier(id, count), named_barrier_arrive(id, count)
 //   desc128(addr, lbo, sbo)                a wgmma shared-memory matrix descriptor (128-byte swizzle)
 //   wgmma_fence(), wgmma_commit(), wgmma_wait<N>()
 //   check_hopper(op), hopper_kernels_in_build()     the launchers' gate (host)
@@ -97,6 +97,11 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
 // A barrier for `count` threads of the block (a multiple of 32) under id 1..15; id 0 is __syncthreads'.
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+// Arrive at named barrier `id` without waiting for it: the arriving threads count towards its `count`, and the
+// threads that wait there (named_barrier) go on once all have come. One group of warps signals another.
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 
 // A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and stride byte

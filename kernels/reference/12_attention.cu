@@ -105,7 +105,7 @@ using hopper::tensor_map_nd;
 #ifdef HAS_SM90A
 using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
 using hopper::tma_load; using hopper::tma_load4; using hopper::desc128; using hopper::wgmma_fence;
-using hopper::wgmma_commit; using hopper::wgmma_wait; using hopper::fence_async_shared; using hopper::named_barrier;
+using hopper::wgmma_commit; using hopper::wgmma_wait; using hopper::fence_async_shared; using hopper::named_barrier; using hopper::named_barrier_arrive;
 #endif
 
 constexpr float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
@@ -650,9 +650,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 // operand against V, read MN-major (V's rows are keys: the transpose immediate). Two of FlashAttention 3's ideas:
 // warp specialisation, and the overlap inside a warpgroup, where the score product of tile t is issued before the
 // P V product of tile t - 1 and both run while this warpgroup waits for the first, then does tile t's softmax as
-// the second finishes: the tensor cores stay busy through the exponentials. (Its third, ping-pong scheduling of the
-// consumers, and its fp8 path are not here.) The rows the tiles above the diagonal never reach are skipped as in
-// attention3; causal blocks run longest first.
+// the second finishes: the tensor cores stay busy through the exponentials. Its third, ping-pong scheduling of the
+// consumers (Turns, below), at D 64 only: measured on an H200, bf16, it took D 64 from 289 to 313 TFLOP/s (T 4096,
+// causal) and D 128 from 629 down to 566 (T 8192, not causal), where two consumers at 240 registers each already keep
+// the tensor cores fed. (Its fp8 path is not here.) The rows the tiles above the diagonal never reach are skipped as
+// in attention3; causal blocks run longest first.
 constexpr int BN4 = 128, STAGES4 = 2, THREADS4_WS = 384;
 
 // Where the Hopper variants find a head's rows: q, k, v, out and the gradients are [B, H, T, D] tensors whose rows
@@ -671,15 +673,36 @@ __device__ __forceinline__ void tma_load_head(void* dst, const CUtensorMap* map,
                                               uint64_t* bar) {
   tma_load4(dst, map, x, y, z % heads, z / heads, bar);
 }
+
+// Ping-pong (FlashAttention 3's third idea): N consumer warpgroups take turns at the tensor cores. A consumer issues
+// a group of wgmma only in its turn and hands the turn on as soon as they are issued, so the groups run one
+// consumer's after another's and a consumer's exponentials run while the next consumer's products do, instead of
+// every consumer computing exponentials at once while the tensor cores wait. The turn goes round through named
+// barriers 2 + c: consumer c waits at its own (128 threads), the one before it arrives there (128 more). Consumer 0
+// takes its first turn without waiting and the last consumer does not hand on its last one, so every arrival has
+// its wait. Every consumer of a block must issue the same number of groups.
+template <int N>
+struct Turns {
+  int c;    // this consumer
+  bool on;  // off: every consumer issues when it is ready
+  __device__ __forceinline__ void take(bool first) const {
+    if (on && !(first && c == 0)) named_barrier(2 + c, 256);
+  }
+  __device__ __forceinline__ void pass(bool last) const {
+    if (on && !(last && c == N - 1)) named_barrier_arrive(2 + (c + 1) % N, 256);
+  }
+};
 #endif
 constexpr int PANEL4 = 128 * 128;  // a 128-row tile's 64 columns of bf16, 128-byte swizzled: 16 KB
 
 // D 128: two consumer warpgroups, 128 query rows a block. D 64: three, 192 rows: a consumer's registers then hold
 // 64 + 32 + 32 (S, O, P) of the 160 that three of them can have, and each K and V tile serves 1.5 times as many
-// rows (FlashAttention 3's choice for D 64 too). setmaxnreg: 128 x (24 + WGS x REGS) <= 65536.
+// rows (FlashAttention 3's choice for D 64 too). setmaxnreg: 128 x (24 + WGS x REGS) <= 65536. PINGPONG: the
+// consumers take turns at the tensor cores (D 64; see above).
 template <int D>
 struct Fwd4 {
   static constexpr int WGS = D == 64 ? 3 : 2, BM = 64 * WGS, THREADS = 128 * (1 + WGS), REGS = WGS == 3 ? 160 : 240;
+  static constexpr bool PINGPONG = WGS == 3;
   static constexpr int PANELS = D / 64, TILE_BYTES = PANELS * PANEL4;  // a K or a V tile: 128 rows x D
   static constexpr int Q_PANEL = BM * 128, Q_BYTES = PANELS * Q_PANEL;  // Q: BM rows x D
   static constexpr int SMEM = Q_BYTES + 2 * STAGES4 * TILE_BYTES + 1024;  // Q, the K and V rings, alignment
@@ -817,7 +840,6 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     // S = Q K^T of tile t into s, issued (not waited for).
     auto issue_scores = [&](int t) {
       const int stage = t % STAGES4;
-      mbar_wait(&k_full[stage], t / STAGES4 % 2);
 #pragma unroll
       for (int r = 0; r < 64; ++r) s[r] = 0.0f;
       wgmma_fence();
@@ -867,24 +889,34 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     // o += P V of tile t, issued.
     auto issue_pv = [&](int t) {
       const int stage = t % STAGES4;
-      mbar_wait(&v_full[stage], t / STAGES4 % 2);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BN4 / 16; ++kk) wgmma_pv(o, p[kk], v_desc(stage, kk));
       wgmma_commit();
     };
 
+    auto k_ready = [&](int t) { mbar_wait(&k_full[t % STAGES4], t / STAGES4 % 2); };
+    auto v_ready = [&](int t) { mbar_wait(&v_full[t % STAGES4], t / STAGES4 % 2); };
+    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 groups each
+
     mbar_wait(&q_full, 0);
     if (tiles > 0) {
       float alpha[2];
+      k_ready(0);
+      turns.take(true);
       issue_scores(0);
+      turns.pass(false);
       wgmma_wait<0>();
       release(&k_empty[0]);
       softmax(0, alpha);  // o is zero: nothing to rescale
       for (int t = 1; t < tiles; ++t) {
         pack_p();
+        k_ready(t);
+        v_ready(t - 1);
+        turns.take(false);
         issue_scores(t);     // tile t's scores ...
         issue_pv(t - 1);     // ... and tile t - 1's P V, both in flight
+        turns.pass(false);
         wgmma_wait<1>();     // the scores are in
         release(&k_empty[t % STAGES4]);
         softmax(t, alpha);   // while the P V product runs
@@ -894,7 +926,10 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
         for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];
       }
       pack_p();
+      v_ready(tiles - 1);
+      turns.take(false);
       issue_pv(tiles - 1);
+      turns.pass(true);
       wgmma_wait<0>();
       release(&v_empty[(tiles - 1) % STAGES4]);
     }
@@ -941,7 +976,10 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 // query heads of a kv head's group are walked one after another, and the per-query lse and D of a streamed tile
 // come into shared memory with it by TMA, from copies whose rows are padded to a multiple of 64 (a TMA box starts on
 // a 16-byte boundary): attention_rows_kernel4, the pre-pass, writes them. In the dQ kernel a step's accumulation runs
-// on into the next step's score products; the dK/dV kernel waits for it within the step (DRAIN).
+// on into the next step's score products; the dK/dV kernel waits for it within the step (DRAIN), so there the two
+// consumers take turns at the tensor cores (Turns: one's exponentials run under the other's products). Measured on an
+// H200 (bf16, causal, D 64), the whole backward: T 4096 194 -> 202 TFLOP/s, T 8192 249 -> 262; in the dQ kernel turns
+// gained nothing.
 
 // The streamed tiles' rows: 128 at D 64, 64 at D 128 (the score tiles S and dP take BS / 2 registers each, the
 // accumulators D / 2 each).
@@ -1091,10 +1129,12 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         delta_row[h] = row + 8 * h < Tq ? delta[at + row + 8 * h] : 0.0f;
       }
     }
+    const Turns<2> turns{c, !DQ};  // two groups a step each: the score products, the accumulation
     mbar_wait(&own_full, 0);
     for (int t = 0; t < steps; ++t) {
       const int stage = t % STAGES4, col0 = col0_of(t);
       mbar_wait(&full[stage], t / STAGES4 % 2);
+      turns.take(t == 0);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) wgmma_qk(s, own_desc(0, kk), str_desc(stage, 0, kk), kk > 0);
@@ -1102,6 +1142,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) wgmma_qk(dp, own_desc(1, kk), str_desc(stage, 1, kk), kk > 0);
       wgmma_commit();
+      turns.pass(false);
       wgmma_wait<1>();  // the last step's accumulation and this step's S are done
       if (!DRAIN && t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % STAGES4]);
       // P, masked where the tile crosses the diagonal or an end (query i, key j: own and streamed in either order)
@@ -1141,6 +1182,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
                                          co % 8 * 2) = sa[kk][e];
           }
       }
+      turns.take(false);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BS / 16; ++kk) wgmma_pv(acc1, sa[kk], str_mn_desc(stage, 0, kk));
@@ -1149,6 +1191,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         for (int kk = 0; kk < BS / 16; ++kk) wgmma_pv(acc2, pa[kk], str_mn_desc(stage, 1, kk));
       }
       wgmma_commit();
+      turns.pass(t == steps - 1);
       if constexpr (ATOMIC) {
         // dQ (BS queries x D) = dS (BS x 128 keys) K (128 keys x D), with both consumers' dS^T: consumer c takes
         // queries 64c.. at D 64 (BS 128), columns 64c.. at D 128 (BS 64); 64 x 64 each, A and B MN-major
@@ -1157,6 +1200,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         float dq[32];  // written whole by the first wgmma (scale-d 0)
         fence_async_shared();   // the stores above, before wgmma (the async proxy) reads them
         named_barrier(1, 256);  // both consumers' halves of dS^T are in
+        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; ++kk) wgmma_qk<1>(dq, desc128(buf + kk * 16 * 128, C::DS_PANEL, 1024),
                                                    desc128(kb + kk * 16 * 128, C::OWN_PANEL, 1024), kk > 0);

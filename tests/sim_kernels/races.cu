@@ -28,6 +28,9 @@
 //                    warps 1 and 2 wait on its phase, read, and    refills a stage without waiting on `empty`, 4 it
 //                    release the stage on its `empty` mbarrier     arrives before it writes, 5 the consumers
 //                    (a 9.0 GPU; the simulator anywhere)           release the stage before they read it
+//   named_handoff    warp 0 fills a shared tile and arrives at      `bug` (HandoffBug): 1 warp 2, which takes no part,
+//                    named barrier 1 (bar.arrive 1, 64); warp 1     reads the tile; 2 warp 0 reads back, after its
+//                    waits there (bar.sync 1, 64) and reads it      arrival, what warp 1 wrote after its wait
 //   cluster_reverse  one block of 64 threads (a launch without        the cluster.sync() left out
 //                    clusters: a cluster of one) reverses x through
 //                    shared memory, cluster.sync() between
@@ -410,6 +413,46 @@ at::Tensor mbarrier_ring(const at::Tensor& x, int64_t bug, bool bulk) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// named_handoff: out[c] = 2 x[c] + 2 x[63 - c] for c < 64, x: [64], out: [128] (zeros past 64 in the correct form).
+// Warp 0 writes 2 x into a shared tile and arrives at named barrier 1 for 64 threads (bar.arrive); warp 1 waits there
+// (bar.sync) and reads the tile; warp 2 takes no part. A named barrier for part of the block orders the participants'
+// accesses before the waiting threads' later ones, and nothing else: with bug 1 warp 2 reads the tile too, with
+// nothing between it and warp 0's stores; with bug 2 warp 0 reads, after its arrival, what warp 1 writes after its
+// wait (an arrival does not wait, so it acquires nothing).
+enum HandoffBug : int { kHandoffCorrect = 0, kHandoffBystander = 1, kHandoffArriverReads = 2 };
+
+__global__ void named_handoff_kernel(const float* x, float* out, int bug) {
+  __shared__ float tile[64], back[64];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp == 0) {
+    for (int c = lane; c < 64; c += 32) tile[c] = 2.0f * x[c];
+    asm volatile("bar.arrive 1, 64;" ::: "memory");  // warp 0's stores, for the threads that wait at barrier 1
+    if (bug == kHandoffArriverReads)
+      for (int c = lane; c < 64; c += 32) out[64 + c] = back[c];
+  } else if (warp == 1) {
+    asm volatile("bar.sync 1, 64;" ::: "memory");  // warp 0 has arrived: its stores are in the tile
+    for (int c = lane; c < 64; c += 32) {
+      out[c] = tile[c] + tile[63 - c];
+      back[c] = 1.0f;
+    }
+  } else if (bug == kHandoffBystander) {
+    for (int c = lane; c < 64; c += 32) out[64 + c] = tile[c];
+  }
+}
+
+at::Tensor named_handoff(const at::Tensor& x, int64_t bug) {
+  CHECK_INPUT(x);
+  CHECK_DTYPE(x, at::kFloat);
+  TORCH_CHECK(x.dim() == 1 && x.size(0) == 64, "named_handoff: expected x of shape [64], got ", shape_str(x.sizes()));
+  TORCH_CHECK(bug >= kHandoffCorrect && bug <= kHandoffArriverReads, "named_handoff: bug must be 0 (none) to 2, got ",
+              std::to_string(bug));
+  auto out = at::zeros({128}, x.options());
+  named_handoff_kernel<<<1, 96>>>(x.data_ptr<float>(), out.data_ptr<float>(), static_cast<int>(bug));
+  CHECK_LAUNCH();
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
 // cluster_reverse: out = x reversed, x: [64]. One block of two warps, launched without clusters: the block is a
 // cluster of one, and the cluster's barrier (barrier.cluster.arrive and .wait) orders its threads as __syncthreads
 // does. Thread-block clusters are sm_90's; below 9.0 the kernel traps (the launcher refuses such a GPU first).
@@ -448,6 +491,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("fill_tiles(Tensor(a!) out, bool bug) -> ()");
   m.def("row_sums_window(Tensor x, bool bug) -> Tensor");
   m.def("mbarrier_ring(Tensor x, int bug, bool bulk) -> Tensor");
+  m.def("named_handoff(Tensor x, int bug) -> Tensor");
   m.def("cluster_reverse(Tensor x, bool bug) -> Tensor");
 }
 
@@ -462,5 +506,6 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("row_sums_window", &row_sums_window);
   m.impl("fill_tiles", &fill_tiles);
   m.impl("mbarrier_ring", &mbarrier_ring);
+  m.impl("named_handoff", &named_handoff);
   m.impl("cluster_reverse", &cluster_reverse);
 }

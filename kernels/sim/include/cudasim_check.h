@@ -53,6 +53,9 @@
 // cp.async.bulk, cp.async.mbarrier.arrive) lands as a write of the thread that issued it, checked with
 // what that thread knows, and joins its phase as that thread's arrival would: the bytes it brings are
 // ordered before the waiters' reads, and after whatever the issuing thread had waited for.
+// Named barriers for part of the block (bar.sync and bar.arrive with a thread count) are hand-offs of the same kind:
+// each participant's arrival releases, and each thread that waited there acquires the completed generation
+// (cudasim_ptx/warp.h). A named barrier of the whole block is a barrier of the block, as __syncthreads.
 // A wgmma group's reads of shared memory are made by the thread whose wgmma.wait_group completes the group (the
 // first of its warpgroup to wait for it: wgmma.h), at that wait; the group is complete for the whole warpgroup then,
 // so every thread of the warpgroup knows those reads from then on (clocks_share), and its later arrivals release them.
@@ -273,7 +276,9 @@ CUDASIM_RT std::string memory_name(uintptr_t word, bool shared) {
   } else if (S.clocks.on && !atomic) {  // a block that hands memory over through mbarriers
     why = "no __syncthreads() comes between them, nor an mbarrier phase that the first thread arrived on after its "
           "access (or a lane of its warp did, after a __syncwarp()) and the second thread waited for, and saw "
-          "complete, before its own; different warps run at their own pace";
+          "complete, before its own, nor a named barrier for part of the block (bar.sync, bar.arrive) that the first "
+          "thread reached after its access and the second waited at (bar.sync) before its own; different warps run "
+          "at their own pace";
     fix = "the thread that writes arrives on an mbarrier after its writes (mbarrier.arrive releases them) and every "
           "thread that reads waits for that phase (try_wait.parity with the parity of the phase it needs) before it "
           "reads; before the buffer is written again, its readers arrive on a second barrier that the writer waits "

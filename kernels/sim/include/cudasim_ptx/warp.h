@@ -78,6 +78,13 @@ CUDASIM_INTERNAL inline uint32_t elect_sync(const Site& s, uint32_t mask, bool& 
 // Named barriers: bar.sync id, count / barrier.sync id, count (the threads count, a multiple of 32,
 // meet at barrier id) and bar.arrive id, count (a producer marks its arrival and goes on). Barrier 0
 // with no count (or the whole block) is __syncthreads.
+//
+// For the race check a named barrier of the whole block orders the block's accesses as __syncthreads does (also
+// where some threads only arrive: that errs towards no report). One for a part of the block is a hand-off, as PTX
+// defines it: every participant's accesses before its arrival come before the accesses of the threads that waited
+// there (bar.sync) after their wait; a thread that only arrived (bar.arrive) waits for nothing, so its later
+// accesses stay unordered, and so do those of the threads that take no part. The check follows it with the
+// mbarriers' vector clocks (cudasim_check.h), the barrier's record standing for an mbarrier's address.
 struct NamedBarrier {
   uint32_t expected = 0, arrived = 0;
   unsigned long long generation = 0;
@@ -111,19 +118,26 @@ CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint
     b.line = s.line;
   }
   unsigned long long mine = b.generation;
+  const bool part = count < (static_cast<uint32_t>(g.cta_threads) + 31) / 32 * 32;
+  if (part) CUDASIM_EVENT(mbar_release(&b, me(s).linear));  // what this thread did so far, for the waiters
   b.arrived += 1;  // threads are counted one by one (a GPU counts whole warps: keep warps converged)
   moved_on();
   if (b.arrived >= b.expected) {
     b.arrived = 0;
     b.generation += 1;
-    CUDASIM_EVENT(barrier_released());  // for the race check: orders the block's accesses, as a barrier
-    return;
+    if (!part) {
+      CUDASIM_EVENT(barrier_released());  // for the race check: orders the block's accesses, as __syncthreads
+      return;
+    }
+    CUDASIM_EVENT(mbar_completed(&b, mine));
+  } else {
+    if (arrive_only) return;
+    wait_until(s, [&] { return named_barriers.at(slot).generation != mine; }, [&] {
+      return "deadlock: barrier " + std::to_string(id) + " waits for " + std::to_string(b.expected) + " threads and " +
+             std::to_string(b.arrived) + " have arrived; no other thread can arrive";
+    });
   }
-  if (arrive_only) return;
-  wait_until(s, [&] { return named_barriers.at(slot).generation != mine; }, [&] {
-    return "deadlock: barrier " + std::to_string(id) + " waits for " + std::to_string(b.expected) + " threads and " +
-           std::to_string(b.arrived) + " have arrived; no other thread can arrive";
-  });
+  if (part && !arrive_only) CUDASIM_EVENT(mbar_acquire(&named_barriers.at(slot), static_cast<long long>(mine)));
 }
 
 CUDASIM_INTERNAL inline void nanosleep(uint32_t) { yield_thread(); }
