@@ -783,7 +783,11 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
   __shared__ alignas(8) uint64_t v_empty[STAGES4];
   const int wg = threadIdx.x / 128;
   const int x = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int i0 = x * C::BM, shift = Tk - Tq;
+  // The rows are cut into blocks of BM from the last one back, so that a ragged block (BM = 192 leaves one at every
+  // power of two) is the first, its rows before 0 absent: TMA fills them with zeros and nothing of theirs is stored.
+  // Causal, the first block attends to the fewest keys, so its missing rows cost the least there; cut from row 0, the
+  // ragged block was the last and computed every key for rows that are not there (a quarter of the work at T 1024).
+  const int i0 = x * C::BM - (C::BM - Tq % C::BM) % C::BM, shift = Tk - Tq;
   const int bh = blockIdx.z * Hq + blockIdx.y, bkv = blockIdx.z * Hkv + blockIdx.y / (Hq / Hkv);
   const int tiles = (keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;
   if (threadIdx.x == 0) {
@@ -942,7 +946,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
       sum += __shfl_xor_sync(FULL_MASK, sum, 2);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row with no key: out = 0
       const int i = row + 8 * h;
-      if (i < Tq) {
+      if (i >= 0 && i < Tq) {  // the first block's rows before 0 are not there
         __nv_bfloat16* orow = out + out_rows.row(bh, i) + 2 * (lane % 4);
 #pragma unroll
         for (int r = 2 * h; r < D / 2; r += 4)
