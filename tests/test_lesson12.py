@@ -498,6 +498,9 @@ PLANTED_BACKWARD = {
     # causal: the dQ kernel's key tiles counted up to its first row's diagonal instead of its last row's
     "backward4_causal_tiles": ("per_head = (keys_of_row(min(r0 + 128, Tq) - 1, Tq, Tk, causal) + BS - 1) / BS;",
                                "per_head = (keys_of_row(r0, Tq, Tk, causal) + BS - 1) / BS;", "elements differ"),
+    # the dK/dV kernel's first consumer waits for its first turn too, which no consumer hands it (the simulator names
+    # the deadlock)
+    "backward4_first_turn_waited": ("turns.take(t == 0);", "turns.take(false);", "deadlock"),
     # attention_backward5: at D 128 both consumers multiply dS by the first 64 columns of K (dq's last 64 columns get
     # the first 64's values)
     "backward5_dq_columns": ("const int qa = BS == 128 ? c : 0, dpan = BS == 128 ? 0 : c;",

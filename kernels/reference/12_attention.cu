@@ -76,7 +76,7 @@
 // recomputation. So the functional attention_backward takes backward3.
 // On Hopper the question comes back: FlashAttention 3 computes dQ inside the dK/dV kernel with wgmma and adds it up
 // with atomics. attention_backward5 does so; on an H200 it ran at 0.91-1.03x the speed of attention_backward4 (bf16,
-// D 64 and 128, T 1024-8192): the dQ product waits for both consumers' halves of dS (a barrier between them every
+// D 64 and 128, T 1024-8192; 0.93-0.99x once both kernels' consumers took turns, below): the dQ product waits for both consumers' halves of dS (a barrier between them every
 // step) and for its own result before the atomics, and that costs what the second kernel's recomputation did. The
 // functional op keeps the deterministic attention_backward4.
 
@@ -675,12 +675,14 @@ __device__ __forceinline__ void tma_load_head(void* dst, const CUtensorMap* map,
 }
 
 // Ping-pong (FlashAttention 3's third idea): N consumer warpgroups take turns at the tensor cores. A consumer issues
-// a group of wgmma only in its turn and hands the turn on as soon as they are issued, so the groups run one
-// consumer's after another's and a consumer's exponentials run while the next consumer's products do, instead of
-// every consumer computing exponentials at once while the tensor cores wait. The turn goes round through named
-// barriers 2 + c: consumer c waits at its own (128 threads), the one before it arrives there (128 more). Consumer 0
-// takes its first turn without waiting and the last consumer does not hand on its last one, so every arrival has
-// its wait. Every consumer of a block must issue the same number of groups.
+// its main products (one or two commit groups of wgmma) in its turn and hands the turn on as soon as they are
+// issued, so they run one consumer's after another's and a consumer's exponentials run while the next consumer's
+// products do, instead of every consumer computing exponentials at once while the tensor cores wait. The turn goes
+// round through named barriers 2 + c: consumer c waits at its own (128 threads), the one before it arrives there
+// (128 more). Consumer 0 takes its first turn without waiting and the last consumer does not hand on its last one,
+// so every arrival has its wait. Every consumer of a block must take the same number of turns. (A generation of a
+// barrier cannot start before the last one completes: consumer c - 1 arrives again only after its own next wait,
+// which needs consumer c's pass, which comes after consumer c's wait.)
 template <int N>
 struct Turns {
   int c;    // this consumer
@@ -901,7 +903,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 
     auto k_ready = [&](int t) { mbar_wait(&k_full[t % STAGES4], t / STAGES4 % 2); };
     auto v_ready = [&](int t) { mbar_wait(&v_full[t % STAGES4], t / STAGES4 % 2); };
-    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 groups each
+    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 turns each
 
     mbar_wait(&q_full, 0);
     if (tiles > 0) {
@@ -1133,7 +1135,8 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         delta_row[h] = row + 8 * h < Tq ? delta[at + row + 8 * h] : 0.0f;
       }
     }
-    const Turns<2> turns{c, !DQ};  // two groups a step each: the score products, the accumulation
+    const Turns<2> turns{c, !DQ};  // two turns a step each: the score products, the accumulation (b5's dQ product
+                                   // goes outside the turns, after both consumers meet at barrier 1)
     mbar_wait(&own_full, 0);
     for (int t = 0; t < steps; ++t) {
       const int stage = t % STAGES4, col0 = col0_of(t);

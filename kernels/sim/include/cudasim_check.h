@@ -281,8 +281,10 @@ CUDASIM_RT std::string memory_name(uintptr_t word, bool shared) {
           "at their own pace";
     fix = "the thread that writes arrives on an mbarrier after its writes (mbarrier.arrive releases them) and every "
           "thread that reads waits for that phase (try_wait.parity with the parity of the phase it needs) before it "
-          "reads; before the buffer is written again, its readers arrive on a second barrier that the writer waits "
-          "for (or put __syncthreads() between, where every thread of the block reaches it)";
+          "reads, or the writers arrive at a named barrier (bar.arrive or bar.sync) after their writes and the readers "
+          "wait there (bar.sync) before their reads; before the buffer is written again, its readers arrive on a "
+          "second barrier that the writer waits for (or put __syncthreads() between, where every thread of the block "
+          "reaches it)";
   } else {
     why = "no __syncthreads() comes between them, and different warps run at their own pace";
     fix = atomic ? "use atomics for every access to it, or put a __syncthreads() between"
