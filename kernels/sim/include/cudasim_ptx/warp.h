@@ -100,12 +100,13 @@ CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint
   if (has_count && (count == 0 || count % 32 || count > static_cast<uint32_t>(g.cta_threads) + 31))
     fail_at(s, "the thread count must be a non-zero multiple of 32 up to the block's threads, got " +
                std::to_string(count));
+  const uint32_t whole = (static_cast<uint32_t>(g.cta_threads) + 31) / 32 * 32;  // the block's threads, in warps
   if (!arrive_only && (!has_count || count >= static_cast<uint32_t>(g.cta_threads))) {
     if (id == 0) {
       barrier(BarKind::Plain, 0, s.file, s.line, -1000 - s.line);
       return;
     }
-    count = (static_cast<uint32_t>(g.cta_threads) + 31) / 32 * 32;
+    count = whole;
   }
   NamedBarrier& b = named_barriers.at(slot);
   if (b.arrived == 0) b.expected = count;
@@ -118,7 +119,7 @@ CUDASIM_INTERNAL inline void named_barrier(const Site& s, bool arrive_only, uint
     b.line = s.line;
   }
   unsigned long long mine = b.generation;
-  const bool part = count < (static_cast<uint32_t>(g.cta_threads) + 31) / 32 * 32;
+  const bool part = count < whole;
   if (part) CUDASIM_EVENT(mbar_release(&b, me(s).linear));  // what this thread did so far, for the waiters
   b.arrived += 1;  // threads are counted one by one (a GPU counts whole warps: keep warps converged)
   moved_on();
