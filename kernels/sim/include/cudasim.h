@@ -1794,8 +1794,9 @@ CUDASIM_RT void remove_fault_guard() {
 
 // The learner's source line of a code address in this library ("file.cu:12"), or "" when the
 // library has no line tables or addr2line is missing. Lines in the simulator's own headers and in
-// system headers are skipped in favour of the line they were inlined into.
-CUDASIM_RT std::string source_line(const void* pc, bool return_address) {
+// system headers are skipped in favour of the line they were inlined into; when every line is such a
+// line (code of a header that was not inlined), `skipped` gets the first of them ("utility:96").
+CUDASIM_RT std::string source_line(const void* pc, bool return_address, std::string* skipped = nullptr) {
   Dl_info info{};
   if (!dladdr(pc, &info) || !info.dli_fname || !info.dli_fbase) return "";
   uintptr_t off = reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase) - return_address;
@@ -1815,6 +1816,8 @@ CUDASIM_RT std::string source_line(const void* pc, bool return_address) {
                 l.rfind("/usr/", 0) != 0 && l.find("/site-packages/") == std::string::npos &&
                 l.size() > 2 && l.compare(l.size() - 2, 2, ":0") != 0 && l.back() != '?';
     if (found.empty() && ours) found = base_name(l.c_str());
+    if (skipped && skipped->empty() && !l.empty() && l.rfind("??", 0) != 0 && l.back() != '?')
+      *skipped = base_name(l.c_str());
   }
   pclose(out);
   return found;
@@ -1833,8 +1836,11 @@ CUDASIM_RT std::string resolve_lines(std::string msg) {
     size_t end = msg.find('@', at + 4);
     if (end == std::string::npos) break;
     const void* pc = reinterpret_cast<const void*>(std::strtoull(msg.c_str() + at + 4, nullptr, 16));
-    std::string line = source_line(pc, true);
-    if (line.empty()) line = "an unknown line (addr2line is missing)";
+    std::string skipped;
+    std::string line = source_line(pc, true, &skipped);
+    if (line.empty())
+      line = skipped.empty() ? "an unknown line (addr2line is missing)"
+                             : "an unknown line (in a header's code, " + skipped + ")";
     msg.replace(at, end + 1 - at, line);
     at += line.size();
   }

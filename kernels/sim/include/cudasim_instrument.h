@@ -205,7 +205,11 @@ CUDASIM_RT void group_completed(int first_thread, int threads) {
 CUDASIM_RT void atomic_load_next() { check::peer::L.load = true; }
 
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
-  const bool load = std::exchange(check::peer::L.load, false);  // set by atomic_load_next just before this atomic
+  // set by atomic_load_next just before this atomic. Plain accesses, not std::exchange: a standard-library template
+  // is instrumented code that is never inlined here, so its read and write of L.load went through the hooks as the
+  // kernel thread's own accesses, and two blocks' atomics became a race on this simulator state
+  const bool load = check::peer::L.load;
+  check::peer::L.load = false;
   if (prof::P.on) {
     prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, pc);  // counted once, as a read
     return;
