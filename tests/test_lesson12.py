@@ -493,11 +493,14 @@ PLANTED_REFERENCE = {
 
 PLANTED_BACKWARD = {
     # dS = P dP, without D (the row sums of dO * O)
-    "backward4_no_row_sums": ("dp[r] = s[r] * (dp[r] - (DQ ? delta_row[r / 2 % 2] : delta_s[stage][co]));",
+    "backward4_no_row_sums": ("dp[r] = s[r] * (dp[r] - (DQ ? delta_row[r / 2 % 2] : column(delta_s[stage], r)));",
                               "dp[r] = s[r] * dp[r];", "elements differ"),
     # causal: the dQ kernel's key tiles counted up to its first row's diagonal instead of its last row's
     "backward4_causal_tiles": ("per_head = (keys_of_row(min(r0 + 128, Tq) - 1, Tq, Tk, causal) + BS - 1) / BS;",
                                "per_head = (keys_of_row(r0, Tq, Tk, causal) + BS - 1) / BS;", "elements differ"),
+    # the dK/dV kernel's mask drops the diagonal itself: key j kept from query j - shift + 1 on, not from j - shift
+    "backward4_mask_off_by_one": ("s[r] = (DQ ? at >= bound : at < bound) ? 0.0f : s[r];",
+                                  "s[r] = (DQ ? at >= bound : at <= bound) ? 0.0f : s[r];", "elements differ"),
     # the dK/dV kernel's first consumer waits for its first turn too, which no consumer hands it (the simulator names
     # the deadlock)
     "backward4_first_turn_waited": ("turns.take(t == 0);", "turns.take(false);", "deadlock"),

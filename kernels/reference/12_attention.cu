@@ -76,9 +76,12 @@
 // recomputation. So the functional attention_backward takes backward3.
 // On Hopper the question comes back: FlashAttention 3 computes dQ inside the dK/dV kernel with wgmma and adds it up
 // with atomics. attention_backward5 does so; on an H200 it ran at 0.91-1.03x the speed of attention_backward4 (bf16,
-// D 64 and 128, T 1024-8192; 0.93-0.99x once both kernels' consumers took turns, below): the dQ product waits for both consumers' halves of dS (a barrier between them every
+// D 64 and 128, T 1024-8192; 0.93-0.99x once both kernels' consumers took turns, 0.83-0.94x once both masked
+// without branches, below): the dQ product waits for both consumers' halves of dS (a barrier between them every
 // step) and for its own result before the atomics, and that costs what the second kernel's recomputation did. The
-// functional op keeps the deterministic attention_backward4.
+// atomics weigh more than the barrier: with each consumer multiplying only its own keys' rows of dS^T (no barrier,
+// twice the atomics) the kernel took 0.50 ms instead of 0.42 (H200, D 64, T 4096, causal). The functional op keeps
+// the deterministic attention_backward4.
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
@@ -91,6 +94,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -985,7 +989,9 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 // on into the next step's score products; the dK/dV kernel waits for it within the step (DRAIN), so there the two
 // consumers take turns at the tensor cores (Turns: one's exponentials run under the other's products). Measured on an
 // H200 (bf16, causal, D 64), the whole backward: T 4096 194 -> 202 TFLOP/s, T 8192 249 -> 262; in the dQ kernel turns
-// gained nothing.
+// gained nothing. The mask of P is a comparison and a select per element, against a bound per own row computed once
+// (`bounds`): a call of keys_of_row per element compiled to a branch per element, and the dK/dV kernel spent a
+// quarter of its time fetching and resolving them (H200, D 64, T 4096 causal: that kernel 405 -> 234 us).
 
 // The streamed tiles' rows: 128 at D 64, 64 at D 128 (the score tiles S and dP take BS / 2 registers each, the
 // accumulators D / 2 each).
@@ -1135,11 +1141,32 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         delta_row[h] = row + 8 * h < Tq ? delta[at + row + 8 * h] : 0.0f;
       }
     }
+    // Each own row's bound on the streamed indices it pairs with. dQ: query row i attends to keys below
+    // keys_of_row(i) (none past Tq). dK/dV: key row j is seen by the queries from j - shift on when causal (none when
+    // j is past Tk); queries past Tq need no test, their lse is +inf (the pre-pass's padding), so their P is 0.
+    int bounds[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = row + 8 * h;
+      if constexpr (DQ) bounds[h] = i < Tq ? keys_of_row(i, Tq, Tk, causal) : 0;
+      else {
+        const int64_t from = (int64_t)i - shift;  // shift = Tk - Tq can be as large as Tk
+        bounds[h] = i >= Tk ? INT_MAX : !causal || from < INT_MIN ? INT_MIN : (int)from;
+      }
+    }
+    // dK/dV: the streamed queries' lse (or D) of register r's column, 8 (r / 4) + 2 (lane % 4) + r % 2: a column
+    // pair is one 8-byte load, made by the even register and reused by the odd one
+    auto column = [&](const float(&v)[BS], int r) {
+      const float2 pair = *reinterpret_cast<const float2*>(&v[8 * (r / 4) + 2 * (lane % 4)]);
+      return r % 2 ? pair.y : pair.x;
+    };
     const Turns<2> turns{c, !DQ};  // two turns a step each: the score products, the accumulation (b5's dQ product
                                    // goes outside the turns, after both consumers meet at barrier 1)
     mbar_wait(&own_full, 0);
+    // step t's col0_of(t) and head_of(t), advanced rather than divided (no step: per_head may be 0)
+    int col0 = steps > 0 ? col0_of(0) : 0, head = steps > 0 ? head_of(0) : 0;
     for (int t = 0; t < steps; ++t) {
-      const int stage = t % STAGES4, col0 = col0_of(t);
+      const int stage = t % STAGES4;
       mbar_wait(&full[stage], t / STAGES4 % 2);
       turns.take(t == 0);
       wgmma_fence();
@@ -1152,25 +1179,23 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
       turns.pass(false);
       wgmma_wait<1>();  // the last step's accumulation and this step's S are done
       if (!DRAIN && t > 0 && lane == 0) mbar_arrive(&empty[(t - 1) % STAGES4]);
-      // P, masked where the tile crosses the diagonal or an end (query i, key j: own and streamed in either order)
-      const bool edge = (DQ ? (o0 + 64 > Tq || col0 + BS > Tk || (causal && col0 + BS - 1 > w0 + shift))
-                            : (col0 + BS > Tq || o0 + 64 > Tk || (causal && w0 + 15 > col0 + shift)));
+      // P, then masked where the tile crosses the diagonal or an end: a streamed index (col0 + co) against its row's
+      // bound, one comparison and a select an element (a mask that called keys_of_row per element made a branch of
+      // each: the dK/dV kernel spent a quarter of its time fetching and resolving them)
 #pragma unroll
-      for (int r = 0; r < BS / 2; ++r) {
-        const int h = r / 2 % 2, co = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
-        float p = fast_exp2(s[r] * scale_log2 - (DQ ? lse_row[h] : lse_s[stage][co]));
-        if (edge) {
-          const int i = DQ ? row + 8 * h : col0 + co, j = DQ ? col0 + co : row + 8 * h;
-          if (i >= Tq || j >= keys_of_row(i, Tq, Tk, causal)) p = 0.0f;
+      for (int r = 0; r < BS / 2; ++r) s[r] = fast_exp2(s[r] * scale_log2 - (DQ ? lse_row[r / 2 % 2] : column(lse_s[stage], r)));
+      const bool edge = (DQ ? (o0 + 64 > Tq || col0 + BS > Tk || (causal && col0 + BS - 1 > w0 + shift))
+                            : (o0 + 64 > Tk || (causal && w0 + 15 > col0 + shift)));
+      if (edge) {
+#pragma unroll
+        for (int r = 0; r < BS / 2; ++r) {
+          const int at = col0 + 8 * (r / 4) + 2 * (lane % 4) + r % 2, bound = bounds[r / 2 % 2];
+          s[r] = (DQ ? at >= bound : at < bound) ? 0.0f : s[r];
         }
-        s[r] = p;
       }
       wgmma_wait<0>();  // dP
 #pragma unroll
-      for (int r = 0; r < BS / 2; ++r) {
-        const int co = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
-        dp[r] = s[r] * (dp[r] - (DQ ? delta_row[r / 2 % 2] : delta_s[stage][co]));
-      }
+      for (int r = 0; r < BS / 2; ++r) dp[r] = s[r] * (dp[r] - (DQ ? delta_row[r / 2 % 2] : column(delta_s[stage], r)));
 #pragma unroll
       for (int kk = 0; kk < BS / 16; ++kk)
 #pragma unroll
@@ -1216,7 +1241,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         if (lane == 0) mbar_arrive(&empty[stage]);
         // ds[t % 2] is written again at step t + 2, after the barrier of step t + 1, which each consumer reaches
         // after its wait above: no consumer overwrites a buffer the other still reads
-        float* const rows = dq_acc + (int64_t)head_of(t) * Tq * D;
+        float* const rows = dq_acc + (int64_t)head * Tq * D;
 #pragma unroll
         for (int r = 0; r < 32; r += 2) {
           const int i = col0 + 64 * qa + 16 * warp + lane / 4 + 8 * (r / 2 % 2);
@@ -1227,6 +1252,8 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(&empty[stage]);
       }
+      col0 += BS;
+      if (!DQ && col0 == (first + per_head) * BS) col0 = first * BS, ++head;  // the group's next query head
     }
     wgmma_wait<0>();
     if (!DRAIN && steps > 0 && lane == 0) mbar_arrive(&empty[(steps - 1) % STAGES4]);
@@ -1277,25 +1304,34 @@ __global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rowdot_kernel(co
   if (lane == 0) delta[row] = s;
 }
 
-// attention_rows_kernel4: attention_backward4's pre-pass. Warp w of block b owns row 8b + w of [B Hq, Tpad] (Tpad:
-// Tq rounded up to 64): D_i = dO_i . O_i and lse_i log2 e for a query, 0 and +inf in the padding past Tq.
-__global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rows_kernel4(
+constexpr int ROWS4_THREADS = 256;  // attention_rows_kernel4's block
+
+// attention_rows_kernel4: attention_backward4's pre-pass over the rows of [B Hq, Tpad] (Tpad: Tq rounded up to 64):
+// D_i = dO_i . O_i and lse_i log2 e for a query, 0 and +inf in the padding past Tq. A row of D bf16 values is D / 8
+// chunks of 16 bytes: L = D / 8 consecutive lanes own a row (8 at D 64, 16 at D 128), a chunk of dO and of O each,
+// and add their dot products up over the L lanes by shuffles. With a warp a row, each lane had loaded 2 bytes at a
+// time: a warp's loads were 256 bytes, too few in flight to keep DRAM busy (an H200, 98304 rows of 64: 31 us, not 9).
+template <int D>
+__global__ void __launch_bounds__(ROWS4_THREADS) attention_rows_kernel4(
     const __nv_bfloat16* __restrict__ dout, HeadRows dout_rows, const __nv_bfloat16* __restrict__ out, HeadRows out_rows,
-    const float* __restrict__ lse, float* __restrict__ delta, float* __restrict__ lse2, int64_t rows, int Tq, int Tpad,
-    int D) {
-  const int lane = threadIdx.x % 32;
-  const int64_t r = blockIdx.x * (int64_t)SOFTMAX_WARPS + threadIdx.x / 32;
-  if (r >= rows) return;  // the whole warp leaves together
+    const float* __restrict__ lse, float* __restrict__ delta, float* __restrict__ lse2, int64_t rows, int Tq, int Tpad) {
+  constexpr int L = D / 8;
+  const int part = threadIdx.x % L;
+  const int64_t r = (blockIdx.x * (int64_t)ROWS4_THREADS + threadIdx.x) / L;
   const int64_t bh = r / Tpad;
   const int i = (int)(r % Tpad);
   float s = 0.0f;
-  if (i < Tq) {
-    const __nv_bfloat16* dr = dout + dout_rows.row((int)bh, i);
-    const __nv_bfloat16* orow = out + out_rows.row((int)bh, i);
-    for (int d = lane; d < D; d += 32) s += to_float(dr[d]) * to_float(orow[d]);
-    s = warp_allreduce_sum(s);
+  if (r < rows && i < Tq) {  // no early return: every lane takes part in the shuffles below
+    const uint4 a = *reinterpret_cast<const uint4*>(dout + dout_rows.row((int)bh, i) + 8 * part);
+    const uint4 b = *reinterpret_cast<const uint4*>(out + out_rows.row((int)bh, i) + 8 * part);
+    const __nv_bfloat16* x = reinterpret_cast<const __nv_bfloat16*>(&a);
+    const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&b);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) s += to_float(x[e]) * to_float(y[e]);
   }
-  if (lane == 0) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o /= 2) s += __shfl_xor_sync(FULL_MASK, s, o);  // within the row's L lanes
+  if (r < rows && part == 0) {
     delta[r] = s;
     lse2[r] = i < Tq ? lse[bh * Tq + i] * LOG2E : INFINITY;
   }
@@ -2267,10 +2303,11 @@ static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t tpad = ceil_div(d.Tq, (int64_t)64) * 64, rows = d.B * d.Hq * tpad;
   at::Tensor delta = at::empty({d.B * d.Hq, tpad}, lse.options()), lse2 = at::empty({d.B * d.Hq, tpad}, lse.options());
-  CHECK_GRID(ceil_div(rows, (int64_t)SOFTMAX_WARPS));
-  attention_rows_kernel4<<<ceil_div(rows, (int64_t)SOFTMAX_WARPS), SOFTMAX_WARPS * 32, 0, stream>>>(
+  const int64_t row_blocks = ceil_div(rows * (D / 8), (int64_t)ROWS4_THREADS);
+  CHECK_GRID(row_blocks);
+  attention_rows_kernel4<D><<<row_blocks, ROWS4_THREADS, 0, stream>>>(
       ptr<__nv_bfloat16>(dout), head_rows(dout), ptr<__nv_bfloat16>(out), head_rows(out), ptr<float>(lse),
-      mut<float>(delta), mut<float>(lse2), rows, (int)d.Tq, (int)tpad, (int)d.D);
+      mut<float>(delta), mut<float>(lse2), rows, (int)d.Tq, (int)tpad);
   CHECK_LAUNCH();
   const CUtensorMap lse_rows = row_map(lse2, BS), delta_rows = row_map(delta, BS);
   if constexpr (ATOMIC) {
