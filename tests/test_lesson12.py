@@ -179,6 +179,22 @@ def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case)
     assert all(torch.equal(g, n) for g, n in zip(grads, named))
 
 
+def test_attention_backward4_refuses_an_out_off_16_bytes_and_the_functional_op_copies_it(ext, dev):
+    # the pre-pass reads out 16 bytes at a time: a view one element off would be a misaligned load on a GPU
+    if not _hopper(dev):
+        pytest.skip("attention_backward4 needs an H100 (or the simulator)")
+    q, k, v = qkv()((1, 2, 1, 33, 33, 64), torch.bfloat16, dev)
+    scale = default_scale(q)
+    out, lse = ext.attention(q, k, v, True, scale)
+    dout, odd = torch.randn_like(q), _misaligned(out)
+    grads = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+    with pytest.raises(RuntimeError, match="out must start on a 16-byte boundary"):
+        ext.attention_backward4(q, k, v, odd, lse, dout, True, scale, *grads)
+    want = ext.attention_backward(q, k, v, out, lse, dout, True, scale)
+    got = ext.attention_backward(q, k, v, odd, lse, dout, True, scale)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 # ---------------------------------------------------------------------------------------------
 # The op: autograd, opcheck, torch.compile.
 

@@ -984,8 +984,9 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 // with P = exp2(S scale log2 e - lse log2 e) and dS = P (dP - D) as in backward3. Both score products of a step are
 // issued together, and the wait for the first leaves the second running while P is computed. For dK and dV the
 // query heads of a kv head's group are walked one after another, and the per-query lse and D of a streamed tile
-// come into shared memory with it by TMA, from copies whose rows are padded to a multiple of 64 (a TMA box starts on
-// a 16-byte boundary): attention_rows_kernel4, the pre-pass, writes them. In the dQ kernel a step's accumulation runs
+// come into shared memory with it by TMA, from copies whose rows are padded to a multiple of the streamed tile (a TMA
+// box starts on a 16-byte boundary; past Tq a query's lse is +inf, so its P is 0): attention_rows_kernel4, the
+// pre-pass, writes them. In the dQ kernel a step's accumulation runs
 // on into the next step's score products; the dK/dV kernel waits for it within the step (DRAIN), so there the two
 // consumers take turns at the tensor cores (Turns: one's exponentials run under the other's products). Measured on an
 // H200 (bf16, causal, D 64), the whole backward: T 4096 194 -> 202 TFLOP/s, T 8192 249 -> 262; in the dQ kernel turns
@@ -1306,11 +1307,11 @@ __global__ void __launch_bounds__(SOFTMAX_WARPS * 32) attention_rowdot_kernel(co
 
 constexpr int ROWS4_THREADS = 256;  // attention_rows_kernel4's block
 
-// attention_rows_kernel4: attention_backward4's pre-pass over the rows of [B Hq, Tpad] (Tpad: Tq rounded up to 64):
+// attention_rows_kernel4: attention_backward4's pre-pass over the rows of [B Hq, Tpad] (Tpad: Tq rounded up to BS):
 // D_i = dO_i . O_i and lse_i log2 e for a query, 0 and +inf in the padding past Tq. A row of D bf16 values is D / 8
 // chunks of 16 bytes: L = D / 8 consecutive lanes own a row (8 at D 64, 16 at D 128), a chunk of dO and of O each,
 // and add their dot products up over the L lanes by shuffles. With a warp a row, each lane had loaded 2 bytes at a
-// time: a warp's loads were 256 bytes, too few in flight to keep DRAM busy (an H200, 98304 rows of 64: 31 us, not 9).
+// time: a warp's loads were 256 bytes, too few in flight to keep DRAM busy (an H200, 98304 rows of 64: 31 us, now 10).
 template <int D>
 __global__ void __launch_bounds__(ROWS4_THREADS) attention_rows_kernel4(
     const __nv_bfloat16* __restrict__ dout, HeadRows dout_rows, const __nv_bfloat16* __restrict__ out, HeadRows out_rows,
@@ -2301,7 +2302,8 @@ static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       at::Tensor& dk, at::Tensor& dv, const Dims& d) {
   constexpr int BS = kStream4<D>;
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t tpad = ceil_div(d.Tq, (int64_t)64) * 64, rows = d.B * d.Hq * tpad;
+  // Tpad: Tq rounded up to the streamed tile, so that every tile's lse and D lie in the copies (+inf and 0 past Tq)
+  const int64_t tpad = ceil_div(d.Tq, (int64_t)BS) * BS, rows = d.B * d.Hq * tpad;
   at::Tensor delta = at::empty({d.B * d.Hq, tpad}, lse.options()), lse2 = at::empty({d.B * d.Hq, tpad}, lse.options());
   const int64_t row_blocks = ceil_div(rows * (D / 8), (int64_t)ROWS4_THREADS);
   CHECK_GRID(row_blocks);
@@ -2336,10 +2338,11 @@ static void backward_hopper(const char* op, const at::Tensor& q, const at::Tenso
   const Takes w{op, true, 128, true, true};
   Dims d;
   // the GPU, the dtype and the alignment first: an empty call must be refused where a full one would be
-  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&dout, "dout"},
-                                {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
-    TORCH_CHECK(aligned16(*t), "`", op, "`: ", name, " must start on a 16-byte boundary (TMA reads whole "
-                "rows), got a view at an offset of ", std::to_string(t->storage_offset()), " elements (call .clone() first)");
+  for (const auto& [t, name] : {std::pair<const at::Tensor*, const char*>{&q, "q"}, {&k, "k"}, {&v, "v"}, {&out, "out"},
+                                {&dout, "dout"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}})
+    TORCH_CHECK(aligned16(*t), "`", op, "`: ", name, " must start on a 16-byte boundary (TMA and the pre-pass read "
+                "whole rows, 16 bytes at a time), got a view at an offset of ", std::to_string(t->storage_offset()),
+                " elements (call .clone() first)");
   check_hopper(op);
   TORCH_CHECK(q.scalar_type() == at::kBFloat16, "`", op, "` takes bfloat16 (its wgmma instructions name the type, "
               "and they are written for bfloat16 only; attention_backward3 takes float16 too), got ", q.scalar_type());
@@ -2396,9 +2399,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tens
   const bool readable = dout.dim() == 4 && rows_contiguous(dout) && aligned16(dout);
   const at::Tensor gout = readable ? dout : at::empty(dout.sizes(), dout.options()).copy_(dout);
   const std::string variant = attention_backward_variant(q, k, v, gout);
-  if (variant == "attention_backward4") {
-    attention_backward4(q, k, v, out.dim() == 4 && rows_contiguous(out) ? out : out.contiguous(), lse, gout, causal,
-                        scale, dq, dk, dv);
+  if (variant == "attention_backward4") {  // out too is read in 16-byte pieces: a copy where it is not aligned
+    const bool out_readable = out.dim() == 4 && rows_contiguous(out) && aligned16(out);
+    attention_backward4(q, k, v, out_readable ? out : at::empty(out.sizes(), out.options()).copy_(out), lse, gout,
+                        causal, scale, dq, dk, dv);
     return {dq, dk, dv};
   }
   at::Tensor gq = contiguous_result(dq), gk = contiguous_result(dk), gv = contiguous_result(dv);
