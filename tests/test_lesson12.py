@@ -157,7 +157,8 @@ def _hopper(dev) -> bool:
 @pytest.mark.parametrize("case", ["bf16 D64", "fp16 D64", "fp32", "bf16 D40", "bf16 misaligned"])
 def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case):
     # the benchmark's bars name the variant from attention_variant / attention_backward_variant; 24 keys: one key tile,
-    # so dq's atomics (backward1) add once and the bits compare. bf16 on an H100: attention4 forward.
+    # so dq's atomics (backward1, backward5) add once and the bits compare. bf16 on an H100: attention4 forward,
+    # attention_backward5 (4 under torch.use_deterministic_algorithms: the test below).
     dtype = {"fp32": torch.float32, "fp16 D64": torch.float16}.get(case, torch.bfloat16)
     q, k, v = qkv()((1, 2, 1, 33, 24, 40 if case == "bf16 D40" else 64), dtype, dev)
     if case == "bf16 misaligned":
@@ -166,7 +167,7 @@ def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case)
     tensor_cores = case in ("bf16 D64", "fp16 D64")
     fwd, bwd = ("attention3", "attention_backward3") if tensor_cores else ("attention2", "attention_backward1")
     if case == "bf16 D64" and _hopper(dev):
-        fwd, bwd = "attention4", "attention_backward4"
+        fwd, bwd = "attention4", "attention_backward5"
     assert (ext.attention_variant(q, k, v), ext.attention_backward_variant(q, k, v, dout)) == (fwd, bwd)
     scale = default_scale(q)
     out, lse = ext.attention(q, k, v, True, scale)
@@ -177,6 +178,27 @@ def test_the_functional_ops_name_the_variant_they_run_and_run_it(ext, dev, case)
     named = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
     getattr(ext, bwd)(q, k, v, out, lse, dout, True, scale, *named)
     assert all(torch.equal(g, n) for g, n in zip(grads, named))
+
+
+def test_under_deterministic_algorithms_the_functional_backward_runs_attention_backward4_and_repeats_its_bits(ext, dev):
+    if not _hopper(dev):
+        pytest.skip("attention_backward4 and 5 need an H100 (or the simulator)")
+    # 512 keys: four key blocks add into each row of dq, in any order with attention_backward5's reductions
+    q, k, v = qkv()((1, 4, 2, 512, 512, 64), torch.bfloat16, dev)
+    scale = default_scale(q)
+    out, lse = ext.attention(q, k, v, True, scale)
+    dout = torch.randn_like(q)
+    assert ext.attention_backward_variant(q, k, v, dout) == "attention_backward5"
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert ext.attention_backward_variant(q, k, v, dout) == "attention_backward4"
+        runs = [ext.attention_backward(q, k, v, out, lse, dout, True, scale) for _ in range(2)]
+    finally:
+        torch.use_deterministic_algorithms(was)
+    named = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
+    ext.attention_backward4(q, k, v, out, lse, dout, True, scale, *named)
+    assert all(torch.equal(a, b) and torch.equal(a, n) for a, b, n in zip(*runs, named))
 
 
 def test_attention_backward4_refuses_an_out_off_16_bytes_and_the_functional_op_copies_it(ext, dev):
@@ -483,7 +505,7 @@ def test_the_hopper_variants_refuse_float16_and_a_gpu_before_hopper_even_for_an_
 REFERENCE = ROOT / "kernels" / "reference" / "12_attention.cu"
 PLANTED_REFERENCE = {
     # O is never moved onto a new running max: right only while the first tile holds every row's max
-    "attention4_no_rescale": ("        for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];\n", "", "elements differ"),
+    "attention4_no_rescale": ("          for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];\n", "", "elements differ"),
     # the wait for a stage of K one phase off: waiting for parity 1 while phase 0 is under way asks for a phase after
     # the one the producer's copy completes, which never comes (the simulator names the deadlock)
     # the last consumer never hands the turn back to the first (Turns::pass): consumer 0 waits at its named barrier
@@ -498,12 +520,12 @@ PLANTED_REFERENCE = {
                                 "elements differ"),
     # V's stage handed back to the producer before the wait that completes the P V wgmma reading it: the producer's
     # TMA refills the stage under that wgmma (the simulator names the copy and the wgmma; a GPU reads wrong values)
-    "attention4_early_release": ("        softmax(t, alpha);   // while the P V product runs\n"
-                                 "        wgmma_wait<0>();\n"
-                                 "        release(&v_empty[(t - 1) % STAGES4]);\n",
-                                 "        release(&v_empty[(t - 1) % STAGES4]);\n"
-                                 "        softmax(t, alpha);   // while the P V product runs\n"
-                                 "        wgmma_wait<0>();\n", "still reads"),
+    "attention4_early_release": ("          softmax(t, alpha);   // while the P V product runs\n"
+                                 "          wgmma_wait<0>();\n"
+                                 "          release(&v_empty[(u - 1) % STAGES4]);\n",
+                                 "          release(&v_empty[(u - 1) % STAGES4]);\n"
+                                 "          softmax(t, alpha);   // while the P V product runs\n"
+                                 "          wgmma_wait<0>();\n", "still reads"),
 }
 
 
@@ -524,6 +546,13 @@ PLANTED_BACKWARD = {
     # the first 64's values)
     "backward5_dq_columns": ("const int qa = BS == 128 ? c : 0, dpan = BS == 128 ? 0 : c;",
                              "const int qa = BS == 128 ? c : 0, dpan = 0;", "elements differ"),
+    # attention_backward5: a warp writes its dQ part into shared memory again before its last bulk reduction has read
+    # it (the simulator names the reduction and the wait that found its source changed)
+    "backward5_no_read_wait": ("        if (lane == 0) bulk_wait_read();\n        __syncwarp();\n", "", "still reading"),
+    # attention_backward5's tile order of the dQ sums with two register pairs swapped: the rounding pass reads the
+    # sums back from places the warps did not put them
+    "backward5_tile_order": ("(2 * (col % 64 / 8) + i % 16 / 8) * 64", "(col % 64 / 8 + 8 * (i % 16 / 8)) * 64",
+                             "elements differ"),
 }
 
 
@@ -562,6 +591,41 @@ def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
     report = run(getattr(planted, name),
                  TENSOR_CORE_SHAPES, dtypes=(torch.bfloat16,), backend="sim", quiet=True, orders=ONE_ORDER,
                  large=False)
+    assert not report.passed and any(said in c.problem + c.detail for c in report.cases if not c.passed), str(report)
+
+
+# attention4 at D 64 is persistent: min(tiles, SMs) blocks (132 on an H100 and on the simulator), each walking query
+# tiles w, w + gridDim.x, ... Shapes with more tiles than that, so that blocks take a second and third tile: Q reloaded
+# behind the last tile's products, the K/V ring's stages and phases running on from one tile to the next (300 keys:
+# three key tiles a query tile), grouped heads (the kv head of each tile's query head).
+PERSISTENT_SHAPES = ((1, 140, 70, 8, 8, 64), (2, 70, 35, 20, 300, 64), (1, 150, 150, 200, 200, 64))
+
+
+def test_attention4_blocks_that_walk_several_query_tiles_match_the_reference(ext, dev):
+    if not _hopper(dev):
+        pytest.skip("attention4 needs an H100 (or the simulator)")
+    check_attention(ext.attention4, PERSISTENT_SHAPES, dtypes=(torch.bfloat16,), name="attention4", quiet=True,
+                    raise_on_fail=True, orders=ONE_ORDER, large=False)
+
+
+# Bugs planted in attention4's walk over query tiles: the check on PERSISTENT_SHAPES must fail on each.
+PLANTED_PERSISTENT = {
+    # the output carried over from the block's last tile (the first tile's softmax has nothing to rescale: o must
+    # start at 0; the row sums need no reset, the first alpha, exp2(-inf), clears them)
+    "attention4_output_kept": ("for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;", "for (int r = 0; r < D / 2; ++r) o[r] *= 1.0f;",
+                               "elements differ"),
+    # the next tile's kv head taken from the query head's index (no grouping)
+    "attention4_tile_kv_head": ("bkv = bh / Hq * Hkv + bh % Hq / (Hq / Hkv);", "bkv = bh / Hq * Hkv + bh % Hq % Hkv;",
+                                "elements differ"),
+}
+
+
+@pytest.mark.parametrize("bug", toolkit_beyond(PLANTED_PERSISTENT, keep=("attention4_output_kept",)))
+def test_attention4_check_over_several_query_tiles_fails_on_a_planted_bug(bug):
+    old, new, said = PLANTED_PERSISTENT[bug]
+    planted = load(plant(REFERENCE, old, new, f"lesson12_reference_{bug}.cu"), "sim", quiet=True)
+    report = check_attention(planted.attention4, PERSISTENT_SHAPES, dtypes=(torch.bfloat16,), backend="sim",
+                             quiet=True, orders=ONE_ORDER, large=False)
     assert not report.passed and any(said in c.problem + c.detail for c in report.cases if not c.passed), str(report)
 
 

@@ -147,6 +147,12 @@ def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, s
     ('asm volatile("red.global.exch.b32 [%0], 1;" :: "l"(o));', r"red has no \.exch"),
     ('asm volatile("ld.acquire.gpu.global.v2.u32 {%0, %1}, [%2];" : "=r"(o[0]), "=r"(o[1]) : "l"(o));',
      r"\.acquire loads and stores on one 32- or 64-bit value"),
+    ('asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %1}], [%1];"'
+     ' :: "l"(o), "r"(0));', r"cp\.reduce\.async\.bulk\.tensor .* is not run by the simulator"),
+    ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16 [%0], [%1], 16;" :: "l"(o), "r"(0));',
+     r"no \.noftz\.f16 or \.bf16"),
+    ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f32 [%0], [%1], 16;" :: "l"(o), "r"(0));',
+     r"runs this instruction on \.s32, \.s64, \.u32, \.u64; found \.f32"),
 ])
 def test_an_instruction_or_form_outside_the_set_is_refused_naming_the_line(code, message):
     with pytest.raises(TranslateError, match=message):
@@ -848,3 +854,37 @@ def test_cuda_ptx_elect_sync_elects_one_lane_of_its_mask(cccl):
         raise
     assert got.sum(1).tolist() == [1, 1, 1, 1]  # one lane a warp, for each mask
     assert got[2:, 8:16].sum(1).tolist() == [1, 1]  # inside the mask of lanes 8-15
+
+
+# cp.reduce.async.bulk: every block reduces its row into one destination
+@pytest.mark.parametrize("dtype, op", [(torch.float32, "add"), (torch.float64, "add"), (torch.int32, "add"),
+                                       (torch.int32, "min"), (torch.int32, "max"), (torch.int64, "add"),
+                                       (torch.int64, "min"), (torch.int64, "max")], ids=lambda v: str(v).split(".")[-1])
+@pytest.mark.parametrize("wait_writes", [False, True], ids=["wait_read", "wait"])
+def test_bulk_reductions_of_many_blocks_combine_with_what_global_memory_holds(hopper_ops, dtype, op, wait_writes):
+    backend, ext = hopper_ops
+    dev = "cuda" if backend == "cuda" else "cpu"
+    n = 320 if dtype in (torch.float32, torch.int32) else 160  # 1280 bytes: halves of 640 and 640
+    if dtype.is_floating_point:
+        x, y0 = torch.randn(7, n, dtype=dtype, device=dev), torch.randn(n, dtype=dtype, device=dev)
+    else:
+        x, y0 = (torch.randint(-1000, 1000, shape, dtype=dtype, device=dev) for shape in ((7, n), (n,)))
+    got = ext.bulk_reduce(x, y0, op, False, wait_writes)
+    if op == "add":
+        want = y0 + x.sum(0)
+    else:
+        want = torch.minimum(y0, x.min(0).values) if op == "min" else torch.maximum(y0, x.max(0).values)
+    if dtype.is_floating_point:
+        torch.testing.assert_close(got, want)  # the blocks add in any order
+    else:
+        assert torch.equal(got, want)
+
+
+@sim_only
+def test_bulk_reductions_are_atomics_to_the_race_check_and_a_plain_store_beside_them_is_a_race():
+    ext = _load_hopper(HERE / "ptx_hopper.cu", "sim")
+    x, y0 = torch.randn(4, 64), torch.zeros(64)
+    torch.testing.assert_close(checked(ext.bulk_reduce, x, y0, "add", False, True), x.sum(0))
+    with pytest.raises(RuntimeError, match=r"(?s)data race on global memory.*made an atomic on"):
+        checked(ext.bulk_reduce, x, y0, "add", True, False)
+

@@ -22,7 +22,8 @@ kernels on an H100) and with this lesson's op (eager and compiled).
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
 forward (eager up to T = 2048: its graph at 8192 does not fit beside the others), each SDPA backend's, and the
-lesson's attention_backward2 (dQ by atomics), 3 (deterministic) and 4 (3 on Hopper's wgmma and TMA).
+lesson's attention_backward2 (dQ by atomics), 3 (deterministic), 4 (3 on Hopper's wgmma and TMA) and 5 (dQ inside
+attention_backward4's dK/dV kernel, added up by bulk reductions).
 `python -m kernels.benchmarks.lesson12 --quick` times the rows with bars (T = 2048 and 8192, both head sizes,
 causal and not) and prints PASS or MISS for each; it writes no CSV.
 """
@@ -57,7 +58,9 @@ BACKWARD = tuple(name for name in lesson12.BACKWARD if name in _GATED)
 # Eager's graph keeps five T x T matrices for its backward (34 GB at T = 8192, B = 2, 16 heads), too many beside the
 # compiled and SDPA graphs of the same benchmark on an 80 GB GPU: its backward row stops at T = 2048.
 EAGER_BACKWARD_UP_TO = 2048
-BACKWARD_OP = "attention_backward4"  # the variant the functional attention_backward runs on these inputs (an H100)
+# the variant the functional attention_backward runs on these inputs (an H100; attention_backward4 under
+# torch.use_deterministic_algorithms(True))
+BACKWARD_OP = "attention_backward5"
 GQA_SEQUENCE, GQA_GROUPS = 4096, 4  # the grouped-query rows: causal, D 128, 4 query heads per kv head
 NEEDS = op_gates(reference_file("12"))  # what a GPU below a variant's gate lacks is left out of the timings
 

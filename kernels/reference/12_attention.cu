@@ -18,7 +18,8 @@
 //                        warpgroup loads Q, then K and V tiles by TMA into a two-stage mbarrier ring; two consumer
 //                        warpgroups (three at D 64) compute S = Q K^T with wgmma from shared memory, the online
 //                        softmax on the accumulators, and O += P V with P from registers; a tile's scores overlap
-//                        the previous tile's P V. bf16, D 64 or 128, a 9.x GPU and an sm_90a build (hopper.cuh)
+//                        the previous tile's P V; at D 64 persistent (a block per SM walks tiles of queries). bf16,
+//                        D 64 or 128, a 9.x GPU and an sm_90a build (hopper.cuh)
 //   attention_backward1  FlashAttention 2's backward on CUDA cores: P recomputed from q, k and lse per tile; a block
 //                        per key tile accumulates dK and dV over every query row of its kv head; dQ by float32 atomics.
 //                        Any D up to 128
@@ -31,14 +32,16 @@
 //                        registers. Deterministic. Same inputs as attention4
 //   attention_backward5  attention_backward4 with FlashAttention 3's dQ: the dK/dV kernel also computes dQ = dS K for
 //                        each streamed tile (dS^T from registers into shared memory, read by both consumers' wgmma)
-//                        and adds it into a float32 buffer with atomics; a last pass rounds it into dq. 5 products
-//                        instead of 7, one pass over K and V. Not deterministic. Same inputs as attention4
+//                        and adds it into a float32 buffer by bulk reductions (cp.reduce.async.bulk, a warp's part
+//                        at a time); a last pass rounds it into dq. 5 products instead of 7, one pass over K and V.
+//                        Not deterministic. Same inputs as attention4
 //   attention            functional form: attention4 on a 9.x GPU in an sm_90a build (bf16), else attention3 where it
 //                        runs (fp16/bf16, D 64 or 128, 16-byte aligned, compute capability 8.0 or later), else
 //                        attention2; returns (out, lse)
-//   attention_backward   functional backward: attention_backward4 where attention4 runs, else attention_backward3
-//                        where it runs (deterministic, and faster than attention_backward2 at every shape measured),
-//                        else attention_backward1; returns (dq, dk, dv)
+//   attention_backward   functional backward: attention_backward5 where attention4 runs (attention_backward4 under
+//                        torch.use_deterministic_algorithms(True)), else attention_backward3 where it runs
+//                        (deterministic, and faster than attention_backward2 at every shape measured), else
+//                        attention_backward1; returns (dq, dk, dv)
 //   attention_variant, attention_backward_variant   the name of the variant the functional form runs on these inputs
 //
 // Conventions, the same for every op:
@@ -75,19 +78,21 @@
 // the barrier and the shared-memory round trip of its dQ step and on its float32 atomics, which cost more than the
 // recomputation. So the functional attention_backward takes backward3.
 // On Hopper the question comes back: FlashAttention 3 computes dQ inside the dK/dV kernel with wgmma and adds it up
-// with atomics. attention_backward5 does so; on an H200 it ran at 0.91-1.03x the speed of attention_backward4 (bf16,
-// D 64 and 128, T 1024-8192; 0.93-0.99x once both kernels' consumers took turns, 0.83-0.94x once both masked
-// without branches, below): the dQ product waits for both consumers' halves of dS (a barrier between them every
-// step) and for its own result before the atomics, and that costs what the second kernel's recomputation did. The
-// atomics weigh more than the barrier: with each consumer multiplying only its own keys' rows of dS^T (no barrier,
-// twice the atomics) the kernel took 0.50 ms instead of 0.42 (H200, D 64, T 4096, causal). The functional op keeps
-// the deterministic attention_backward4.
+// with atomics. attention_backward5 does so. With float2 atomicAdd (16 atomic instructions a thread a step) it ran
+// at 0.83-1.03x the speed of attention_backward4 on an H200 over successive versions (bf16, D 64 and 128,
+// T 1024-8192), and the atomics were its cost: with each consumer multiplying only its own keys' rows of dS^T (no
+// barrier between the consumers, twice the atomics) the kernel took 0.50 ms instead of 0.42 (D 64, T 4096, causal).
+// Now each warp stores its part of dQ into shared memory and one lane adds it with a bulk reduction, which the copy
+// engine carries out while the warp goes on (FlashAttention 3's way): that kernel 0.42 -> 0.34 ms, the whole backward
+// 1.15-1.18x attention_backward4 (bf16, D 64 and 128, T 2048 and 8192, causal and not). The functional op takes attention_backward5, and the
+// deterministic attention_backward4 when torch.use_deterministic_algorithms(True) asks for the same bits every run.
 
 // ---------------------------------------------------------------------------------------------
 // Includes.
 #include "helpers.cuh"
 #include "hopper.cuh"
 
+#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
@@ -687,6 +692,9 @@ __device__ __forceinline__ void tma_load_head(void* dst, const CUtensorMap* map,
 // so every arrival has its wait. Every consumer of a block must take the same number of turns. (A generation of a
 // barrier cannot start before the last one completes: consumer c - 1 arrives again only after its own next wait,
 // which needs consumer c's pass, which comes after consumer c's wait.)
+// attention4's persistent blocks go round once per query tile (a first turn without a wait, a last one not handed
+// on, every tile), and a consumer lets the next tile start only after its last turn of this one (q_empty), so
+// that no consumer enters the next round while another still has a turn of this one to take.
 template <int N>
 struct Turns {
   int c;    // this consumer
@@ -709,6 +717,9 @@ template <int D>
 struct Fwd4 {
   static constexpr int WGS = D == 64 ? 3 : 2, BM = 64 * WGS, THREADS = 128 * (1 + WGS), REGS = WGS == 3 ? 160 : 240;
   static constexpr bool PINGPONG = WGS == 3;
+  // PERSIST (D 64): a block per SM walks query tiles (below). At D 128 the loop's state costs ptxas registers that
+  // the consumers do not have (it spilled, and the kernel ran 9% slower at T 8192): a block a tile there.
+  static constexpr bool PERSIST = D == 64;
   static constexpr int PANELS = D / 64, TILE_BYTES = PANELS * PANEL4;  // a K or a V tile: 128 rows x D
   static constexpr int Q_PANEL = BM * 128, Q_BYTES = PANELS * Q_PANEL;  // Q: BM rows x D
   static constexpr int SMEM = Q_BYTES + 2 * STAGES4 * TILE_BYTES + 1024;  // Q, the K and V rings, alignment
@@ -775,7 +786,8 @@ template <int D>
 __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     attention_kernel4(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v, __nv_bfloat16* __restrict__ out,
-                      HeadRows out_rows, float* __restrict__ lse, int Hq, int Hkv, int Tq, int Tk, bool causal, float scale_log2) {
+                      HeadRows out_rows, float* __restrict__ lse, int B, int Hq, int Hkv, int Tq, int Tk, bool causal,
+                      float scale_log2) {
 #ifdef HAS_SM90A
   using C = Fwd4<D>;
   extern __shared__ uint4 attention_smem[];
@@ -783,21 +795,33 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
   unsigned char* const ks = qs + C::Q_BYTES;                    // [STAGES4] tiles of K
   unsigned char* const vs = ks + STAGES4 * C::TILE_BYTES;       // [STAGES4] tiles of V
   __shared__ alignas(8) uint64_t q_full;            // Q has landed
+  __shared__ alignas(8) uint64_t q_empty;           // every consumer's last Q K^T of the block's tile has read Q
   __shared__ alignas(8) uint64_t k_full[STAGES4];   // a stage's K (V) tile has landed
   __shared__ alignas(8) uint64_t v_full[STAGES4];
   __shared__ alignas(8) uint64_t k_empty[STAGES4];  // every consumer's wgmma have read it
   __shared__ alignas(8) uint64_t v_empty[STAGES4];
-  const int wg = threadIdx.x / 128;
-  const int x = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int wg = threadIdx.x / 128, shift = Tk - Tq;
+  // PERSIST: a block per SM (or fewer) takes the tiles of BM query rows w = blockIdx.x, + gridDim.x, ... of all
+  // heads, so that one tile's last products and epilogue overlap the next one's Q and K/V loads (at T 1024, 8 x 12
+  // heads, D 64, causal: 63 -> 55 us on an H200). Causal, the tiles with the most keys go first, every head's before
+  // the next row block (x from the last down: the blocks finish together); not causal, a head's tiles one after
+  // another, so that the blocks running together share K and V in L2. Else a block a tile (gridDim.x = the tiles).
+  const int nx = (Tq + C::BM - 1) / C::BM, total = nx * B * Hq;
   // The rows are cut into blocks of BM from the last one back, so that a ragged block (BM = 192 leaves one at every
   // power of two) is the first, its rows before 0 absent: TMA fills them with zeros and nothing of theirs is stored.
   // Causal, the first block attends to the fewest keys, so its missing rows cost the least there; cut from row 0, the
   // ragged block was the last and computed every key for rows that are not there (a quarter of the work at T 1024).
-  const int i0 = x * C::BM - (C::BM - Tq % C::BM) % C::BM, shift = Tk - Tq;
-  const int bh = blockIdx.z * Hq + blockIdx.y, bkv = blockIdx.z * Hkv + blockIdx.y / (Hq / Hkv);
-  const int tiles = (keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;
+  int i0 = 0, bh = 0, bkv = 0, tiles = 0;  // tile w's first row, head (of B Hq), kv head and number of key tiles
+  auto take_tile = [&](int w) {
+    const int x = causal ? nx - 1 - w / (B * Hq) : w % nx;
+    bh = causal ? w % (B * Hq) : w / nx;
+    bkv = bh / Hq * Hkv + bh % Hq / (Hq / Hkv);
+    i0 = x * C::BM - (C::BM - Tq % C::BM) % C::BM;
+    tiles = (keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;
+  };
   if (threadIdx.x == 0) {
     mbar_init(&q_full, 1);
+    mbar_init(&q_empty, 4 * C::WGS);  // one arrival per consumer warp
     for (int s = 0; s < STAGES4; ++s) {
       mbar_init(&k_full[s], 1);   // the producer's expect_tx, then the bytes
       mbar_init(&v_full[s], 1);
@@ -811,25 +835,30 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (threadIdx.x == 0) {
-      mbar_expect_bytes(&q_full, C::Q_BYTES);
-      for (int p = 0; p < C::PANELS; ++p) tma_load_head(qs + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, Hq, &q_full);
-      for (int t = 0; t < tiles; ++t) {
-        const int stage = t % STAGES4, use = t / STAGES4;
-        unsigned char* kt = ks + stage * C::TILE_BYTES;
-        unsigned char* vt = vs + stage * C::TILE_BYTES;
-        if (use > 0) mbar_wait(&k_empty[stage], (use - 1) % 2);
-        mbar_expect_bytes(&k_full[stage], C::TILE_BYTES);
-        for (int p = 0; p < C::PANELS; ++p) tma_load_head(kt + p * PANEL4, &map_k, 64 * p, t * BN4, bkv, Hkv, &k_full[stage]);
-        if (use > 0) mbar_wait(&v_empty[stage], (use - 1) % 2);
-        mbar_expect_bytes(&v_full[stage], C::TILE_BYTES);
-        for (int p = 0; p < C::PANELS; ++p) tma_load_head(vt + p * PANEL4, &map_v, 64 * p, t * BN4, bkv, Hkv, &v_full[stage]);
+      int g = 0;  // K and V tiles loaded so far: the ring's stages and phases run on from one query tile to the next
+      for (int w = blockIdx.x, n = 0; w < total; w += gridDim.x, ++n) {
+        take_tile(w);
+        if (n > 0) mbar_wait(&q_empty, (n - 1) % 2);
+        mbar_expect_bytes(&q_full, C::Q_BYTES);
+        for (int p = 0; p < C::PANELS; ++p) tma_load_head(qs + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, Hq, &q_full);
+        for (int t = 0; t < tiles; ++t, ++g) {
+          const int stage = g % STAGES4, use = g / STAGES4;
+          unsigned char* kt = ks + stage * C::TILE_BYTES;
+          unsigned char* vt = vs + stage * C::TILE_BYTES;
+          if (use > 0) mbar_wait(&k_empty[stage], (use - 1) % 2);
+          mbar_expect_bytes(&k_full[stage], C::TILE_BYTES);
+          for (int p = 0; p < C::PANELS; ++p) tma_load_head(kt + p * PANEL4, &map_k, 64 * p, t * BN4, bkv, Hkv, &k_full[stage]);
+          if (use > 0) mbar_wait(&v_empty[stage], (use - 1) % 2);
+          mbar_expect_bytes(&v_full[stage], C::TILE_BYTES);
+          for (int p = 0; p < C::PANELS; ++p) tma_load_head(vt + p * PANEL4, &map_v, 64 * p, t * BN4, bkv, Hkv, &v_full[stage]);
+        }
+        if constexpr (!C::PERSIST) break;  // one tile: no state carried over (registers)
       }
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::REGS));
     const int c = wg - 1, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
-    const int w0 = i0 + 64 * c + 16 * warp;  // this warp's first row; this lane's rows: row and row + 8
-    const int row = w0 + lane / 4;
+    int w0 = 0, row = 0;  // this warp's first row of the tile; this lane's rows: row and row + 8
     const uint32_t q_at = smem_addr(qs) + c * 64 * 128;  // this consumer's 64 rows in each panel of Q
     auto qk_desc = [&](int kk) { return desc128(q_at + kk / 4 * C::Q_PANEL + kk % 4 * 32, 16, 1024); };
     auto k_desc = [&](int stage, int kk) {
@@ -842,11 +871,12 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     auto release = [&](uint64_t* bar) {
       if (lane == 0) mbar_arrive(bar);
     };
-    float s[64];          // the score tile, then its probabilities
-    float o[D / 2] = {};  // the 64 x D output: register r is row (r / 2) % 2, column 8 (r / 4) + 2 (lane % 4) + r % 2
+    float s[64];     // the score tile, then its probabilities
+    float o[D / 2];  // the 64 x D output: register r is row (r / 2) % 2, column 8 (r / 4) + 2 (lane % 4) + r % 2
     uint32_t p[BN4 / 16][4];
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows row and row + 8: max (log2 units), sum
+    float m[2], l[2];  // rows row and row + 8: max (log2 units), sum
 
+    // The lambdas' t counts K and V tiles through the ring (t % STAGES4 the stage), softmax's the tile's keys (t BN4).
     // S = Q K^T of tile t into s, issued (not waited for).
     auto issue_scores = [&](int t) {
       const int stage = t % STAGES4;
@@ -907,62 +937,82 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 
     auto k_ready = [&](int t) { mbar_wait(&k_full[t % STAGES4], t / STAGES4 % 2); };
     auto v_ready = [&](int t) { mbar_wait(&v_full[t % STAGES4], t / STAGES4 % 2); };
-    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 turns each
+    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 turns each, a query tile at a time
 
-    mbar_wait(&q_full, 0);
-    if (tiles > 0) {
-      float alpha[2];
-      k_ready(0);
-      turns.take(true);
-      issue_scores(0);
-      turns.pass(false);
-      wgmma_wait<0>();
-      release(&k_empty[0]);
-      softmax(0, alpha);  // o is zero: nothing to rescale
-      for (int t = 1; t < tiles; ++t) {
-        pack_p();
-        k_ready(t);
-        v_ready(t - 1);
-        turns.take(false);
-        issue_scores(t);     // tile t's scores ...
-        issue_pv(t - 1);     // ... and tile t - 1's P V, both in flight
+    int g = 0;  // K and V tiles taken from the ring so far
+    for (int w = blockIdx.x, n = 0; w < total; w += gridDim.x, ++n) {
+      take_tile(w);
+      w0 = i0 + 64 * c + 16 * warp;
+      row = w0 + lane / 4;
+#pragma unroll
+      for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
+      m[0] = m[1] = -INFINITY;
+      l[0] = l[1] = 0.0f;
+      mbar_wait(&q_full, n % 2);
+      if (tiles > 0) {
+        float alpha[2];
+        k_ready(g);
+        turns.take(true);
+        issue_scores(g);
         turns.pass(false);
-        wgmma_wait<1>();     // the scores are in
-        release(&k_empty[t % STAGES4]);
-        softmax(t, alpha);   // while the P V product runs
         wgmma_wait<0>();
-        release(&v_empty[(t - 1) % STAGES4]);
+        release(&k_empty[g % STAGES4]);
+        softmax(0, alpha);  // o is zero: nothing to rescale
+        for (int t = 1; t < tiles; ++t) {
+          const int u = g + t;  // tile t in the ring
+          pack_p();
+          k_ready(u);
+          v_ready(u - 1);
+          turns.take(false);
+          issue_scores(u);     // tile t's scores ...
+          issue_pv(u - 1);     // ... and tile t - 1's P V, both in flight
+          turns.pass(false);
+          wgmma_wait<1>();     // the scores are in
+          release(&k_empty[u % STAGES4]);
+          softmax(t, alpha);   // while the P V product runs
+          wgmma_wait<0>();
+          release(&v_empty[(u - 1) % STAGES4]);
 #pragma unroll
-        for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];
+          for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];
+        }
+        pack_p();
+        v_ready(g + tiles - 1);
+        turns.take(false);
+        // Every product that reads Q is done, and so is this consumer's last wait for a turn of the tile: the
+        // producer may load the next tile's Q. (Released before that wait, the next tile could start while a
+        // consumer has yet to take its last turn here, and the consumer before it would arrive at its named
+        // barrier for a second generation before the first was waited for.)
+        release(&q_empty);
+        issue_pv(g + tiles - 1);
+        turns.pass(true);
+        wgmma_wait<0>();
+        release(&v_empty[(g + tiles - 1) % STAGES4]);
+        g += tiles;
+      } else {
+        release(&q_empty);
       }
-      pack_p();
-      v_ready(tiles - 1);
-      turns.take(false);
-      issue_pv(tiles - 1);
-      turns.pass(true);
-      wgmma_wait<0>();
-      release(&v_empty[(tiles - 1) % STAGES4]);
-    }
 
-    // Epilogue: each row's sum over its quad; O / l rounded to bf16, a pair a store; lse = (m + log2 l) ln 2.
+      // Epilogue: each row's sum over its quad; O / l rounded to bf16, a pair a store; lse = (m + log2 l) ln 2.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = l[h];
-      sum += __shfl_xor_sync(FULL_MASK, sum, 1);
-      sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row with no key: out = 0
-      const int i = row + 8 * h;
-      if (i >= 0 && i < Tq) {  // the first block's rows before 0 are not there
-        __nv_bfloat16* orow = out + out_rows.row(bh, i) + 2 * (lane % 4);
+      for (int h = 0; h < 2; ++h) {
+        float sum = l[h];
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row with no key: out = 0
+        const int i = row + 8 * h;
+        if (i >= 0 && i < Tq) {  // the first block's rows before 0 are not there
+          __nv_bfloat16* orow = out + out_rows.row(bh, i) + 2 * (lane % 4);
 #pragma unroll
-        for (int r = 2 * h; r < D / 2; r += 4)
-          *reinterpret_cast<__nv_bfloat162*>(orow + 8 * (r / 4)) = to_pair<__nv_bfloat16>(o[r] * inv, o[r + 1] * inv);
-        if (lane % 4 == 0) lse[(int64_t)bh * Tq + i] = sum > 0.0f ? (m[h] + log2f(sum)) * LN2 : -INFINITY;
+          for (int r = 2 * h; r < D / 2; r += 4)
+            *reinterpret_cast<__nv_bfloat162*>(orow + 8 * (r / 4)) = to_pair<__nv_bfloat16>(o[r] * inv, o[r + 1] * inv);
+          if (lane % 4 == 0) lse[(int64_t)bh * Tq + i] = sum > 0.0f ? (m[h] + log2f(sum)) * LN2 : -INFINITY;
+        }
       }
+      if constexpr (!C::PERSIST) break;
     }
   }
 #else
-  (void)out, (void)out_rows, (void)lse, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale_log2;
+  (void)out, (void)out_rows, (void)lse, (void)B, (void)Hq, (void)Hkv, (void)Tq, (void)Tk, (void)causal, (void)scale_log2;
   __trap();  // built without sm_90a: the launcher refuses to start it
 #endif
 }
@@ -1004,9 +1054,11 @@ struct Bwd4 {
   static constexpr int BS = kStream4<D>;
   static constexpr int OWN_PANEL = 128 * 128, STR_PANEL = BS * 128;       // 64 columns of 128 or BS rows
   static constexpr int OWN_BYTES = (D / 64) * OWN_PANEL, STR_BYTES = (D / 64) * STR_PANEL;
-  // attention_backward5: dS^T (128 keys x BS queries, bf16) for the dQ product, two buffers
-  static constexpr int DS_PANEL = 128 * 128, DS_BYTES = (BS / 64) * DS_PANEL;
-  static constexpr int SMEM = 2 * OWN_BYTES + 2 * STAGES4 * STR_BYTES + (ATOMIC ? 2 * DS_BYTES : 0) + 1024;
+  // attention_backward5: dS^T (128 keys x BS queries, bf16) for the dQ product, two buffers; and each consumer
+  // warp's part of the step's dQ (16 x 64 float32, 4 KB) on its way to global memory
+  static constexpr int DS_PANEL = 128 * 128, DS_BYTES = (BS / 64) * DS_PANEL, DQ_WARP = 16 * 64 * 4;
+  static constexpr int SMEM =
+      2 * OWN_BYTES + 2 * STAGES4 * STR_BYTES + (ATOMIC ? 2 * DS_BYTES + 8 * DQ_WARP : 0) + 1024;
 };
 
 #ifdef HAS_SM90A
@@ -1028,12 +1080,29 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t adesc, uint64_
                    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(adesc), "l"(bdesc), "r"(accumulate), "n"(TRANS));
 }
-// dst[0] += a and dst[1] += b in global memory, each atomically (float2 atomicAdd: one instruction from compute
-// capability 9.0; the pair as a whole is not one atomic, and needs not be). dst is 8-byte aligned.
-__device__ __forceinline__ void add_pair(float* dst, float a, float b) {
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(a, b));
+// A bulk reduction (TMA without a tensor map): `bytes` of float32 from shared memory added into global memory, each
+// element atomically, in the issuing thread's current bulk async-group. Both addresses 16-byte aligned, bytes a
+// multiple of 16. The thread commits the group, and before it writes the source again waits until the group has
+// read it (bulk_wait_read); a block's threads must not exit before their groups have read their sources.
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"(smem_addr(src)), "r"(bytes) : "memory");
 }
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 #endif
+
+// attention_backward5's float32 dQ sums: a head's rows padded to a whole streamed tile (Tpad), a tile's BS x D values
+// in the order the dQ product leaves them in registers, so that a consumer warp's 16 x 64 part is one contiguous 4 KB
+// run, written to shared memory without bank conflicts and added into global memory by one bulk reduction. The index
+// in the tile of (query i, column col), both counted from the tile's corner: part (a consumer's 64 x 64: queries 64c..
+// at D 64, columns 64c.. at D 128), warp (16 rows of it), then the register pair r / 2 = 2 (col % 64 / 8) + i % 16 / 8
+// and the lane 4 (i % 8) + col % 8 / 2, two floats each. Eight columns from a multiple of 8 lie side by side.
+template <int D>
+__host__ __device__ __forceinline__ int dq_tile_index(int i, int col) {
+  const int part = kStream4<D> == 128 ? i / 64 : col / 64, warp = i % 64 / 16;
+  return part * 4096 + warp * 1024 + (2 * (col % 64 / 8) + i % 16 / 8) * 64 + 8 * (i % 8) + col % 8;
+}
 
 // ATOMIC (attention_backward5, with DQ false): the dK/dV kernel also adds each step's dQ = dS K into dq_acc.
 template <int D, bool DQ, bool ATOMIC = false>
@@ -1053,6 +1122,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
   unsigned char* const own = align1024(reinterpret_cast<unsigned char*>(attention_smem));  // own1, then own2
   unsigned char* const str = own + 2 * C::OWN_BYTES;  // [STAGES4] x (str1, str2)
   unsigned char* const ds = str + 2 * STAGES4 * C::STR_BYTES;  // ATOMIC: [2] x dS^T
+  float* const dq_s = reinterpret_cast<float*>(ds + 2 * C::DS_BYTES);  // ATOMIC: [8 consumer warps] x 16 x 64 dQ
   __shared__ alignas(8) uint64_t own_full;           // the own tiles have landed
   __shared__ alignas(8) uint64_t full[STAGES4];      // a stage's streamed tiles (and lse, D) have landed
   __shared__ alignas(8) uint64_t empty[STAGES4];     // both consumers' wgmma have read them
@@ -1241,13 +1311,22 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         wgmma_wait<0>();
         if (lane == 0) mbar_arrive(&empty[stage]);
         // ds[t % 2] is written again at step t + 2, after the barrier of step t + 1, which each consumer reaches
-        // after its wait above: no consumer overwrites a buffer the other still reads
-        float* const rows = dq_acc + (int64_t)head * Tq * D;
+        // after its wait above: no consumer overwrites a buffer the other still reads.
+        // The warp's 16 x 64 part of dQ into its 4 KB of shared memory, in register order (dq_tile_index: lane after
+        // lane, 8 bytes each, no bank conflict), then one bulk reduction of lane 0 adds it into dq_acc. The copy of
+        // the last step must have read the buffer first (long done: a whole step ago), and the warp's stores must be
+        // visible to the copy, which reads through the async proxy: each lane's fence, then the warp's sync.
+        float* const part = dq_s + (4 * c + warp) * 1024;
+        if (lane == 0) bulk_wait_read();
+        __syncwarp();
 #pragma unroll
-        for (int r = 0; r < 32; r += 2) {
-          const int i = col0 + 64 * qa + 16 * warp + lane / 4 + 8 * (r / 2 % 2);
-          const int col = 64 * dpan + 8 * (r / 4) + 2 * (lane % 4);
-          if (i < Tq) add_pair(rows + (int64_t)i * D + col, dq[r], dq[r + 1]);
+        for (int r = 0; r < 32; r += 2) *reinterpret_cast<float2*>(part + r / 2 * 64 + 2 * lane) = make_float2(dq[r], dq[r + 1]);
+        fence_async_shared();
+        __syncwarp();
+        if (lane == 0) {  // the tile's rows past Tq are the padding (their dS is 0)
+          bulk_reduce_add(dq_acc + ((int64_t)head * Tpad + col0) * D + dq_tile_index<D>(64 * qa + 16 * warp, 64 * dpan),
+                          part, 4096);
+          bulk_commit();
         }
       } else if constexpr (DRAIN) {
         wgmma_wait<0>();
@@ -1258,6 +1337,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
     }
     wgmma_wait<0>();
     if (!DRAIN && steps > 0 && lane == 0) mbar_arrive(&empty[(steps - 1) % STAGES4]);
+    if (ATOMIC && lane == 0) bulk_wait_read();  // the block's shared memory goes when it ends
 
     // Epilogue: rows of this lane's own side below their length, a pair a store.
     const int limit = DQ ? Tq : Tk;
@@ -2047,6 +2127,14 @@ static CUtensorMap head_map(const at::Tensor& t, uint32_t rows) {
   return tensor_map_nd(t, 4, dims, strides, box);
 }
 
+// Streaming multiprocessors on the current device (attention4's persistent grid).
+static int sm_count() {
+  int dev = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 // Where the epilogues store a head's rows of `t` ([B, H, T, D], rows contiguous).
 static HeadRows head_rows(const at::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2), (int)t.size(1)}; }
 
@@ -2056,9 +2144,14 @@ static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   const CUtensorMap mq = head_map(q, Fwd4<D>::BM), mk = head_map(k, BN4), mv = head_map(v, BN4);
   auto kernel = attention_kernel4<D>;
   allow_shared(kernel, Fwd4<D>::SMEM);
-  kernel<<<head_grid(ceil_div(d.Tq, (int64_t)Fwd4<D>::BM), d, d.Hq), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
-           c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), head_rows(out), mut<float>(lse), d.Hq, d.Hkv,
-                                                d.Tq, d.Tk, causal, (float)scale * LOG2E);
+  // PERSIST: at most a block per SM, each walking tiles of query rows, else a block a tile (tiles below 2^31: the
+  // kernel counts them in an int)
+  const int64_t tiles = ceil_div(d.Tq, (int64_t)Fwd4<D>::BM) * d.B * d.Hq;
+  TORCH_CHECK(tiles < (int64_t(1) << 31), "`attention4`: ceil(Tq / ", std::to_string(Fwd4<D>::BM), ") * B * Hq must be "
+              "below 2^31, got ", std::to_string(tiles));
+  kernel<<<(unsigned)(Fwd4<D>::PERSIST ? std::min<int64_t>(tiles, sm_count()) : tiles), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
+           c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), head_rows(out), mut<float>(lse),
+                                                (int)d.B, d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale * LOG2E);
   CHECK_LAUNCH();
 }
 
@@ -2280,16 +2373,22 @@ static void launch_backward4(const CUtensorMap& own1, const CUtensorMap& own2, c
   CHECK_LAUNCH();
 }
 
-// attention_dq_kernel5: attention_backward5's last step, dq = scale * the float32 sums its atomics made, rounded once,
-// into dq's layout (rows of D contiguous); a thread per 8 values (16 bytes of dq).
+// attention_dq_kernel5: attention_backward5's last step, dq = scale * the float32 sums its bulk reductions made,
+// rounded once, from their tiles (dq_tile_index) into dq's layout (rows of D contiguous); a thread per 8 values
+// (16 bytes of dq, 32 contiguous bytes of the sums).
+template <int D>
 __global__ void attention_dq_kernel5(const float* __restrict__ acc, __nv_bfloat16* __restrict__ dq, HeadRows rows,
-                                     int64_t n8, int Tq, int D, float scale) {
+                                     int64_t n8, int Tq, int Tpad, float scale) {
+  constexpr int BS = kStream4<D>;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n8; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = e * 8 / D;
-    const float4 a = reinterpret_cast<const float4*>(acc)[2 * e], b = reinterpret_cast<const float4*>(acc)[2 * e + 1];
+    const int head = (int)(row / Tq), i = (int)(row % Tq), col = (int)(e * 8 % D);
+    const float4* const from = reinterpret_cast<const float4*>(
+        acc + ((int64_t)head * Tpad + i / BS * BS) * D + dq_tile_index<D>(i % BS, col));
+    const float4 a = from[0], b = from[1];
     const uint4 v = {pack<__nv_bfloat16>(a.x * scale, a.y * scale), pack<__nv_bfloat16>(a.z * scale, a.w * scale),
                      pack<__nv_bfloat16>(b.x * scale, b.y * scale), pack<__nv_bfloat16>(b.z * scale, b.w * scale)};
-    *reinterpret_cast<uint4*>(dq + rows.row((int)(row / Tq), row % Tq) + e * 8 % D) = v;
+    *reinterpret_cast<uint4*>(dq + rows.row(head, i) + col) = v;
   }
 }
 
@@ -2313,13 +2412,13 @@ static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   CHECK_LAUNCH();
   const CUtensorMap lse_rows = row_map(lse2, BS), delta_rows = row_map(delta, BS);
   if constexpr (ATOMIC) {
-    const at::Tensor acc = at::zeros({d.B * d.Hq, d.Tq, d.D}, lse.options());
+    const at::Tensor acc = at::zeros({d.B * d.Hq, tpad, d.D}, lse.options());  // whole tiles (dq_tile_index)
     launch_backward4<D, false, true>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
                                      delta_rows, lse2, delta, dk, mut<__nv_bfloat16>(dv), head_rows(dv), d, causal, scale,
                                      stream, mut<float>(acc));
-    const int64_t n8 = acc.numel() / 8, blocks = std::min<int64_t>(ceil_div(n8, (int64_t)256), 65536);
-    attention_dq_kernel5<<<blocks, 256, 0, stream>>>(ptr<float>(acc), mut<__nv_bfloat16>(dq), head_rows(dq), n8,
-                                                     (int)d.Tq, (int)d.D, (float)scale);
+    const int64_t n8 = d.B * d.Hq * d.Tq * D / 8, blocks = std::min<int64_t>(ceil_div(n8, (int64_t)256), 65536);
+    attention_dq_kernel5<D><<<blocks, 256, 0, stream>>>(ptr<float>(acc), mut<__nv_bfloat16>(dq), head_rows(dq), n8,
+                                                        (int)d.Tq, (int)tpad, (float)scale);
     CHECK_LAUNCH();
   } else {
     launch_backward4<D, false>(head_map(k, 128), head_map(v, 128), head_map(q, BS), head_map(dout, BS), lse_rows,
@@ -2381,8 +2480,10 @@ std::string attention_backward_variant(const at::Tensor& q, const at::Tensor& k,
                                       const at::Tensor& dout) {
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || !tensor_cores_take(q, k, v) || !aligned16(dout))
     return "attention_backward1";
-  return hopper_takes(q, k, v) && dout.dim() == 4 && rows_contiguous(dout) ? "attention_backward4"
-                                                                           : "attention_backward3";
+  if (!hopper_takes(q, k, v) || dout.dim() != 4 || !rows_contiguous(dout)) return "attention_backward3";
+  // attention_backward5 adds dQ up in whatever order its blocks reach it; torch.use_deterministic_algorithms(True)
+  // asks for the same bits every run, which attention_backward4 gives
+  return at::globalContext().deterministicAlgorithms() ? "attention_backward4" : "attention_backward5";
 }
 
 // Functional backward: (dq, dk, dv) by attention_backward4, 3 or 1, as `attention` picks attention4, 3 or 2. The op's
@@ -2399,10 +2500,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tens
   const bool readable = dout.dim() == 4 && rows_contiguous(dout) && aligned16(dout);
   const at::Tensor gout = readable ? dout : at::empty(dout.sizes(), dout.options()).copy_(dout);
   const std::string variant = attention_backward_variant(q, k, v, gout);
-  if (variant == "attention_backward4") {  // out too is read in 16-byte pieces: a copy where it is not aligned
+  if (variant == "attention_backward4" || variant == "attention_backward5") {
+    // out too is read in 16-byte pieces: a copy where it is not aligned
     const bool out_readable = out.dim() == 4 && rows_contiguous(out) && aligned16(out);
-    attention_backward4(q, k, v, out_readable ? out : at::empty(out.sizes(), out.options()).copy_(out), lse, gout,
-                        causal, scale, dq, dk, dv);
+    const at::Tensor o = out_readable ? out : at::empty(out.sizes(), out.options()).copy_(out);
+    if (variant == "attention_backward4") attention_backward4(q, k, v, o, lse, gout, causal, scale, dq, dk, dv);
+    else attention_backward5(q, k, v, o, lse, gout, causal, scale, dq, dk, dv);
     return {dq, dk, dv};
   }
   at::Tensor gq = contiguous_result(dq), gk = contiguous_result(dk), gv = contiguous_result(dv);

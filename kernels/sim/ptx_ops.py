@@ -671,7 +671,7 @@ def e_stmatrix(ins: Instr, em: Emit) -> str:
 def e_cp(ins: Instr, em: Emit) -> str:
     m = Mods(ins, em)
     if m.take("reduce"):
-        em.fail("cp.reduce.async.bulk (reductions into global memory) is not run by the simulator")
+        return _bulk_reduce(ins, em, m)
     m.need("async")
     if m.take("bulk"):
         return _bulk(ins, em, m)
@@ -787,6 +787,40 @@ def _bulk(ins: Instr, em: Emit, m: Mods) -> str:
     nops(ins, em, 3, 4)
     d, s, size = ins.operands[:3]
     return f"{P}bulk_store({site}, {em.addr(d)}, {em.addr(s)}, {P}as<uint32_t>({em.val(size)}));"
+
+
+REDUCE_TYPES = {  # a bulk reduction's operations and types (PTX ISA, cp.reduce.async.bulk into global memory)
+    "add": {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "f32": "float", "f64": "double"},
+    "min": {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "long long"},
+    "and": {"b32": "unsigned", "b64": "unsigned long long"},
+    "inc": {"u32": "unsigned"},
+}
+REDUCE_TYPES |= {"max": REDUCE_TYPES["min"], "or": REDUCE_TYPES["and"], "xor": REDUCE_TYPES["and"],
+                 "dec": REDUCE_TYPES["inc"]}
+
+
+def _bulk_reduce(ins: Instr, em: Emit, m: Mods) -> str:
+    # cp.reduce.async.bulk.global.shared::cta.bulk_group{.L2::cache_hint}.op.type [dst], [src], size{, policy}
+    m.need("async")
+    m.need("bulk")
+    if m.take("tensor"):
+        em.fail("cp.reduce.async.bulk.tensor (a reduction through a tensor map) is not run by the simulator: it runs "
+                "the 1-D form, cp.reduce.async.bulk.global.shared::cta.bulk_group")
+    if m.need("global", "shared::cluster") != "global":
+        em.fail("a bulk reduction into another block's shared memory needs clusters' mbarriers, which the simulator "
+                "does not run for reductions: it runs cp.reduce.async.bulk.global.shared::cta.bulk_group")
+    m.need("shared::cta")
+    m.need("bulk_group")
+    hint = m.take("L2::cache_hint") is not None
+    op = m.need(*REDUCE_TYPES)
+    if m.take("noftz"):
+        em.fail("the simulator runs bulk reductions of 32- and 64-bit elements (no .noftz.f16 or .bf16)")
+    t = m.type(set(REDUCE_TYPES[op]))
+    m.done()
+    nops(ins, em, 3 + hint)
+    d, s, size = ins.operands[:3]
+    return (f"{P}bulk_reduce<{P}AtomOp::{op.capitalize()}, {REDUCE_TYPES[op][t]}>({em.site()}, {em.addr(d)}, "
+            f"{em.addr(s)}, {P}as<uint32_t>({em.val(size)}));")
 
 
 def _tensor_operand(t, dims: int, em: Emit) -> tuple[str, str]:

@@ -29,6 +29,9 @@
 //                      128 threads fill the other; cp.async.bulk.wait_group.read 1 before a tile is refilled
 //   two_issuers        y = x for [64, 64] floats: lane 0 of each of two warps stores its 32 rows with a 1-D bulk
 //                      store; the second warp waits first, with the first warp's store still in flight
+//   bulk_reduce        y op= every row of x (add, min or max; float32, float64, int32 or int64), each block
+//                      reducing its row into y with cp.reduce.async.bulk (two halves, one bulk group); with
+//                      plain_store a thread of block 0 also stores y[0] unordered with the reductions (a race)
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -776,6 +779,69 @@ at::Tensor two_issuers(const at::Tensor& x) {
   return y;
 }
 
+// bulk_reduce: block b adds (or takes the min or max of) row b of x into y with bulk reductions. KIND picks the
+// instruction: 0 add.f32, 1 add.f64, 2 add.s32, 3 min.s32, 4 max.s32, 5 add.u64, 6 min.s64, 7 max.s64.
+template <int KIND>
+__device__ __forceinline__ void reduce_into(void* dst, const void* src, uint32_t bytes) {
+  if constexpr (KIND == 0)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 1)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f64 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 2)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.s32 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 3)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.s32 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 4)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.max.s32 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 5)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 6)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.s64 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.max.s64 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+}
+
+template <int KIND>
+__global__ void bulk_reduce_kernel(const uint8_t* x, uint8_t* y, uint32_t bytes, bool plain_store, bool wait_writes) {
+  __shared__ alignas(128) uint8_t stage[8192];
+  for (uint32_t i = threadIdx.x; i < bytes; i += blockDim.x) stage[i] = x[blockIdx.x * (size_t)bytes + i];
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t half = bytes / 32 * 16;  // a multiple of 16
+    if (half > 0) reduce_into<KIND>(y, stage, half);
+    reduce_into<KIND>(y + half, stage + half, bytes - half);
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    if (wait_writes) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+  if (plain_store && blockIdx.x == 0 && threadIdx.x == 32) y[0] = 0;
+}
+
+at::Tensor bulk_reduce(const at::Tensor& x, const at::Tensor& y0, const std::string& op, bool plain_store,
+                       bool wait_writes) {
+  CHECK_INPUT(x);
+  CHECK_INPUT(y0);
+  TORCH_CHECK(x.dim() == 2 && y0.dim() == 1 && x.size(1) == y0.size(0) && x.scalar_type() == y0.scalar_type(),
+              "x must be [blocks, n] and y0 [n] of its dtype");
+  const int64_t bytes = y0.numel() * y0.element_size();
+  TORCH_CHECK(bytes > 0 && bytes % 16 == 0 && bytes <= 8192 && x.size(0) > 0, "a row must be 16..8192 bytes, a multiple of 16");
+  const at::ScalarType t = x.scalar_type();
+  const bool f32 = t == at::kFloat, f64 = t == at::kDouble, i32 = t == at::kInt, i64 = t == at::kLong;
+  const int kind = op == "add" ? (f32 ? 0 : f64 ? 1 : i32 ? 2 : i64 ? 5 : -1)
+                 : op == "min" ? (i32 ? 3 : i64 ? 6 : -1)
+                 : op == "max" ? (i32 ? 4 : i64 ? 7 : -1) : -1;
+  TORCH_CHECK(kind >= 0, "op must be add (float32, float64, int32, int64), min or max (int32, int64), got ", op);
+  at::Tensor y = y0.clone();
+  auto kernel = kind == 0 ? bulk_reduce_kernel<0> : kind == 1 ? bulk_reduce_kernel<1> : kind == 2 ? bulk_reduce_kernel<2>
+              : kind == 3 ? bulk_reduce_kernel<3> : kind == 4 ? bulk_reduce_kernel<4> : kind == 5 ? bulk_reduce_kernel<5>
+              : kind == 6 ? bulk_reduce_kernel<6> : bulk_reduce_kernel<7>;
+  kernel<<<static_cast<unsigned>(x.size(0)), 64>>>(static_cast<const uint8_t*>(x.data_ptr()), static_cast<uint8_t*>(y.data_ptr()),
+                                                   static_cast<uint32_t>(bytes), plain_store, wait_writes);
+  CHECK_LAUNCH();
+  return y;
+}
+
 at::Tensor store_ring(const at::Tensor& x, bool bulk) {
   CHECK_INPUT(x);
   CHECK_DTYPE(x, at::kFloat);
@@ -804,6 +870,7 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("mbarrier_ring(Tensor x, int stages) -> Tensor");
   m.def("store_ring(Tensor x, bool bulk) -> Tensor");
   m.def("two_issuers(Tensor x) -> Tensor");
+  m.def("bulk_reduce(Tensor x, Tensor y0, str op, bool plain_store, bool wait_writes) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
@@ -817,4 +884,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("cp_async_mbarrier", &cp_async_mbarrier);
   m.impl("store_ring", &store_ring);
   m.impl("two_issuers", &two_issuers);
+  m.impl("bulk_reduce", &bulk_reduce);
 }

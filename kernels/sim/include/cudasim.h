@@ -563,6 +563,7 @@ namespace instr {
 CUDASIM_RT void access(const void* p, size_t bytes, bool write, const char* file, int line);
 CUDASIM_RT void access_for(const void* p, size_t bytes, bool write, const char* file, int line, int thread);
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc);
+CUDASIM_RT void atomic_range(const void* p, size_t bytes, const char* file, int line);
 CUDASIM_RT void atomic_load_next();  // the next atomic_access is a strong load's (it acquires, releases nothing)
 CUDASIM_RT void sync_object_access(const void* p, size_t bytes, void* pc);
 CUDASIM_RT void mbar_reset(const void* bar);
@@ -596,6 +597,12 @@ CUDASIM_RT void note_read(const void* p, size_t bytes, const char* file, int lin
 }
 CUDASIM_RT void note_write(void* p, size_t bytes, const char* file, int line) {
   CUDASIM_EVENT(access(p, bytes, true, file, line));
+  (void)p, (void)bytes, (void)file, (void)line;
+}
+// Atomics the simulator makes on the running thread's behalf over a range (a bulk reduction's elements): checked
+// as atomic writes, which conflict with plain accesses of other threads and not with other atomics.
+CUDASIM_RT void note_atomic(void* p, size_t bytes, const char* file, int line) {
+  CUDASIM_EVENT(atomic_range(p, bytes, file, line));
   (void)p, (void)bytes, (void)file, (void)line;
 }
 // A write that lands now for another thread of the block (an asynchronous copy completing on an mbarrier, for the

@@ -237,6 +237,19 @@ CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   check::S.busy = false;
 }
 
+// A range of atomic writes made for the running thread (cudasim.h's note_atomic): no ordering of plain accesses
+// through them (a bulk reduction is relaxed), only the check that plain accesses of other threads are ordered
+// with them.
+CUDASIM_RT void atomic_range(const void* p, size_t bytes, const char* file, int line) {
+  if (prof::P.on) {
+    prof::note(p, static_cast<unsigned>(bytes), prof::kAtomic, __builtin_return_address(0));
+    return;
+  }
+  if (!check::S.on || !g.cur || !g.running) return;
+  check_access(reinterpret_cast<uintptr_t>(p), bytes, check::kWrite | check::kAtomic | check::kHasFile,
+               file_line(file, line), true);
+}
+
 // __threadfence() (system false) and __threadfence_system(): the fences that order peer memory (cudasim_peers.h).
 CUDASIM_RT void fence(bool system) {
   if (!check::S.on || !g.cur || !g.running || !g.peer_count) return;

@@ -609,6 +609,12 @@ CUDASIM_INTERNAL inline void bulk_load(const Site& s, Addr dst, Addr src, uint32
 // A block that ends with a store whose reads were never retired is an error (its shared memory goes while
 // the store may still read it; CUTLASS waits with wait_group.read 0 before its threads exit); stores
 // whose reads were retired land their global bytes then.
+// A bulk reduction (cp.reduce.async.bulk.global.shared::cta.bulk_group.op.type) is such a store whose bytes
+// combine with what global memory holds when they land, element by element, each element atomically (as on
+// the GPU, where other blocks' reductions into the same elements may come before or after): its destination
+// keeps its value until then (no poison: other threads may add into it meanwhile), and the race check takes
+// its writes as atomics, so two blocks' reductions into one element are not a race and a plain access of
+// another thread unordered with it is.
 struct BulkGroups {
   unsigned long long committed = 0, open = 0;
 };
@@ -629,6 +635,8 @@ struct PendingStore {
   uint64_t lo = ~0ull, hi = 0;       // the bounds of its source in the window
   std::vector<StoreRun> runs;
   std::vector<unsigned char> data;   // the source bytes as issued, run after run
+  // a reduction's operation on `n` bytes of elements (global memory, the source's bytes); nullptr: a store
+  void (*combine)(unsigned char* to, const unsigned char* from, uint32_t n) = nullptr;
 };
 
 struct BulkStores {
@@ -668,6 +676,10 @@ CUDASIM_INTERNAL inline void issue_store(const Site& s, PendingStore&& st) {
   st.thread = me(s).linear;
   for (const StoreRun& r : st.runs) st.data.insert(st.data.end(), arena + r.smem, arena + r.smem + r.n);
   for (const StoreRun& r : st.runs) {
+    if (st.combine) {
+      note_atomic(r.to, r.n, s.file, s.line);
+      continue;
+    }
     note_write(r.to, r.n, s.file, s.line);
     std::memset(r.to, kPoison, r.n);
   }
@@ -755,20 +767,54 @@ CUDASIM_INTERNAL inline void retire_reads(const Site& s, PendingStore& st) {
 CUDASIM_INTERNAL inline void land_store(const PendingStore& st) {
   size_t k = 0;
   for (const StoreRun& r : st.runs) {
-    std::memcpy(r.to, &st.data[k], r.n);
+    if (st.combine) st.combine(r.to, &st.data[k], r.n);
+    else std::memcpy(r.to, &st.data[k], r.n);
     k += r.n;
   }
 }
 
-CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint32_t size) {
+// A bulk store (combine nullptr) or reduction of `size` bytes from shared memory to global memory.
+CUDASIM_INTERNAL inline void bulk_to_global(const Site& s, Addr dst, Addr src, uint32_t size,
+                                            void (*combine)(unsigned char*, const unsigned char*, uint32_t)) {
   SimScope scope;
   if (size == 0 || size % 16) fail_at(s, "the size must be a non-zero multiple of 16 bytes, got " + std::to_string(size));
   const unsigned char* from = resolve(s, Space::Shared, src, size, 16, "source");
   unsigned char* to = resolve(s, Space::Global, dst, size, 16, "destination");
   note_read(from, size, s.file, s.line);
   PendingStore st;
+  st.combine = combine;
   add_run(st, window_offset(from), to, size);
   issue_store(s, std::move(st));
+}
+
+CUDASIM_INTERNAL inline void bulk_store(const Site& s, Addr dst, Addr src, uint32_t size) {
+  bulk_to_global(s, dst, src, size, nullptr);
+}
+
+// The reductions' operations: PTX's (inc and dec as atomicInc and atomicDec: the source's element is the bound).
+template <AtomOp Op, class T>
+CUDASIM_INTERNAL inline void combine_elements(unsigned char* to, const unsigned char* from, uint32_t n) {
+  for (uint32_t i = 0; i + sizeof(T) <= n; i += sizeof(T)) {
+    T a, b;
+    std::memcpy(&a, to + i, sizeof(T));
+    std::memcpy(&b, from + i, sizeof(T));
+    if constexpr (Op == AtomOp::Add) a = static_cast<T>(a + b);
+    else if constexpr (Op == AtomOp::Min) a = b < a ? b : a;
+    else if constexpr (Op == AtomOp::Max) a = a < b ? b : a;
+    else if constexpr (Op == AtomOp::And) a = a & b;
+    else if constexpr (Op == AtomOp::Or) a = a | b;
+    else if constexpr (Op == AtomOp::Xor) a = a ^ b;
+    else if constexpr (Op == AtomOp::Inc) a = a >= b ? 0 : a + 1;
+    else if constexpr (Op == AtomOp::Dec) a = a == 0 || a > b ? b : a - 1;
+    else static_assert(Op == AtomOp::Add, "a bulk reduction is add, min, max, and, or, xor, inc or dec");
+    std::memcpy(to + i, &a, sizeof(T));
+  }
+}
+
+// cp.reduce.async.bulk.global.shared::cta.bulk_group.op.type [dst], [src], size
+template <AtomOp Op, class T>
+CUDASIM_INTERNAL inline void bulk_reduce(const Site& s, Addr dst, Addr src, uint32_t size) {
+  bulk_to_global(s, dst, src, size, &combine_elements<Op, T>);
 }
 
 CUDASIM_INTERNAL inline void bulk_commit(const Site& s) {
