@@ -2147,8 +2147,9 @@ static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // PERSIST: at most a block per SM, each walking tiles of query rows, else a block a tile (tiles below 2^31: the
   // kernel counts them in an int)
   const int64_t tiles = ceil_div(d.Tq, (int64_t)Fwd4<D>::BM) * d.B * d.Hq;
-  TORCH_CHECK(tiles < (int64_t(1) << 31), "`attention4`: ceil(Tq / ", std::to_string(Fwd4<D>::BM), ") * B * Hq must be "
-              "below 2^31, got ", std::to_string(tiles));
+  TORCH_CHECK(tiles + sm_count() < (int64_t(1) << 31), "`attention4`: ceil(Tq / ", std::to_string(Fwd4<D>::BM),
+              ") * B * Hq must be below 2^31 less the GPU's SM count (a block's tile index steps by the grid and "
+              "stays an int), got ", std::to_string(tiles));
   kernel<<<(unsigned)(Fwd4<D>::PERSIST ? std::min<int64_t>(tiles, sm_count()) : tiles), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
            c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), head_rows(out), mut<float>(lse),
                                                 (int)d.B, d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale * LOG2E);
@@ -2393,7 +2394,7 @@ __global__ void attention_dq_kernel5(const float* __restrict__ acc, __nv_bfloat1
 }
 
 // The Hopper backward: the pre-pass (D and lse log2 e in padded rows), then dK and dV per 128 keys, then dQ by the
-// kernel's second mode (attention_backward4), or in the same kernel by atomics and a rounding pass (ATOMIC:
+// kernel's second mode (attention_backward4), or in the same kernel by bulk reductions and a rounding pass (ATOMIC:
 // attention_backward5).
 template <int D, bool ATOMIC>
 static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
@@ -2429,7 +2430,7 @@ static void backward4(const at::Tensor& q, const at::Tensor& k, const at::Tensor
 }
 
 // attention_backward4 and 5: the pre-pass D = rowsum(dO * O), then the dK/dV kernel, then (4) the dQ kernel or (5)
-// dQ added up by that kernel's atomics and rounded by a last pass (Hopper, bf16).
+// dQ added up by that kernel's bulk reductions and rounded by a last pass (Hopper, bf16).
 template <bool ATOMIC>
 static void backward_hopper(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout, bool causal,
@@ -2486,8 +2487,8 @@ std::string attention_backward_variant(const at::Tensor& q, const at::Tensor& k,
   return at::globalContext().deterministicAlgorithms() ? "attention_backward4" : "attention_backward5";
 }
 
-// Functional backward: (dq, dk, dv) by attention_backward4, 3 or 1, as `attention` picks attention4, 3 or 2. The op's
-// derivative.
+// Functional backward: (dq, dk, dv) by attention_backward5 (4 under deterministic algorithms), 3 or 1, as `attention`
+// picks attention4, 3 or 2. The op's derivative.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const at::Tensor& q, const at::Tensor& k,
                                                                   const at::Tensor& v, const at::Tensor& out,
                                                                   const at::Tensor& lse, const at::Tensor& dout,

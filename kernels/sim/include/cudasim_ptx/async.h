@@ -798,7 +798,9 @@ CUDASIM_INTERNAL inline void combine_elements(unsigned char* to, const unsigned 
     T a, b;
     std::memcpy(&a, to + i, sizeof(T));
     std::memcpy(&b, from + i, sizeof(T));
-    if constexpr (Op == AtomOp::Add) a = static_cast<T>(a + b);
+    if constexpr (Op == AtomOp::Add && std::is_integral_v<T>)  // wrapping, as the GPU adds (no signed overflow here)
+      a = static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) + static_cast<std::make_unsigned_t<T>>(b));
+    else if constexpr (Op == AtomOp::Add) a = a + b;
     else if constexpr (Op == AtomOp::Min) a = b < a ? b : a;
     else if constexpr (Op == AtomOp::Max) a = a < b ? b : a;
     else if constexpr (Op == AtomOp::And) a = a & b;
