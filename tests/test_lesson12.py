@@ -138,6 +138,14 @@ def test_the_deterministic_backward_gives_the_same_bits_on_every_run(ext, dev, n
         assert torch.equal(a, b)
 
 
+def _causal_backward_inputs(ext, shape, dev) -> tuple:
+    """(q, k, v, scale, out, lse, dout) in bf16 for a causal backward on shape (B, Hq, Hkv, Tq, Tk, D)."""
+    q, k, v = qkv()(shape, torch.bfloat16, dev)
+    scale = default_scale(q)
+    out, lse = ext.attention(q, k, v, True, scale)
+    return q, k, v, scale, out, lse, torch.randn_like(q)
+
+
 def _misaligned(t: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of t that starts one element past a 16-byte boundary."""
     buf = t.new_empty(t.numel() + 1)
@@ -184,10 +192,7 @@ def test_under_deterministic_algorithms_the_functional_backward_runs_attention_b
     if not _hopper(dev):
         pytest.skip("attention_backward4 and 5 need an H100 (or the simulator)")
     # 512 keys: four key blocks add into each row of dq, in any order with attention_backward5's reductions
-    q, k, v = qkv()((1, 4, 2, 512, 512, 64), torch.bfloat16, dev)
-    scale = default_scale(q)
-    out, lse = ext.attention(q, k, v, True, scale)
-    dout = torch.randn_like(q)
+    q, k, v, scale, out, lse, dout = _causal_backward_inputs(ext, (1, 4, 2, 512, 512, 64), dev)
     assert ext.attention_backward_variant(q, k, v, dout) == "attention_backward5"
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
@@ -205,10 +210,8 @@ def test_attention_backward4_refuses_an_out_off_16_bytes_and_the_functional_op_c
     # the pre-pass reads out 16 bytes at a time: a view one element off would be a misaligned load on a GPU
     if not _hopper(dev):
         pytest.skip("attention_backward4 needs an H100 (or the simulator)")
-    q, k, v = qkv()((1, 2, 1, 33, 33, 64), torch.bfloat16, dev)
-    scale = default_scale(q)
-    out, lse = ext.attention(q, k, v, True, scale)
-    dout, odd = torch.randn_like(q), _misaligned(out)
+    q, k, v, scale, out, lse, dout = _causal_backward_inputs(ext, (1, 2, 1, 33, 33, 64), dev)
+    odd = _misaligned(out)
     grads = [torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)]
     with pytest.raises(RuntimeError, match="out must start on a 16-byte boundary"):
         ext.attention_backward4(q, k, v, odd, lse, dout, True, scale, *grads)
@@ -548,7 +551,7 @@ PLANTED_BACKWARD = {
                              "const int qa = BS == 128 ? c : 0, dpan = 0;", "elements differ"),
     # attention_backward5: a warp writes its dQ part into shared memory again before its last bulk reduction has read
     # it (the simulator names the reduction and the wait that found its source changed)
-    "backward5_no_read_wait": ("        if (lane == 0) bulk_wait_read();\n        __syncwarp();\n", "", "still reading"),
+    "backward5_no_read_wait": ("        if (lane == 0) bulk_wait_read<0>();\n        __syncwarp();\n", "", "still reading"),
     # attention_backward5's tile order of the dQ sums with two register pairs swapped: the rounding pass reads the
     # sums back from places the warps did not put them
     "backward5_tile_order": ("(2 * (col % 64 / 8) + i % 16 / 8) * 64", "(col % 64 / 8 + 8 * (i % 16 / 8)) * 64",

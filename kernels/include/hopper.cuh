@@ -9,6 +9,7 @@
 //   fence_async_shared(), named_barrier(id, count), named_barrier_arrive(id, count)
 //   desc128(addr, lbo, sbo)                a wgmma shared-memory matrix descriptor (128-byte swizzle)
 //   wgmma_fence(), wgmma_commit(), wgmma_wait<N>()
+//   bulk_commit(), bulk_wait_read<N>()   a thread's bulk async-groups (TMA stores, bulk reductions)
 //   check_hopper(op), hopper_kernels_in_build()     the launchers' gate (host)
 //   tensor_map(t, box_cols, box_rows), tensor_map_nd(t, rank, dims, strides, box)   tensor maps (host)
 //
@@ -94,6 +95,14 @@ __device__ __forceinline__ void tma_load4(void* dst, const CUtensorMap* map, int
 }
 // Ordinary stores to shared memory made visible to the async proxy (TMA) that reads it next.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// A thread's bulk async-group (TMA stores, bulk reductions: operations from shared to global memory): close the
+// open group, and wait until at most N of the thread's groups still read their shared memory (before that memory is
+// written again, and before the block's threads exit).
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
 // A barrier for `count` threads of the block (a multiple of 32) under id 1..15; id 0 is __syncthreads'.
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");

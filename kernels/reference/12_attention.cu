@@ -115,6 +115,7 @@ using hopper::tensor_map_nd;
 using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
 using hopper::tma_load; using hopper::tma_load4; using hopper::desc128; using hopper::wgmma_fence;
 using hopper::wgmma_commit; using hopper::wgmma_wait; using hopper::fence_async_shared; using hopper::named_barrier; using hopper::named_barrier_arrive;
+using hopper::bulk_commit; using hopper::bulk_wait_read;
 #endif
 
 constexpr float LOG2E = 1.4426950408889634f;  // exp(x) = exp2(x * log2 e)
@@ -1082,14 +1083,12 @@ __device__ __forceinline__ void wgmma_qk(float (&d)[32], uint64_t adesc, uint64_
 }
 // A bulk reduction (TMA without a tensor map): `bytes` of float32 from shared memory added into global memory, each
 // element atomically, in the issuing thread's current bulk async-group. Both addresses 16-byte aligned, bytes a
-// multiple of 16. The thread commits the group, and before it writes the source again waits until the group has
-// read it (bulk_wait_read); a block's threads must not exit before their groups have read their sources.
+// multiple of 16. The thread commits the group (bulk_commit), and before it writes the source again waits until the
+// group has read it (bulk_wait_read); a block's threads must not exit before their groups have read their sources.
 __device__ __forceinline__ void bulk_reduce_add(float* dst, const float* src, uint32_t bytes) {
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
                "r"(smem_addr(src)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 #endif
 
 // attention_backward5's float32 dQ sums: a head's rows padded to a whole streamed tile (Tpad), a tile's BS x D values
@@ -1317,7 +1316,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
         // the last step must have read the buffer first (long done: a whole step ago), and the warp's stores must be
         // visible to the copy, which reads through the async proxy: each lane's fence, then the warp's sync.
         float* const part = dq_s + (4 * c + warp) * 1024;
-        if (lane == 0) bulk_wait_read();
+        if (lane == 0) bulk_wait_read<0>();
         __syncwarp();
 #pragma unroll
         for (int r = 0; r < 32; r += 2) *reinterpret_cast<float2*>(part + r / 2 * 64 + 2 * lane) = make_float2(dq[r], dq[r + 1]);
@@ -1337,7 +1336,7 @@ __global__ void __launch_bounds__(THREADS4_WS, 1)
     }
     wgmma_wait<0>();
     if (!DRAIN && steps > 0 && lane == 0) mbar_arrive(&empty[(steps - 1) % STAGES4]);
-    if (ATOMIC && lane == 0) bulk_wait_read();  // the block's shared memory goes when it ends
+    if (ATOMIC && lane == 0) bulk_wait_read<0>();  // the block's shared memory goes when it ends
 
     // Epilogue: rows of this lane's own side below their length, a pair a store.
     const int limit = DQ ? Tq : Tk;

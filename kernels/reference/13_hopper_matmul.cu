@@ -60,7 +60,8 @@ using hopper::tensor_map;
 #ifdef HAS_SM90A
 using hopper::mbar_init; using hopper::mbar_expect_bytes; using hopper::mbar_arrive; using hopper::mbar_wait;
 using hopper::tma_load; using hopper::fence_async_shared; using hopper::named_barrier; using hopper::desc128;
-using hopper::wgmma_fence; using hopper::wgmma_commit; using hopper::wgmma_wait;
+using hopper::wgmma_fence; using hopper::wgmma_commit; using hopper::wgmma_wait; using hopper::bulk_commit;
+using hopper::bulk_wait_read;
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -333,12 +334,6 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, int x, int y, const void* src) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                ::"l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(src)) : "memory");
-}
-__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Wait until at most N of this thread's store groups still read shared memory.
-template <int N>
-__device__ __forceinline__ void tma_store_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
 // A K-major tile (rows of 64 k, 128 bytes; A row-major) or B K-major (rows of 64 k for each n; B column-major, as
 // nn.Linear's weight is): 8-row groups 1024 bytes apart (SBO); wgmma step kk (k16, or k32 of e4m3) is 32 bytes on.
@@ -705,8 +700,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         for (int j = 0; j < HBN / BOX; ++j) {
           unsigned char* buf = stage_c + (j % 2) * C_BOX_BYTES;
           if (leader) {  // the store that last read this buffer is done
-            if (other_stored) tma_store_wait_read<1>();  // every group but the newest (the other buffer's)
-            else tma_store_wait_read<0>();
+            if (other_stored) bulk_wait_read<1>();  // every group but the newest (the other buffer's)
+            else bulk_wait_read<0>();
           }
           named_barrier(1 + c, 128);              // ... and everyone in the warpgroup knows it
 #pragma unroll
@@ -731,12 +726,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
           other_stored = row0 < M && n0 + BOX * j < N;
           if (leader && other_stored) {
             tma_store(&map_c, n0 + BOX * j, row0, buf);
-            tma_store_commit();
+            bulk_commit();
           }
         }
       }
     }
-    if (TMA_STORE && threadIdx.x % 128 == 0) tma_store_wait_read<0>();  // shared memory must outlive the reads
+    if (TMA_STORE && threadIdx.x % 128 == 0) bulk_wait_read<0>();  // shared memory must outlive the reads
   }
   if constexpr (CLUSTER > 1) cluster_sync();  // the other block's copies into this one and arrivals on it are over
 #else

@@ -789,14 +789,8 @@ def _bulk(ins: Instr, em: Emit, m: Mods) -> str:
     return f"{P}bulk_store({site}, {em.addr(d)}, {em.addr(s)}, {P}as<uint32_t>({em.val(size)}));"
 
 
-REDUCE_TYPES = {  # a bulk reduction's operations and types (PTX ISA, cp.reduce.async.bulk into global memory)
-    "add": {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "f32": "float", "f64": "double"},
-    "min": {"u32": "unsigned", "s32": "int", "u64": "unsigned long long", "s64": "long long"},
-    "and": {"b32": "unsigned", "b64": "unsigned long long"},
-    "inc": {"u32": "unsigned"},
-}
-REDUCE_TYPES |= {"max": REDUCE_TYPES["min"], "or": REDUCE_TYPES["and"], "xor": REDUCE_TYPES["and"],
-                 "dec": REDUCE_TYPES["inc"]}
+# a bulk reduction's operations and the 32- and 64-bit types it runs them on: atom's but the exchanges
+REDUCE_TYPES = {op: types for op, types in ATOM_TYPES.items() if op not in ("exch", "cas")}
 
 
 def _bulk_reduce(ins: Instr, em: Emit, m: Mods) -> str:
