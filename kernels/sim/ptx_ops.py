@@ -807,14 +807,17 @@ def _bulk_reduce(ins: Instr, em: Emit, m: Mods) -> str:
     m.need("bulk_group")
     hint = m.take("L2::cache_hint") is not None
     op = m.need(*REDUCE_TYPES)
-    if m.take("noftz"):
-        em.fail("the simulator runs bulk reductions of 32- and 64-bit elements (no .noftz.f16 or .bf16)")
-    t = m.type(set(REDUCE_TYPES[op]))
+    halves = op == "add" and m.take("noftz") is not None
+    if not halves and m.take("noftz"):
+        em.fail(f".noftz is a form of .add (on .f16 and .bf16), not of .{op}")
+    t = m.type({"f16", "bf16"} if halves else set(REDUCE_TYPES[op]))
     m.done()
     nops(ins, em, 3 + hint)
     d, s, size = ins.operands[:3]
-    return (f"{P}bulk_reduce<{P}AtomOp::{op.capitalize()}, {REDUCE_TYPES[op][t]}>({em.site()}, {em.addr(d)}, "
-            f"{em.addr(s)}, {P}as<uint32_t>({em.val(size)}));")
+    where = f"({em.site()}, {em.addr(d)}, {em.addr(s)}, {P}as<uint32_t>({em.val(size)}));"
+    if halves:
+        return f"{P}bulk_reduce_halves<{'true' if t == 'bf16' else 'false'}>" + where
+    return f"{P}bulk_reduce<{P}AtomOp::{op.capitalize()}, {REDUCE_TYPES[op][t]}>" + where
 
 
 def _tensor_operand(t, dims: int, em: Emit) -> tuple[str, str]:

@@ -818,6 +818,23 @@ template <AtomOp Op, class T>
 CUDASIM_INTERNAL inline void bulk_reduce(const Site& s, Addr dst, Addr src, uint32_t size) {
   bulk_to_global(s, dst, src, size, &combine_elements<Op, T>);
 }
+// .add.noftz.f16 and .add.noftz.bf16: each pair of elements added and rounded to the nearest, subnormals kept (the sum
+// of two 16-bit floats rounds the same through float32 as directly)
+template <bool Bf16>
+CUDASIM_INTERNAL inline void add_halves(unsigned char* to, const unsigned char* from, uint32_t n) {
+  for (uint32_t i = 0; i + 2 <= n; i += 2) {
+    unsigned short a, b;
+    std::memcpy(&a, to + i, 2);
+    std::memcpy(&b, from + i, 2);
+    a = Bf16 ? float_to_bf16_bits(bf16_bits_to_float(a) + bf16_bits_to_float(b))
+             : float_to_half_bits(half_bits_to_float(a) + half_bits_to_float(b));
+    std::memcpy(to + i, &a, 2);
+  }
+}
+template <bool Bf16>
+CUDASIM_INTERNAL inline void bulk_reduce_halves(const Site& s, Addr dst, Addr src, uint32_t size) {
+  bulk_to_global(s, dst, src, size, &add_halves<Bf16>);
+}
 
 CUDASIM_INTERNAL inline void bulk_commit(const Site& s) {
   SimScope scope;
