@@ -663,8 +663,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 // the second finishes: the tensor cores stay busy through the exponentials. Its third, ping-pong scheduling of the
 // consumers (Turns, below), at D 64 only: measured on an H200, bf16, it took D 64 from 289 to 313 TFLOP/s (T 4096,
 // causal) and D 128 from 629 down to 566 (T 8192, not causal), where two consumers at 240 registers each already keep
-// the tensor cores fed. (Its fp8 path is not here.) The rows the tiles above the diagonal never reach are skipped as
-// in attention3; causal blocks run longest first.
+// the tensor cores fed. (Its fp8 path is not here.) The key tiles above the diagonal are skipped as in attention3,
+// a block's beyond its last row and a consumer's beyond its own last row; causal blocks run longest first.
 constexpr int BN4 = 128, STAGES4 = 2, THREADS4_WS = 384;
 
 // Where the Hopper variants find a head's rows: q, k, v, out and the gradients are [B, H, T, D] tensors whose rows
@@ -693,9 +693,9 @@ __device__ __forceinline__ void tma_load_head(void* dst, const CUtensorMap* map,
 // so every arrival has its wait. Every consumer of a block must take the same number of turns. (A generation of a
 // barrier cannot start before the last one completes: consumer c - 1 arrives again only after its own next wait,
 // which needs consumer c's pass, which comes after consumer c's wait.)
-// attention4's persistent blocks go round once per query tile (a first turn without a wait, a last one not handed
-// on, every tile), and a consumer lets the next tile start only after its last turn of this one (q_empty), so
-// that no consumer enters the next round while another still has a turn of this one to take.
+// attention4's persistent blocks keep the turns going round from one query tile to the next: only the walk's first
+// turn is taken without a wait and only its last is not handed on, so consumer 0's first turn of a tile waits for
+// the last consumer's last turn of the tile before (the argument above holds across tiles).
 template <int N>
 struct Turns {
   int c;    // this consumer
@@ -721,9 +721,14 @@ struct Fwd4 {
   // PERSIST (D 64): a block per SM walks query tiles (below). At D 128 the loop's state costs ptxas registers that
   // the consumers do not have (it spilled, and the kernel ran 9% slower at T 8192): a block a tile there.
   static constexpr bool PERSIST = D == 64;
+  // OWN_TILES (D 64): each consumer computes only the key tiles its own rows reach (below). At D 128 a block's two
+  // halves reach the same tiles unless Tq is ragged, and the count made ptxas spill: every consumer takes them all.
+  static constexpr bool OWN_TILES = D == 64;
   static constexpr int PANELS = D / 64, TILE_BYTES = PANELS * PANEL4;  // a K or a V tile: 128 rows x D
   static constexpr int Q_PANEL = BM * 128, Q_BYTES = PANELS * Q_PANEL;  // Q: BM rows x D
-  static constexpr int SMEM = Q_BYTES + 2 * STAGES4 * TILE_BYTES + 1024;  // Q, the K and V rings, alignment
+  // Q_STAGES: persistent, the next tile's Q loads while this one's products run
+  static constexpr int Q_STAGES = PERSIST ? 2 : 1;
+  static constexpr int SMEM = Q_STAGES * Q_BYTES + 2 * STAGES4 * TILE_BYTES + 1024;  // Q, the K and V rings, alignment
 };
 
 #ifdef HAS_SM90A
@@ -793,21 +798,30 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
   using C = Fwd4<D>;
   extern __shared__ uint4 attention_smem[];
   unsigned char* const qs = align1024(reinterpret_cast<unsigned char*>(attention_smem));
-  unsigned char* const ks = qs + C::Q_BYTES;                    // [STAGES4] tiles of K
+  unsigned char* const ks = qs + C::Q_STAGES * C::Q_BYTES;      // [STAGES4] tiles of K
   unsigned char* const vs = ks + STAGES4 * C::TILE_BYTES;       // [STAGES4] tiles of V
-  __shared__ alignas(8) uint64_t q_full;            // Q has landed
-  __shared__ alignas(8) uint64_t q_empty;           // every consumer's last Q K^T of the block's tile has read Q
+  __shared__ alignas(8) uint64_t q_full[C::Q_STAGES];   // a query tile's Q has landed
+  __shared__ alignas(8) uint64_t q_empty[C::Q_STAGES];  // every consumer's products of that tile are done
   __shared__ alignas(8) uint64_t k_full[STAGES4];   // a stage's K (V) tile has landed
   __shared__ alignas(8) uint64_t v_full[STAGES4];
   __shared__ alignas(8) uint64_t k_empty[STAGES4];  // every consumer's wgmma have read it
   __shared__ alignas(8) uint64_t v_empty[STAGES4];
-  const int wg = threadIdx.x / 128, shift = Tk - Tq;
-  // PERSIST: a block per SM (or fewer) takes the tiles of BM query rows w = blockIdx.x, + gridDim.x, ... of all
-  // heads, so that one tile's last products and epilogue overlap the next one's Q and K/V loads (at T 1024, 8 x 12
-  // heads, D 64, causal: 63 -> 55 us on an H200). Causal, the tiles with the most keys go first, every head's before
-  // the next row block (x from the last down: the blocks finish together); not causal, a head's tiles one after
-  // another, so that the blocks running together share K and V in L2. Else a block a tile (gridDim.x = the tiles).
+  // The warpgroup, broadcast from lane 0 so that the compiler knows it is the same across the warp: a consumer's
+  // count of key tiles depends on it, and through it the ring's stage; derived from threadIdx.x alone, ptxas computed
+  // each wgmma descriptor per thread and moved it to a uniform register (12% slower at T 4096).
+  const int wg = __shfl_sync(FULL_MASK, threadIdx.x / 128, 0), shift = Tk - Tq;
+  // PERSIST: a block per SM (or fewer) walks tiles of BM query rows of all heads, so that one tile's last products
+  // and epilogue overlap the next one's Q and K/V loads (at T 1024, 8 x 12 heads, D 64, causal: 63 -> 55 us on an
+  // H200). Causal, the tiles with the most keys go first, every head's before the next row block (x from the last
+  // down); not causal, a head's tiles one after another, so that the blocks running together share K and V in L2.
+  // Block b takes tile b of each round of gridDim.x tiles, the round after from the other end (walk): causal tiles
+  // shrink round by round, and a block that had one of the longest takes one of the shortest of the next. (Tile b of
+  // every round, the first blocks took the longest tile of each: at T 1024, 8 x 12 heads, 62 tiles of 64 rows
+  // against an average of 52; at T 4096, 2 x 12 heads, 237 against 192.) Else a block a tile (gridDim.x = tiles).
   const int nx = (Tq + C::BM - 1) / C::BM, total = nx * B * Hq;
+  auto walk = [&](int n) {  // this block's n-th tile (total or more: none); below 2^31 (the launcher's check)
+    return n * (int)gridDim.x + (n % 2 ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x);
+  };
   // The rows are cut into blocks of BM from the last one back, so that a ragged block (BM = 192 leaves one at every
   // power of two) is the first, its rows before 0 absent: TMA fills them with zeros and nothing of theirs is stored.
   // Causal, the first block attends to the fewest keys, so its missing rows cost the least there; cut from row 0, the
@@ -821,8 +835,10 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     tiles = (keys_of_row(min(i0 + C::BM, Tq) - 1, Tq, Tk, causal) + BN4 - 1) / BN4;
   };
   if (threadIdx.x == 0) {
-    mbar_init(&q_full, 1);
-    mbar_init(&q_empty, 4 * C::WGS);  // one arrival per consumer warp
+    for (int s = 0; s < C::Q_STAGES; ++s) {
+      mbar_init(&q_full[s], 1);
+      mbar_init(&q_empty[s], 4 * C::WGS);  // one arrival per consumer warp
+    }
     for (int s = 0; s < STAGES4; ++s) {
       mbar_init(&k_full[s], 1);   // the producer's expect_tx, then the bytes
       mbar_init(&v_full[s], 1);
@@ -837,21 +853,23 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
     if (threadIdx.x == 0) {
       int g = 0;  // K and V tiles loaded so far: the ring's stages and phases run on from one query tile to the next
-      for (int w = blockIdx.x, n = 0; w < total; w += gridDim.x, ++n) {
+      for (int n = 0, w = walk(0); w < total; w = walk(++n)) {
         take_tile(w);
-        if (n > 0) mbar_wait(&q_empty, (n - 1) % 2);
-        mbar_expect_bytes(&q_full, C::Q_BYTES);
-        for (int p = 0; p < C::PANELS; ++p) tma_load_head(qs + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, Hq, &q_full);
-        for (int t = 0; t < tiles; ++t, ++g) {
-          const int stage = g % STAGES4, use = g / STAGES4;
+        const int qb = n % C::Q_STAGES;
+        if (n >= C::Q_STAGES) mbar_wait(&q_empty[qb], (n / C::Q_STAGES - 1) % 2);
+        mbar_expect_bytes(&q_full[qb], C::Q_BYTES);
+        for (int p = 0; p < C::PANELS; ++p)
+          tma_load_head(qs + qb * C::Q_BYTES + p * C::Q_PANEL, &map_q, 64 * p, i0, bh, Hq, &q_full[qb]);
+        for (int t = 0; t < tiles; ++t, ++g) {  // key tiles from the last (the diagonal's, causal) down to 0
+          const int stage = g % STAGES4, use = g / STAGES4, j = (tiles - 1 - t) * BN4;
           unsigned char* kt = ks + stage * C::TILE_BYTES;
           unsigned char* vt = vs + stage * C::TILE_BYTES;
           if (use > 0) mbar_wait(&k_empty[stage], (use - 1) % 2);
           mbar_expect_bytes(&k_full[stage], C::TILE_BYTES);
-          for (int p = 0; p < C::PANELS; ++p) tma_load_head(kt + p * PANEL4, &map_k, 64 * p, t * BN4, bkv, Hkv, &k_full[stage]);
+          for (int p = 0; p < C::PANELS; ++p) tma_load_head(kt + p * PANEL4, &map_k, 64 * p, j, bkv, Hkv, &k_full[stage]);
           if (use > 0) mbar_wait(&v_empty[stage], (use - 1) % 2);
           mbar_expect_bytes(&v_full[stage], C::TILE_BYTES);
-          for (int p = 0; p < C::PANELS; ++p) tma_load_head(vt + p * PANEL4, &map_v, 64 * p, t * BN4, bkv, Hkv, &v_full[stage]);
+          for (int p = 0; p < C::PANELS; ++p) tma_load_head(vt + p * PANEL4, &map_v, 64 * p, j, bkv, Hkv, &v_full[stage]);
         }
         if constexpr (!C::PERSIST) break;  // one tile: no state carried over (registers)
       }
@@ -860,7 +878,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(C::REGS));
     const int c = wg - 1, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
     int w0 = 0, row = 0;  // this warp's first row of the tile; this lane's rows: row and row + 8
-    const uint32_t q_at = smem_addr(qs) + c * 64 * 128;  // this consumer's 64 rows in each panel of Q
+    uint32_t q_at = 0;  // this consumer's 64 rows in each panel of the tile's Q
     auto qk_desc = [&](int kk) { return desc128(q_at + kk / 4 * C::Q_PANEL + kk % 4 * 32, 16, 1024); };
     auto k_desc = [&](int stage, int kk) {
       return desc128(smem_addr(ks + stage * C::TILE_BYTES) + kk / 4 * PANEL4 + kk % 4 * 32, 16, 1024);
@@ -890,8 +908,8 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     };
     // The online softmax of tile t's scores: masked, max, P = exp2(s - max) in place; returns the factors that move
     // o onto the new maxima (o is not touched here: a P V product may still be adding into it).
-    auto softmax = [&](int t, float(&alpha)[2]) {
-      const int j0 = t * BN4;
+    auto softmax = [&](int kt, float(&alpha)[2]) {  // kt: which tile of keys
+      const int j0 = kt * BN4;
 #pragma unroll
       for (int r = 0; r < 64; ++r) s[r] *= scale_log2;
       if (j0 + BN4 > Tk || (causal && j0 + BN4 - 1 > w0 + shift)) {
@@ -938,28 +956,50 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
 
     auto k_ready = [&](int t) { mbar_wait(&k_full[t % STAGES4], t / STAGES4 % 2); };
     auto v_ready = [&](int t) { mbar_wait(&v_full[t % STAGES4], t / STAGES4 % 2); };
-    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 turns each, a query tile at a time
+    const Turns<C::WGS> turns{c, C::PINGPONG};  // tiles + 1 turns each a query tile
 
     int g = 0;  // K and V tiles taken from the ring so far
-    for (int w = blockIdx.x, n = 0; w < total; w += gridDim.x, ++n) {
+    for (int n = 0, w = walk(0); w < total; w = walk(++n)) {
       take_tile(w);
       w0 = i0 + 64 * c + 16 * warp;
       row = w0 + lane / 4;
+      const int qb = n % C::Q_STAGES;
+      q_at = smem_addr(qs) + qb * C::Q_BYTES + c * 64 * 128;
+      // The turns go round the consumers across the block's tiles: only the walk's first turn is taken without a
+      // wait and only its last is not handed on.
+      const bool walk_starts = n == 0, walk_ends = !C::PERSIST || walk(n + 1) >= total;
 #pragma unroll
       for (int r = 0; r < D / 2; ++r) o[r] = 0.0f;
       m[0] = m[1] = -INFINITY;
       l[0] = l[1] = 0.0f;
-      mbar_wait(&q_full, n % 2);
-      if (tiles > 0) {
+      // This consumer's key tiles: causal, its 64 rows can stop a tile before the block's last rows do (and the
+      // ragged first block's first consumers may have no row at all). The ring brings the block's key tiles from the
+      // last down (as FlashAttention 3 does), so a consumer first lets through the tiles its rows do not reach,
+      // taking a turn on each without products and handing its stages back, then computes its own: every consumer
+      // takes tiles + 1 turns a tile. (At T 1024, 8 x 12 heads, causal: 73 tiles of 64 rows a head instead of 81.)
+      const int last = i0 + 64 * c + 63;
+      const int mine = !C::OWN_TILES ? tiles
+                       : last < 0 ? 0 : min(tiles, (keys_of_row(min(last, Tq - 1), Tq, Tk, causal) + BN4 - 1) / BN4);
+      mbar_wait(&q_full[qb], n / C::Q_STAGES % 2);
+#pragma unroll 1  // (unrolled, ptxas spilled the main loop's registers)
+      for (int t = mine; t < tiles; ++t, ++g) {
+        k_ready(g);  // (each wait first: an arrival before the stage's refill would count towards its last use)
+        release(&k_empty[g % STAGES4]);
+        v_ready(g);
+        release(&v_empty[g % STAGES4]);
+        turns.take(walk_starts && t == mine);
+        turns.pass(false);
+      }
+      if (mine > 0) {
         float alpha[2];
         k_ready(g);
-        turns.take(true);
+        turns.take(walk_starts && mine == tiles);
         issue_scores(g);
         turns.pass(false);
         wgmma_wait<0>();
         release(&k_empty[g % STAGES4]);
-        softmax(0, alpha);  // o is zero: nothing to rescale
-        for (int t = 1; t < tiles; ++t) {
+        softmax(mine - 1, alpha);  // o is zero: nothing to rescale
+        for (int t = 1; t < mine; ++t) {
           const int u = g + t;  // tile t in the ring
           pack_p();
           k_ready(u);
@@ -970,28 +1010,25 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
           turns.pass(false);
           wgmma_wait<1>();     // the scores are in
           release(&k_empty[u % STAGES4]);
-          softmax(t, alpha);   // while the P V product runs
+          softmax(mine - 1 - t, alpha);   // while the P V product runs
           wgmma_wait<0>();
           release(&v_empty[(u - 1) % STAGES4]);
 #pragma unroll
           for (int r = 0; r < D / 2; ++r) o[r] *= alpha[r / 2 % 2];
         }
         pack_p();
-        v_ready(g + tiles - 1);
+        g += mine;
+        v_ready(g - 1);
         turns.take(false);
-        // Every product that reads Q is done, and so is this consumer's last wait for a turn of the tile: the
-        // producer may load the next tile's Q. (Released before that wait, the next tile could start while a
-        // consumer has yet to take its last turn here, and the consumer before it would arrive at its named
-        // barrier for a second generation before the first was waited for.)
-        release(&q_empty);
-        issue_pv(g + tiles - 1);
-        turns.pass(true);
+        issue_pv(g - 1);
+        turns.pass(walk_ends);
         wgmma_wait<0>();
-        release(&v_empty[(g + tiles - 1) % STAGES4]);
-        g += tiles;
-      } else {
-        release(&q_empty);
+        release(&v_empty[(g - 1) % STAGES4]);
+      } else {  // the tile's last turn without a product (its only one when the tile has no key)
+        turns.take(walk_starts && mine == tiles);
+        turns.pass(walk_ends);
       }
+      release(&q_empty[qb]);  // this consumer's products of the tile are done: Q's buffer may take the tile after next
 
       // Epilogue: each row's sum over its quad; O / l rounded to bf16, a pair a store; lse = (m + log2 l) ln 2.
 #pragma unroll
@@ -2146,9 +2183,9 @@ static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // PERSIST: at most a block per SM, each walking tiles of query rows, else a block a tile (tiles below 2^31: the
   // kernel counts them in an int)
   const int64_t tiles = ceil_div(d.Tq, (int64_t)Fwd4<D>::BM) * d.B * d.Hq;
-  TORCH_CHECK(tiles + sm_count() < (int64_t(1) << 31), "`attention4`: ceil(Tq / ", std::to_string(Fwd4<D>::BM),
-              ") * B * Hq must be below 2^31 less the GPU's SM count (a block's tile index steps by the grid and "
-              "stays an int), got ", std::to_string(tiles));
+  TORCH_CHECK(tiles + 2 * sm_count() < (int64_t(1) << 31), "`attention4`: ceil(Tq / ", std::to_string(Fwd4<D>::BM),
+              ") * B * Hq must be below 2^31 less twice the GPU's SM count (a block's tile index steps by the grid "
+              "and stays an int), got ", std::to_string(tiles));
   kernel<<<(unsigned)(Fwd4<D>::PERSIST ? std::min<int64_t>(tiles, sm_count()) : tiles), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
            c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), head_rows(out), mut<float>(lse),
                                                 (int)d.B, d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale * LOG2E);
