@@ -598,10 +598,14 @@ def test_the_hopper_variants_checks_fail_on_a_planted_bug(bug):
 
 
 # attention4 at D 64 is persistent: min(tiles, SMs) blocks (132 on an H100 and on the simulator), each walking query
-# tiles w, w + gridDim.x, ... Shapes with more tiles than that, so that blocks take a second and third tile: Q reloaded
-# behind the last tile's products, the K/V ring's stages and phases running on from one tile to the next (300 keys:
-# three key tiles a query tile), grouped heads (the kv head of each tile's query head).
-PERSISTENT_SHAPES = ((1, 140, 70, 8, 8, 64), (2, 70, 35, 20, 300, 64), (1, 150, 150, 200, 200, 64))
+# tiles round by round (every other round from the other end). Shapes with more tiles than that, so that blocks take a
+# second and third tile (140 tiles: a part of a second round): Q's two buffers taken in turn, the K/V ring's stages and
+# phases and the consumers' turns running on from one tile to the next (300 keys: three key tiles a query tile; 8
+# keys under 200 causal rows: tiles with no key at all in the middle of a walk), grouped heads (the kv head of each
+# tile's query head), and consumers that let key tiles through (20 rows: two consumers without a row; 200 rows: the
+# first consumer of the second block reaches one key tile of two).
+PERSISTENT_SHAPES = ((1, 140, 70, 8, 8, 64), (2, 70, 35, 20, 300, 64), (1, 150, 150, 200, 200, 64),
+                     (1, 140, 140, 200, 8, 64))
 
 
 def test_attention4_blocks_that_walk_several_query_tiles_match_the_reference(ext, dev):
@@ -625,8 +629,8 @@ PLANTED_PERSISTENT = {
     "attention4_consumer_tiles": ("(keys_of_row(min(last, Tq - 1), Tq, Tk, causal)",
                                   "(keys_of_row(min(last - 63, Tq - 1), Tq, Tk, causal)", "elements differ"),
     # a tile a consumer lets through without products never hands its V stage back: the producer's next load into
-    # that stage waits for ever (the simulator names the deadlock; 200 rows: the first consumer of the second block
-    # reaches one key tile of two)
+    # that stage waits for ever (the simulator names the deadlock; 20 x 300 and 200 x 200 have consumers that let
+    # tiles through)
     "attention4_skip_kept": ("        release(&v_empty[g % STAGES4]);\n", "", "deadlock"),
 }
 

@@ -652,8 +652,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 // Kernel: attention4, FlashAttention 3's forward on Hopper (bf16, D 64 or 128, sm_90a).
 //
 // The structure of lesson 13's warp-specialised matmul with attention's two products inside. A block owns 128 query
-// rows of one head (192 at D 64: Fwd4): warpgroup 0 produces, its one thread loading Q once and then K and V tile by
-// tile by TMA into rings of two stages (separate full/empty barriers for K and V, so that S = Q K^T can start before
+// rows of one head (192 at D 64: Fwd4): warpgroup 0 produces, its one thread loading the rows' Q (in two buffers when
+// the block walks several query tiles) and then K and V tile by tile by TMA into rings of two stages (separate full/empty barriers for K and V, so that S = Q K^T can start before
 // V has landed); the other warpgroups consume, each 64 of the rows. A consumer computes its 64 x 128 score tile with wgmma from shared
 // memory (Q and K both K-major: rows of D), runs the online softmax on the accumulator registers (the layout is
 // mma.sync's C fragment, so lesson 12's softmax code carries over), and feeds P back from registers as wgmma's A
@@ -722,7 +722,8 @@ struct Fwd4 {
   // the consumers do not have (it spilled, and the kernel ran 9% slower at T 8192): a block a tile there.
   static constexpr bool PERSIST = D == 64;
   // OWN_TILES (D 64): each consumer computes only the key tiles its own rows reach (below). At D 128 a block's two
-  // halves reach the same tiles unless Tq is ragged, and the count made ptxas spill: every consumer takes them all.
+  // halves reach the same key tiles unless i0 + Tk - Tq is not a multiple of 128 (Tq ragged, or Tk - Tq), and the count
+  // made ptxas spill: every consumer takes them all.
   static constexpr bool OWN_TILES = D == 64;
   static constexpr int PANELS = D / 64, TILE_BYTES = PANELS * PANEL4;  // a K or a V tile: 128 rows x D
   static constexpr int Q_PANEL = BM * 128, Q_BYTES = PANELS * Q_PANEL;  // Q: BM rows x D
@@ -895,7 +896,8 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
     uint32_t p[BN4 / 16][4];
     float m[2], l[2];  // rows row and row + 8: max (log2 units), sum
 
-    // The lambdas' t counts K and V tiles through the ring (t % STAGES4 the stage), softmax's the tile's keys (t BN4).
+    // The lambdas' t counts K and V tiles through the ring (t % STAGES4 the stage); softmax's kt is the tile of keys
+    // (keys kt BN4 on).
     // S = Q K^T of tile t into s, issued (not waited for).
     auto issue_scores = [&](int t) {
       const int stage = t % STAGES4;
@@ -906,7 +908,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
       for (int kk = 0; kk < D / 16; ++kk) wgmma_qk(s, qk_desc(kk), k_desc(stage, kk), 1);
       wgmma_commit();
     };
-    // The online softmax of tile t's scores: masked, max, P = exp2(s - max) in place; returns the factors that move
+    // The online softmax of key tile kt's scores: masked, max, P = exp2(s - max) in place; returns the factors that move
     // o onto the new maxima (o is not touched here: a P V product may still be adding into it).
     auto softmax = [&](int kt, float(&alpha)[2]) {  // kt: which tile of keys
       const int j0 = kt * BN4;
@@ -976,7 +978,7 @@ __global__ void __launch_bounds__(Fwd4<D>::THREADS, 1)
       // ragged first block's first consumers may have no row at all). The ring brings the block's key tiles from the
       // last down (as FlashAttention 3 does), so a consumer first lets through the tiles its rows do not reach,
       // taking a turn on each without products and handing its stages back, then computes its own: every consumer
-      // takes tiles + 1 turns a tile. (At T 1024, 8 x 12 heads, causal: 73 tiles of 64 rows a head instead of 81.)
+      // takes tiles + 1 turns a tile. (At T 1024, 8 x 12 heads, causal: 72 tiles of 64 rows a head instead of 81.)
       const int last = i0 + 64 * c + 63;
       const int mine = !C::OWN_TILES ? tiles
                        : last < 0 ? 0 : min(tiles, (keys_of_row(min(last, Tq - 1), Tq, Tk, causal) + BN4 - 1) / BN4);
@@ -2184,8 +2186,8 @@ static void launch4(const at::Tensor& q, const at::Tensor& k, const at::Tensor& 
   // kernel counts them in an int)
   const int64_t tiles = ceil_div(d.Tq, (int64_t)Fwd4<D>::BM) * d.B * d.Hq;
   TORCH_CHECK(tiles + 2 * sm_count() < (int64_t(1) << 31), "`attention4`: ceil(Tq / ", std::to_string(Fwd4<D>::BM),
-              ") * B * Hq must be below 2^31 less twice the GPU's SM count (a block's tile index steps by the grid "
-              "and stays an int), got ", std::to_string(tiles));
+              ") * B * Hq must be below 2^31 less twice the GPU's SM count (a block computes its next tile's "
+              "index, up to two rounds of the grid ahead, in an int), got ", std::to_string(tiles));
   kernel<<<(unsigned)(Fwd4<D>::PERSIST ? std::min<int64_t>(tiles, sm_count()) : tiles), Fwd4<D>::THREADS, Fwd4<D>::SMEM,
            c10::cuda::getCurrentCUDAStream()>>>(mq, mk, mv, mut<__nv_bfloat16>(out), head_rows(out), mut<float>(lse),
                                                 (int)d.B, d.Hq, d.Hkv, d.Tq, d.Tk, causal, (float)scale * LOG2E);
