@@ -152,7 +152,9 @@ def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, s
     ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.noftz.bf16 [%0], [%1], 16;" :: "l"(o), "r"(0));',
      r"\.noftz is a form of \.add \(on \.f16 and \.bf16\), not of \.min"),
     ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f32 [%0], [%1], 16;" :: "l"(o), "r"(0));',
-     r"runs this instruction on \.s32, \.s64, \.u32, \.u64; found \.f32"),
+     r"runs this instruction on \.bf16, \.f16, \.s32, \.s64, \.u32, \.u64; found \.f32"),
+    ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f16 [%0], [%1], 16;" :: "l"(o), "r"(0));',
+     r"runs this instruction on \.f32, \.f64, \.s32, \.u32, \.u64; found \.f16"),  # 16-bit adds are .add.noftz
 ])
 def test_an_instruction_or_form_outside_the_set_is_refused_naming_the_line(code, message):
     with pytest.raises(TranslateError, match=message):
@@ -823,6 +825,11 @@ BEYOND = [  # a call outside the subset, and what the build says of it at the ca
      r"this form of cuda::ptx::mbarrier_arrive is not supported by the simulator yet"),
     ("cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_shared, x, x, 16u, &bar)",
      r"cuda::ptx::cp_async_bulk from shared memory to a cluster's shared memory needs thread-block clusters"),
+    ("cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_shared, cuda::ptx::op_add, "
+     "(uint32_t*)x, (const uint32_t*)x, 16u, &bar)",
+     r"cuda::ptx::cp_reduce_async_bulk into a cluster's shared memory needs thread-block clusters"),
+    ("cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_min, x, x, 16u)",
+     r"this form of cuda::ptx::cp_reduce_async_bulk is not supported"),  # min of float: libcu++ has none either
 ]
 
 
@@ -856,11 +863,45 @@ def test_cuda_ptx_elect_sync_elects_one_lane_of_its_mask(cccl):
     assert got[2:, 8:16].sum(1).tolist() == [1, 1]  # inside the mask of lanes 8-15
 
 
+# cuda::ptx::cp_reduce_async_bulk: each block reduces its row into one destination (what libcu++ has of each operation)
+CCCL_REDUCTIONS = [(torch.float32, "add"), (torch.float64, "add"), (torch.float16, "add"), (torch.bfloat16, "add"),
+                   *((dt, op) for dt in (torch.int32, torch.int64) for op in ("add", "min", "max", "and", "or", "xor")),
+                   *((dt, op) for dt in (torch.float16, torch.bfloat16) for op in ("min", "max")),
+                   (torch.int32, "inc"), (torch.int32, "dec")]
+
+
+@pytest.mark.parametrize("dtype, op", CCCL_REDUCTIONS, ids=lambda v: str(v).split(".")[-1])
+def test_cuda_ptx_bulk_reductions_combine_every_block_with_what_global_memory_holds(cccl, dtype, op):
+    backend, ext = cccl
+    dev = "cuda" if backend == "cuda" else "cpu"
+    n, blocks = 1024 // dtype.itemsize, 5
+    if op in ("inc", "dec"):  # uint32 counters, every block's bound 100: 5 steps up or down without wrapping
+        x, y0 = torch.full((blocks, n), 100, dtype=dtype, device=dev), torch.randint(10, 90, (n,), dtype=dtype, device=dev)
+    elif dtype.is_floating_point:
+        x, y0 = torch.randn(blocks, n, dtype=dtype, device=dev), torch.randn(n, dtype=dtype, device=dev)
+    else:
+        x, y0 = (torch.randint(-1000, 1000, shape, dtype=dtype, device=dev) for shape in ((blocks, n), (n,)))
+    got = ext.cccl_reduce(x, y0, op)
+    want = y0.clone()
+    for row in x:  # in block order; only the 16-bit adds depend on the order, each rounding to the dtype
+        want = {"add": torch.add, "min": torch.minimum, "max": torch.maximum, "and": torch.bitwise_and,
+                "or": torch.bitwise_or, "xor": torch.bitwise_xor, "inc": lambda a, _: a + 1,
+                "dec": lambda a, _: a - 1}[op](want, row)
+    if op == "add" and dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
+    elif op == "add" and dtype.is_floating_point:
+        torch.testing.assert_close(got, want)
+    else:
+        assert torch.equal(got, want)
+
+
 # cp.reduce.async.bulk: every block reduces its row into one destination
 @pytest.mark.parametrize("dtype, op", [(torch.float32, "add"), (torch.float64, "add"), (torch.int32, "add"),
                                        (torch.int32, "min"), (torch.int32, "max"), (torch.int64, "add"),
                                        (torch.int64, "min"), (torch.int64, "max"), (torch.float16, "add"),
-                                       (torch.bfloat16, "add")], ids=lambda v: str(v).split(".")[-1])
+                                       (torch.bfloat16, "add"), (torch.float16, "min"), (torch.float16, "max"),
+                                       (torch.bfloat16, "min"), (torch.bfloat16, "max")],
+                         ids=lambda v: str(v).split(".")[-1])
 @pytest.mark.parametrize("wait_writes", [False, True], ids=["wait_read", "wait"])
 def test_bulk_reductions_of_many_blocks_combine_with_what_global_memory_holds(hopper_ops, dtype, op, wait_writes):
     backend, ext = hopper_ops
@@ -875,7 +916,7 @@ def test_bulk_reductions_of_many_blocks_combine_with_what_global_memory_holds(ho
         want = y0 + x.sum(0)
     else:
         want = torch.minimum(y0, x.min(0).values) if op == "min" else torch.maximum(y0, x.max(0).values)
-    if dtype in (torch.float16, torch.bfloat16):  # each block's add rounds to the dtype, in any order of the blocks
+    if op == "add" and dtype in (torch.float16, torch.bfloat16):  # each block's add rounds, in any order of the blocks
         want = y0.float()
         for row in x:
             want = (want + row.float()).to(dtype).float()

@@ -807,16 +807,18 @@ def _bulk_reduce(ins: Instr, em: Emit, m: Mods) -> str:
     m.need("bulk_group")
     hint = m.take("L2::cache_hint") is not None
     op = m.need(*REDUCE_TYPES)
-    halves = op == "add" and m.take("noftz") is not None
-    if not halves and m.take("noftz"):
+    noftz = m.take("noftz") is not None
+    if noftz and op != "add":
         em.fail(f".noftz is a form of .add (on .f16 and .bf16), not of .{op}")
-    t = m.type({"f16", "bf16"} if halves else set(REDUCE_TYPES[op]))
+    # 16-bit floats: .add.noftz, .min and .max (.add without .noftz is not a form of them)
+    halves = {"add": {"f16", "bf16"} if noftz else set(), "min": {"f16", "bf16"}, "max": {"f16", "bf16"}}.get(op, set())
+    t = m.type(halves if noftz else set(REDUCE_TYPES[op]) | halves)
     m.done()
     nops(ins, em, 3 + hint)
     d, s, size = ins.operands[:3]
     where = f"({em.site()}, {em.addr(d)}, {em.addr(s)}, {P}as<uint32_t>({em.val(size)}));"
-    if halves:
-        return f"{P}bulk_reduce_halves<{'true' if t == 'bf16' else 'false'}>" + where
+    if t in ("f16", "bf16"):
+        return f"{P}bulk_reduce_halves<{P}AtomOp::{op.capitalize()}, {'true' if t == 'bf16' else 'false'}>" + where
     return f"{P}bulk_reduce<{P}AtomOp::{op.capitalize()}, {REDUCE_TYPES[op][t]}>" + where
 
 

@@ -19,9 +19,15 @@
 //   cccl_misuse  what = 1: a wait for a phase that nobody arrives on (the wrong parity); 2: a TMA load on a
 //                barrier whose expect_tx was forgotten; 3: an expect_tx of more bytes than the copy brings;
 //                4: an arrival on a barrier never initialised. The simulator reports each at its line.
+//   cccl_reduce  y = y0 op every row of x, block b adding (or and-ing, ...) row b into y with one
+//                cuda::ptx::cp_reduce_async_bulk: add (float32, float64, int32, int64, float16, bfloat16), min and
+//                max (int32, int64, float16, bfloat16), and, or, xor (int32, int64), inc and dec (int32 read as
+//                uint32); rows of at most 4096 bytes, a multiple of 16
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <ATen/ops/zeros_like.h>
 #include <cstdint>
 #include <cuda.h>
@@ -246,15 +252,84 @@ void cccl_misuse(const at::Tensor& x, int64_t what) {
   CHECK_LAUNCH();
 }
 
+// =============================================================================================
+// cccl_reduce
+template <class Op, class T>
+__global__ void cccl_reduce_kernel(const T* x, T* y, uint32_t n) {
+  __shared__ alignas(128) T stage[4096 / sizeof(T)];
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) stage[i] = x[blockIdx.x * (size_t)n + i];
+  ptx::fence_proxy_async(ptx::space_shared);  // the generic proxy's stores, then the bulk reduction's reads
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ptx::cp_reduce_async_bulk(ptx::space_global, ptx::space_shared, Op{}, y, stage, n * static_cast<uint32_t>(sizeof(T)));
+    ptx::cp_async_bulk_commit_group();
+    ptx::cp_async_bulk_wait_group(ptx::n32_t<0>());
+  }
+}
+
+template <class Op, class T>
+void launch_reduce(const at::Tensor& x, at::Tensor& y) {
+  cccl_reduce_kernel<Op, T><<<static_cast<unsigned>(x.size(0)), 64>>>(
+      static_cast<const T*>(x.data_ptr()), static_cast<T*>(y.data_ptr()), static_cast<uint32_t>(y.numel()));
+  CHECK_LAUNCH();
+}
+
+// The operations of a type: add, with min and max if MinMax, and, or, xor if Bits (none other compiles).
+template <class T, bool MinMax, bool Bits>
+bool reduce_with(const std::string& op, const at::Tensor& x, at::Tensor& y) {
+  if (op == "add") {
+    launch_reduce<ptx::op_add_t, T>(x, y);
+    return true;
+  }
+  if constexpr (MinMax) {
+    if (op == "min") launch_reduce<ptx::op_min_t, T>(x, y);
+    if (op == "max") launch_reduce<ptx::op_max_t, T>(x, y);
+    if (op == "min" || op == "max") return true;
+  }
+  if constexpr (Bits) {
+    if (op == "and") launch_reduce<ptx::op_and_op_t, T>(x, y);
+    if (op == "or") launch_reduce<ptx::op_or_op_t, T>(x, y);
+    if (op == "xor") launch_reduce<ptx::op_xor_op_t, T>(x, y);
+    if (op == "and" || op == "or" || op == "xor") return true;
+  }
+  return false;
+}
+
+at::Tensor cccl_reduce(const at::Tensor& x, const at::Tensor& y0, const std::string& op) {
+  CHECK_INPUT(x);
+  CHECK_INPUT(y0);
+  TORCH_CHECK(x.dim() == 2 && y0.dim() == 1 && x.size(1) == y0.size(0) && x.scalar_type() == y0.scalar_type(),
+              "x must be [blocks, n] and y0 [n] of its dtype");
+  const int64_t bytes = y0.numel() * y0.element_size();
+  TORCH_CHECK(bytes > 0 && bytes % 16 == 0 && bytes <= 4096 && x.size(0) > 0, "a row must be 16..4096 bytes, a multiple of 16");
+  at::Tensor y = y0.clone();
+  const at::ScalarType t = x.scalar_type();
+  bool ran = false;
+  if (t == at::kInt && (op == "inc" || op == "dec")) {
+    if (op == "inc") launch_reduce<ptx::op_inc_t, uint32_t>(x, y);
+    else launch_reduce<ptx::op_dec_t, uint32_t>(x, y);
+    ran = true;
+  } else if (t == at::kFloat) ran = reduce_with<float, false, false>(op, x, y);
+  else if (t == at::kDouble) ran = reduce_with<double, false, false>(op, x, y);
+  else if (t == at::kInt) ran = reduce_with<int32_t, true, true>(op, x, y);
+  else if (t == at::kLong) ran = reduce_with<int64_t, true, true>(op, x, y);
+  else if (t == at::kHalf) ran = reduce_with<__half, true, false>(op, x, y);
+  else if (t == at::kBFloat16) ran = reduce_with<__nv_bfloat16, true, false>(op, x, y);
+  TORCH_CHECK(ran, "no cp_reduce_async_bulk form here for ", op, " on ", t);
+  return y;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("cccl_tiles(Tensor x, int row0, int col0, bool use_asm) -> Tensor[]");
   m.def("cccl_barrier(Tensor x) -> Tensor");
   m.def("cccl_elect(Tensor like) -> Tensor");
   m.def("cccl_misuse(Tensor x, int what) -> ()");
+  m.def("cccl_reduce(Tensor x, Tensor y0, str op) -> Tensor");
 }
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("cccl_tiles", &cccl_tiles);
   m.impl("cccl_barrier", &cccl_barrier);
   m.impl("cccl_elect", &cccl_elect);
   m.impl("cccl_misuse", &cccl_misuse);
+  m.impl("cccl_reduce", &cccl_reduce);
 }

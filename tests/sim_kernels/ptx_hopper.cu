@@ -29,8 +29,8 @@
 //                      128 threads fill the other; cp.async.bulk.wait_group.read 1 before a tile is refilled
 //   two_issuers        y = x for [64, 64] floats: lane 0 of each of two warps stores its 32 rows with a 1-D bulk
 //                      store; the second warp waits first, with the first warp's store still in flight
-//   bulk_reduce        y op= every row of x (add, min or max; float32, float64, int32, int64; add of float16 and
-//                      bfloat16 with .noftz), each block
+//   bulk_reduce        y op= every row of x (add, min or max; float32, float64, int32, int64; float16 and
+//                      bfloat16: add.noftz, min, max), each block
 //                      reducing its row into y with cp.reduce.async.bulk (two halves, one bulk group); with
 //                      plain_store a thread of block 0 also stores y[0] unordered with the reductions (a race)
 #include "helpers.cuh"
@@ -782,7 +782,7 @@ at::Tensor two_issuers(const at::Tensor& x) {
 
 // bulk_reduce: block b adds (or takes the min or max of) row b of x into y with bulk reductions. KIND picks the
 // instruction: 0 add.f32, 1 add.f64, 2 add.s32, 3 min.s32, 4 max.s32, 5 add.u64, 6 min.s64, 7 max.s64,
-// 8 add.noftz.f16, 9 add.noftz.bf16.
+// 8 add.noftz.f16, 9 add.noftz.bf16, 10 min.f16, 11 max.f16, 12 min.bf16, 13 max.bf16.
 template <int KIND>
 __device__ __forceinline__ void reduce_into(void* dst, const void* src, uint32_t bytes) {
   if constexpr (KIND == 0)
@@ -803,8 +803,16 @@ __device__ __forceinline__ void reduce_into(void* dst, const void* src, uint32_t
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.max.s64 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
   else if constexpr (KIND == 8)
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
-  else
+  else if constexpr (KIND == 9)
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 10)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f16 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 11)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.max.f16 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else if constexpr (KIND == 12)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.bf16 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
+  else
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.max.bf16 [%0], [%1], %2;" :: "l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
 }
 
 template <int KIND>
@@ -834,16 +842,18 @@ at::Tensor bulk_reduce(const at::Tensor& x, const at::Tensor& y0, const std::str
   TORCH_CHECK(bytes > 0 && bytes % 16 == 0 && bytes <= 8192 && x.size(0) > 0, "a row must be 16..8192 bytes, a multiple of 16");
   const at::ScalarType t = x.scalar_type();
   const bool f32 = t == at::kFloat, f64 = t == at::kDouble, i32 = t == at::kInt, i64 = t == at::kLong;
-  const int kind = op == "add" ? (f32 ? 0 : f64 ? 1 : i32 ? 2 : i64 ? 5 : t == at::kHalf ? 8 : t == at::kBFloat16 ? 9 : -1)
-                 : op == "min" ? (i32 ? 3 : i64 ? 6 : -1)
-                 : op == "max" ? (i32 ? 4 : i64 ? 7 : -1) : -1;
-  TORCH_CHECK(kind >= 0, "op must be add (float32, float64, int32, int64, float16, bfloat16), min or max (int32, int64), "
-              "got ", op);
+  const bool f16 = t == at::kHalf, bf16 = t == at::kBFloat16;
+  const int kind = op == "add" ? (f32 ? 0 : f64 ? 1 : i32 ? 2 : i64 ? 5 : f16 ? 8 : bf16 ? 9 : -1)
+                 : op == "min" ? (i32 ? 3 : i64 ? 6 : f16 ? 10 : bf16 ? 12 : -1)
+                 : op == "max" ? (i32 ? 4 : i64 ? 7 : f16 ? 11 : bf16 ? 13 : -1) : -1;
+  TORCH_CHECK(kind >= 0, "op must be add (float32, float64, int32, int64, float16, bfloat16), min or max (int32, int64, "
+              "float16, bfloat16), got ", op);
   at::Tensor y = y0.clone();
   auto kernel = kind == 0 ? bulk_reduce_kernel<0> : kind == 1 ? bulk_reduce_kernel<1> : kind == 2 ? bulk_reduce_kernel<2>
               : kind == 3 ? bulk_reduce_kernel<3> : kind == 4 ? bulk_reduce_kernel<4> : kind == 5 ? bulk_reduce_kernel<5>
               : kind == 6 ? bulk_reduce_kernel<6> : kind == 7 ? bulk_reduce_kernel<7> : kind == 8 ? bulk_reduce_kernel<8>
-              : bulk_reduce_kernel<9>;
+              : kind == 9 ? bulk_reduce_kernel<9> : kind == 10 ? bulk_reduce_kernel<10> : kind == 11 ? bulk_reduce_kernel<11>
+              : kind == 12 ? bulk_reduce_kernel<12> : bulk_reduce_kernel<13>;
   kernel<<<static_cast<unsigned>(x.size(0)), 64>>>(static_cast<const uint8_t*>(x.data_ptr()), static_cast<uint8_t*>(y.data_ptr()),
                                                    static_cast<uint32_t>(bytes), plain_store, wait_writes);
   CHECK_LAUNCH();

@@ -818,22 +818,35 @@ template <AtomOp Op, class T>
 CUDASIM_INTERNAL inline void bulk_reduce(const Site& s, Addr dst, Addr src, uint32_t size) {
   bulk_to_global(s, dst, src, size, &combine_elements<Op, T>);
 }
-// .add.noftz.f16 and .add.noftz.bf16: each pair of elements added and rounded to the nearest, subnormals kept (the sum
-// of two 16-bit floats rounds the same through float32 as directly)
-template <bool Bf16>
-CUDASIM_INTERNAL inline void add_halves(unsigned char* to, const unsigned char* from, uint32_t n) {
+// 16-bit floats: .add.noftz.f16 and .add.noftz.bf16, each element's sum rounded to the nearest, subnormals kept (the
+// sum of two 16-bit floats rounds the same through float32 as directly); .min and .max of .f16 and .bf16, one of the
+// two elements as it is (a NaN loses to a number, two NaNs give the canonical NaN, -0 is below +0).
+template <AtomOp Op, bool Bf16>
+CUDASIM_INTERNAL inline void combine_halves(unsigned char* to, const unsigned char* from, uint32_t n) {
+  static_assert(Op == AtomOp::Add || Op == AtomOp::Min || Op == AtomOp::Max, "a 16-bit float reduction is add, min or max");
   for (uint32_t i = 0; i + 2 <= n; i += 2) {
     unsigned short a, b;
     std::memcpy(&a, to + i, 2);
     std::memcpy(&b, from + i, 2);
-    a = Bf16 ? float_to_bf16_bits(bf16_bits_to_float(a) + bf16_bits_to_float(b))
-             : float_to_half_bits(half_bits_to_float(a) + half_bits_to_float(b));
+    const float x = Bf16 ? bf16_bits_to_float(a) : half_bits_to_float(a);
+    const float y = Bf16 ? bf16_bits_to_float(b) : half_bits_to_float(b);
+    if constexpr (Op == AtomOp::Add) {
+      a = Bf16 ? float_to_bf16_bits(x + y) : float_to_half_bits(x + y);
+    } else if (std::isnan(x) && std::isnan(y)) {
+      a = 0x7fff;  // the canonical NaN of both formats
+    } else if (std::isnan(x) || std::isnan(y)) {
+      a = std::isnan(x) ? b : a;
+    } else if (x == y) {
+      a = (Op == AtomOp::Min) == (std::signbit(y) && !std::signbit(x)) ? b : a;
+    } else {
+      a = (Op == AtomOp::Min) == (y < x) ? b : a;
+    }
     std::memcpy(to + i, &a, 2);
   }
 }
-template <bool Bf16>
+template <AtomOp Op, bool Bf16>
 CUDASIM_INTERNAL inline void bulk_reduce_halves(const Site& s, Addr dst, Addr src, uint32_t size) {
-  bulk_to_global(s, dst, src, size, &add_halves<Bf16>);
+  bulk_to_global(s, dst, src, size, &combine_halves<Op, Bf16>);
 }
 
 CUDASIM_INTERNAL inline void bulk_commit(const Site& s) {
