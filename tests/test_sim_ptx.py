@@ -147,8 +147,8 @@ def test_an_asm_without_instructions_still_gets_nvccs_operand_checks(tmp_path, s
     ('asm volatile("red.global.exch.b32 [%0], 1;" :: "l"(o));', r"red has no \.exch"),
     ('asm volatile("ld.acquire.gpu.global.v2.u32 {%0, %1}, [%2];" : "=r"(o[0]), "=r"(o[1]) : "l"(o));',
      r"\.acquire loads and stores on one 32- or 64-bit value"),
-    ('asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %1}], [%1];"'
-     ' :: "l"(o), "r"(0));', r"cp\.reduce\.async\.bulk\.tensor .* is not run by the simulator"),
+    ('asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.im2col_no_offs.bulk_group [%0, {%1, %1}], '
+     '[%1];" :: "l"(o), "r"(0));', r"the \.im2col_no_offs mode is not run by the simulator \(it runs \.tile\)"),
     ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.noftz.bf16 [%0], [%1], 16;" :: "l"(o), "r"(0));',
      r"\.noftz is a form of \.add \(on \.f16 and \.bf16\), not of \.min"),
     ('asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.min.f32 [%0], [%1], 16;" :: "l"(o), "r"(0));',
@@ -870,29 +870,67 @@ CCCL_REDUCTIONS = [(torch.float32, "add"), (torch.float64, "add"), (torch.float1
                    (torch.int32, "inc"), (torch.int32, "dec")]
 
 
-@pytest.mark.parametrize("dtype, op", CCCL_REDUCTIONS, ids=lambda v: str(v).split(".")[-1])
-def test_cuda_ptx_bulk_reductions_combine_every_block_with_what_global_memory_holds(cccl, dtype, op):
-    backend, ext = cccl
-    dev = "cuda" if backend == "cuda" else "cpu"
-    n, blocks = 1024 // dtype.itemsize, 5
-    if op in ("inc", "dec"):  # uint32 counters, every block's bound 100: 5 steps up or down without wrapping
-        x, y0 = torch.full((blocks, n), 100, dtype=dtype, device=dev), torch.randint(10, 90, (n,), dtype=dtype, device=dev)
-    elif dtype.is_floating_point:
-        x, y0 = torch.randn(blocks, n, dtype=dtype, device=dev), torch.randn(n, dtype=dtype, device=dev)
-    else:
-        x, y0 = (torch.randint(-1000, 1000, shape, dtype=dtype, device=dev) for shape in ((blocks, n), (n,)))
-    got = ext.cccl_reduce(x, y0, op)
-    want = y0.clone()
-    for row in x:  # in block order; only the 16-bit adds depend on the order, each rounding to the dtype
-        want = {"add": torch.add, "min": torch.minimum, "max": torch.maximum, "and": torch.bitwise_and,
-                "or": torch.bitwise_or, "xor": torch.bitwise_xor, "inc": lambda a, _: a + 1,
-                "dec": lambda a, _: a - 1}[op](want, row)
-    if op == "add" and dtype in (torch.float16, torch.bfloat16):
+# What a reduction of each op folds into an element (inc and dec: counters below their bound, no wrapping)
+FOLDS = {"add": torch.add, "min": torch.minimum, "max": torch.maximum, "and": torch.bitwise_and, "or": torch.bitwise_or,
+         "xor": torch.bitwise_xor, "inc": lambda a, _: a + 1, "dec": lambda a, _: a - 1}
+
+
+def _reduction_inputs(dtype, op, x_shape, y_shape, dev):
+    """x (one slice a block) and y0 for a reduction of op: inc and dec count from 10..89 with every bound 100."""
+    if op in ("inc", "dec"):
+        return torch.full(x_shape, 100, dtype=dtype, device=dev), torch.randint(10, 90, y_shape, dtype=dtype, device=dev)
+    if dtype.is_floating_point:
+        return torch.randn(x_shape, dtype=dtype, device=dev), torch.randn(y_shape, dtype=dtype, device=dev)
+    return tuple(torch.randint(-1000, 1000, shape, dtype=dtype, device=dev) for shape in (x_shape, y_shape))
+
+
+def _assert_reduced(got, want, dtype, op):
+    if op == "add" and dtype in (torch.float16, torch.bfloat16):  # each block's add rounds, in any order of the blocks
         torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
     elif op == "add" and dtype.is_floating_point:
         torch.testing.assert_close(got, want)
     else:
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype, op", CCCL_REDUCTIONS, ids=lambda v: str(v).split(".")[-1])
+def test_cuda_ptx_bulk_reductions_combine_every_block_with_what_global_memory_holds(cccl, dtype, op):
+    backend, ext = cccl
+    n = 1024 // dtype.itemsize
+    x, y0 = _reduction_inputs(dtype, op, (5, n), (n,), "cuda" if backend == "cuda" else "cpu")
+    got = ext.cccl_reduce(x, y0, op)
+    want = y0.clone()
+    for row in x:  # in block order (only the 16-bit adds depend on it)
+        want = FOLDS[op](want, row)
+    _assert_reduced(got, want, dtype, op)
+
+
+# cp.reduce.async.bulk.tensor and cuda::ptx::cp_reduce_async_bulk_tensor: each block reduces a 16 x 32 box through a
+# tensor map into the same place of y (clipped at y's edges: the elements outside are not touched)
+TENSOR_REDUCTIONS = [(torch.float32, "add"), *((dt, op) for dt in (torch.float16, torch.bfloat16) for op in ("add", "min", "max")),
+                     *((torch.int32, op) for op in ("add", "min", "max", "and", "or", "xor", "inc", "dec"))]
+
+
+@pytest.mark.parametrize("use_asm", [False, True], ids=["cuda_ptx", "asm"])
+@pytest.mark.parametrize("dtype, op", TENSOR_REDUCTIONS, ids=lambda v: str(v).split(".")[-1])
+def test_tensor_reductions_combine_every_block_inside_the_tensor_only(cccl, dtype, op, use_asm):
+    backend, ext = cccl
+    (rows, cols), (row0, col0) = (40, 72), (30, 48)  # the box sticks out by 6 rows and 8 columns
+    x, y0 = _reduction_inputs(dtype, op, (4, 16, 32), (rows, cols), "cuda" if backend == "cuda" else "cpu")
+    got = ext.cccl_tensor_reduce(x, y0, row0, col0, op, use_asm)
+    want = y0.clone()
+    part = want[row0:row0 + 16, col0:col0 + 32]
+    for box in x:
+        part.copy_(FOLDS[op](part, box[:part.shape[0], :part.shape[1]]))
+    _assert_reduced(got, want, dtype, op)
+
+
+@sim_only
+def test_a_tensor_reduction_of_an_operation_its_type_lacks_is_an_error_naming_both():
+    ext = load(CCCL, "sim")
+    with pytest.raises(RuntimeError, match=r"cuda::ptx::cp_reduce_async_bulk_tensor at ptx_cccl\.cu:\d+: a tensor "
+                                           r"reduction does not run this operation on the tensor map's type"):
+        ext.cccl_tensor_reduce(torch.zeros(1, 16, 32, dtype=torch.float32), torch.zeros(16, 32), 0, 0, "min", False)
 
 
 # cp.reduce.async.bulk: every block reduces its row into one destination

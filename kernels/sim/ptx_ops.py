@@ -798,8 +798,7 @@ def _bulk_reduce(ins: Instr, em: Emit, m: Mods) -> str:
     m.need("async")
     m.need("bulk")
     if m.take("tensor"):
-        em.fail("cp.reduce.async.bulk.tensor (a reduction through a tensor map) is not run by the simulator: it runs "
-                "the 1-D form, cp.reduce.async.bulk.global.shared::cta.bulk_group")
+        return _tensor_reduce(ins, em, m)
     if m.need("global", "shared::cluster") != "global":
         em.fail("a bulk reduction into another block's shared memory needs clusters' mbarriers, which the simulator "
                 "does not run for reductions: it runs cp.reduce.async.bulk.global.shared::cta.bulk_group")
@@ -820,6 +819,26 @@ def _bulk_reduce(ins: Instr, em: Emit, m: Mods) -> str:
     if t in ("f16", "bf16"):
         return f"{P}bulk_reduce_halves<{P}AtomOp::{op.capitalize()}, {'true' if t == 'bf16' else 'false'}>" + where
     return f"{P}bulk_reduce<{P}AtomOp::{op.capitalize()}, {REDUCE_TYPES[op][t]}>" + where
+
+
+def _tensor_reduce(ins: Instr, em: Emit, m: Mods) -> str:
+    # cp.reduce.async.bulk.tensor.Nd.global.shared::cta.op{.tile}.bulk_group{.L2::cache_hint} [map, {c}], [src]{, policy}
+    # (the element type is the tensor map's: the simulator checks the pair when it runs)
+    dims = int(m.need("1d", "2d", "3d", "4d", "5d")[0])
+    m.need("global")
+    m.need("shared::cta")
+    op = m.need("add", "min", "max", "inc", "dec", "and", "or", "xor")
+    mode = m.take("tile", "im2col_no_offs")
+    if mode not in (None, "tile"):
+        em.fail(f"the .{mode} mode is not run by the simulator (it runs .tile)")
+    m.need("bulk_group")
+    hint = m.take("L2::cache_hint") is not None
+    m.done()
+    nops(ins, em, 2 + hint)
+    t, src = ins.operands[:2]
+    tm, coords = _tensor_operand(t, dims, em)
+    return (f"{{ const int32_t cudasim_c[{dims}] = {{{coords}}}; {P}tma_reduce({em.site()}, {dims}, {tm}, cudasim_c, "
+            f"{em.addr(src)}, {P}AtomOp::{op.capitalize()}); }}")
 
 
 def _tensor_operand(t, dims: int, em: Emit) -> tuple[str, str]:

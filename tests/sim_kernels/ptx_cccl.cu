@@ -23,6 +23,10 @@
 //                cuda::ptx::cp_reduce_async_bulk: add (float32, float64, int32, int64, float16, bfloat16), min and
 //                max (int32, int64, float16, bfloat16), and, or, xor (int32, int64), inc and dec (int32 read as
 //                uint32); rows of at most 4096 bytes, a multiple of 16
+//   cccl_tensor_reduce  y = y0 with the 16 x 32 box at (row0, col0) (clipped to y) op= x[b] for every block b, each
+//                block reducing x[b] through a 2-D tensor map with one cp_reduce_async_bulk_tensor (use_asm: the asm
+//                form): add (float32, float16, bfloat16, int32), min and max (float16, bfloat16, int32; float32 for
+//                the simulator's refusal), and, or, xor (int32), inc and dec (int32 read as uint32)
 #include "helpers.cuh"
 
 #include <ATen/ops/empty.h>
@@ -319,12 +323,130 @@ at::Tensor cccl_reduce(const at::Tensor& x, const at::Tensor& y0, const std::str
   return y;
 }
 
+// =============================================================================================
+// cccl_tensor_reduce
+constexpr int kRedRows = 16, kRedCols = 32;
+
+// (each statement written out: the simulator reads an asm template made of string literals)
+template <ptx::dot_op O>
+__device__ __forceinline__ void tensor_reduce_asm(const CUtensorMap* map, const int32_t (&at)[2], const void* src) {
+  if constexpr (O == ptx::dot_op::add)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else if constexpr (O == ptx::dot_op::min)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.min.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else if constexpr (O == ptx::dot_op::max)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.max.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else if constexpr (O == ptx::dot_op::inc)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.inc.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else if constexpr (O == ptx::dot_op::dec)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.dec.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else if constexpr (O == ptx::dot_op::and_op)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.and.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else if constexpr (O == ptx::dot_op::or_op)
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.or.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+  else
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.xor.tile.bulk_group [%0, {%1, %2}], [%3];"
+                 :: "l"(map), "r"(at[0]), "r"(at[1]), "r"(smem_addr(src)) : "memory");
+}
+
+template <ptx::dot_op O, class T, bool kAsm>
+__global__ void cccl_tensor_reduce_kernel(const __grid_constant__ CUtensorMap y_map, const T* x, int row0, int col0) {
+  __shared__ alignas(128) T box[kRedRows * kRedCols];
+  for (int i = threadIdx.x; i < kRedRows * kRedCols; i += blockDim.x)
+    box[i] = x[blockIdx.x * static_cast<size_t>(kRedRows * kRedCols) + i];
+  ptx::fence_proxy_async(ptx::space_shared);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int32_t at[2] = {col0, row0};
+    if constexpr (kAsm) tensor_reduce_asm<O>(&y_map, at, box);
+    else ptx::cp_reduce_async_bulk_tensor(ptx::space_global, ptx::space_shared, ptx::op_t<O>{}, &y_map, at, box);
+    ptx::cp_async_bulk_commit_group();
+    ptx::cp_async_bulk_wait_group(ptx::n32_t<0>());
+  }
+}
+
+template <ptx::dot_op O, class T>
+void launch_tensor_reduce(const at::Tensor& x, at::Tensor& y, CUtensorMapDataType type, int row0, int col0, bool use_asm) {
+  alignas(128) CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(y.size(1)), static_cast<cuuint64_t>(y.size(0))};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(y.size(1) * y.element_size())};
+  const cuuint32_t box[2] = {kRedCols, kRedRows}, estride[2] = {1, 1};
+  CUresult r = tensor_map_encoder()(&map, type, 2, y.data_ptr(), dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed with error ", std::to_string(static_cast<int>(r)));
+  auto kernel = use_asm ? cccl_tensor_reduce_kernel<O, T, true> : cccl_tensor_reduce_kernel<O, T, false>;
+  kernel<<<static_cast<unsigned>(x.size(0)), 64>>>(map, static_cast<const T*>(x.data_ptr()), row0, col0);
+  CHECK_LAUNCH();
+}
+
+// The operations of an element type: add, with min and max if MinMax, and, or, xor if Bits.
+template <class T, bool MinMax, bool Bits>
+bool tensor_reduce_with(const std::string& op, const at::Tensor& x, at::Tensor& y, CUtensorMapDataType type, int row0,
+                        int col0, bool use_asm) {
+  using ptx::dot_op;
+  if (op == "add") {
+    launch_tensor_reduce<dot_op::add, T>(x, y, type, row0, col0, use_asm);
+    return true;
+  }
+  if constexpr (MinMax) {
+    if (op == "min") launch_tensor_reduce<dot_op::min, T>(x, y, type, row0, col0, use_asm);
+    if (op == "max") launch_tensor_reduce<dot_op::max, T>(x, y, type, row0, col0, use_asm);
+    if (op == "min" || op == "max") return true;
+  }
+  if constexpr (Bits) {
+    if (op == "and") launch_tensor_reduce<dot_op::and_op, T>(x, y, type, row0, col0, use_asm);
+    if (op == "or") launch_tensor_reduce<dot_op::or_op, T>(x, y, type, row0, col0, use_asm);
+    if (op == "xor") launch_tensor_reduce<dot_op::xor_op, T>(x, y, type, row0, col0, use_asm);
+    if (op == "and" || op == "or" || op == "xor") return true;
+  }
+  return false;
+}
+
+at::Tensor cccl_tensor_reduce(const at::Tensor& x, const at::Tensor& y0, int64_t row0, int64_t col0, const std::string& op,
+                              bool use_asm) {
+  CHECK_INPUT(x);
+  CHECK_INPUT(y0);
+  TORCH_CHECK(x.dim() == 3 && x.size(0) > 0 && x.size(1) == kRedRows && x.size(2) == kRedCols && y0.dim() == 2 &&
+                  x.scalar_type() == y0.scalar_type(), "x must be [blocks, 16, 32] and y0 [rows, cols] of its dtype");
+  TORCH_CHECK(y0.size(1) * y0.element_size() % 16 == 0, "a row of y0 must be a multiple of 16 bytes");
+  TORCH_CHECK(row0 >= 0 && col0 >= 0 && row0 < y0.size(0) && col0 < y0.size(1), "the box must start inside y0");
+  at::Tensor y = y0.clone();
+  const int r0 = static_cast<int>(row0), c0 = static_cast<int>(col0);
+  const at::ScalarType t = x.scalar_type();
+  bool ran = false;
+  if (t == at::kInt && (op == "inc" || op == "dec")) {
+    if (op == "inc") launch_tensor_reduce<ptx::dot_op::inc, uint32_t>(x, y, CU_TENSOR_MAP_DATA_TYPE_UINT32, r0, c0, use_asm);
+    else launch_tensor_reduce<ptx::dot_op::dec, uint32_t>(x, y, CU_TENSOR_MAP_DATA_TYPE_UINT32, r0, c0, use_asm);
+    ran = true;
+  } else if (t == at::kFloat) {
+    // (min and max of float32 are no form the GPU has: the tests ask only the simulator, which refuses them)
+    ran = tensor_reduce_with<float, true, false>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, r0, c0, use_asm);
+  } else if (t == at::kHalf) {
+    ran = tensor_reduce_with<__half, true, false>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, r0, c0, use_asm);
+  } else if (t == at::kBFloat16) {
+    ran = tensor_reduce_with<__nv_bfloat16, true, false>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, r0, c0, use_asm);
+  } else if (t == at::kInt) {
+    ran = tensor_reduce_with<int32_t, true, true>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_INT32, r0, c0, use_asm);
+  }
+  TORCH_CHECK(ran, "no tensor reduction here for ", op, " on ", t);
+  return y;
+}
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("cccl_tiles(Tensor x, int row0, int col0, bool use_asm) -> Tensor[]");
   m.def("cccl_barrier(Tensor x) -> Tensor");
   m.def("cccl_elect(Tensor like) -> Tensor");
   m.def("cccl_misuse(Tensor x, int what) -> ()");
   m.def("cccl_reduce(Tensor x, Tensor y0, str op) -> Tensor");
+  m.def("cccl_tensor_reduce(Tensor x, Tensor y0, int row0, int col0, str op, bool use_asm) -> Tensor");
 }
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("cccl_tiles", &cccl_tiles);
@@ -332,4 +454,5 @@ TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CUDA, m) {
   m.impl("cccl_elect", &cccl_elect);
   m.impl("cccl_misuse", &cccl_misuse);
   m.impl("cccl_reduce", &cccl_reduce);
+  m.impl("cccl_tensor_reduce", &cccl_tensor_reduce);
 }

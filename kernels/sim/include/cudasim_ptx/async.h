@@ -1141,15 +1141,21 @@ CUDASIM_INTERNAL inline void tma_store_interleaved(const Site& s, const tma::Map
 
 // cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {c}], [src]: elements outside
 // the tensor are not written.
-CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const int32_t* coords, Addr src) {
-  SimScope scope;
+// The map of a TMA store or tensor reduction, checked, with its box's coordinates.
+CUDASIM_INTERNAL inline tma::Map store_map(const Site& s, int dims, Addr map, const int32_t* coords) {
   const tma::Map m = tensor_map(s, map);
   check_tma(s, m, dims, coords);
   for (int d = 0; d < dims; ++d)
     if (coords[d] < 0)
       fail_at(s, "the box starts at coordinate " + std::to_string(coords[d]) + " of dimension " + std::to_string(d) +
-                     ": a TMA store's coordinates must not be negative (the GPU stops the kernel with an illegal "
-                     "instruction; a load may start before the tensor and is filled there)");
+                     ": a TMA store's coordinates (a tensor reduction's too) must not be negative (the GPU stops the "
+                     "kernel with an illegal instruction; a load may start before the tensor and is filled there)");
+  return m;
+}
+
+CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const int32_t* coords, Addr src) {
+  SimScope scope;
+  const tma::Map m = store_map(s, dims, map, coords);
   if (m.interleave) return tma_store_interleaved(s, m, coords, src);
   const unsigned char* from = resolve(s, Space::Shared, src, box_footprint(m), 128, "source");
   uint64_t base = window_offset(from);
@@ -1162,6 +1168,66 @@ CUDASIM_INTERNAL inline void tma_store(const Site& s, int dims, Addr map, const 
   const uint64_t dim0_bytes = (m.dims[0] * m.elem + 15) / 16 * 16;
   PendingStore st;
   box_walk(m, coords, dims, dim0_bytes, [&](uint64_t so, long long go) {
+    if (go >= 0) add_run(st, swizzle(base + so, bits), g0 + go, static_cast<uint32_t>(m.elem));
+  });
+  issue_store(s, std::move(st));
+}
+
+// cp.reduce.async.bulk.tensor.Nd.global.shared::cta.op.tile.bulk_group [map, {c}], [src]: the box's elements combine
+// with the tensor's (the element type is the map's), each atomically, when the writes are retired, as the 1-D form's;
+// elements outside the tensor are not touched (no row's padding either: a store writes it, a reduction does not).
+// Types by operation (PTX's table): add u32 s32 u64 f32 f16 bf16 (the 16-bit sums rounded to the type), min and max
+// u32 s32 u64 s64 f16 bf16, inc and dec u32, and or xor any 32- or 64-bit integer.
+using Combine = void (*)(unsigned char*, const unsigned char*, uint32_t);
+CUDASIM_INTERNAL inline Combine tensor_combine(const Site& s, AtomOp op, int dtype) {
+  enum { U32 = 2, S32 = 3, U64 = 4, S64 = 5, F16 = 6, F32 = 7, BF16 = 9 };  // CUtensorMapDataType
+  const bool bits = op == AtomOp::And || op == AtomOp::Or || op == AtomOp::Xor;
+  Combine f = nullptr;
+  auto ints = [&](auto tag) {  // the integer types' functions of op, for T = decltype(tag)
+    using T = decltype(tag);
+    switch (op) {
+      case AtomOp::Add: return &combine_elements<AtomOp::Add, T>;
+      case AtomOp::Min: return &combine_elements<AtomOp::Min, T>;
+      case AtomOp::Max: return &combine_elements<AtomOp::Max, T>;
+      case AtomOp::And: return &combine_elements<AtomOp::And, T>;
+      case AtomOp::Or: return &combine_elements<AtomOp::Or, T>;
+      case AtomOp::Xor: return &combine_elements<AtomOp::Xor, T>;
+      case AtomOp::Inc: return &combine_elements<AtomOp::Inc, T>;
+      case AtomOp::Dec: return &combine_elements<AtomOp::Dec, T>;
+      default: return static_cast<Combine>(nullptr);
+    }
+  };
+  if (dtype == U32 && op != AtomOp::Exch && op != AtomOp::Cas) f = ints(uint32_t{});
+  else if (dtype == S32 && (bits || op == AtomOp::Add || op == AtomOp::Min || op == AtomOp::Max)) f = ints(int32_t{});
+  else if (dtype == U64 && (bits || op == AtomOp::Add || op == AtomOp::Min || op == AtomOp::Max)) f = ints(uint64_t{});
+  else if (dtype == S64 && (bits || op == AtomOp::Min || op == AtomOp::Max)) f = ints(int64_t{});
+  else if (dtype == F32 && op == AtomOp::Add) f = &combine_elements<AtomOp::Add, float>;
+  else if ((dtype == F16 || dtype == BF16) && (op == AtomOp::Add || op == AtomOp::Min || op == AtomOp::Max)) {
+    const bool b = dtype == BF16;
+    f = op == AtomOp::Add ? (b ? &combine_halves<AtomOp::Add, true> : &combine_halves<AtomOp::Add, false>)
+      : op == AtomOp::Min ? (b ? &combine_halves<AtomOp::Min, true> : &combine_halves<AtomOp::Min, false>)
+                          : (b ? &combine_halves<AtomOp::Max, true> : &combine_halves<AtomOp::Max, false>);
+  }
+  if (!f)
+    fail_at(s, "a tensor reduction does not run this operation on the tensor map's type (data type " +
+                   std::to_string(dtype) + "): add takes u32, s32, u64, f32, f16, bf16; min and max u32, s32, u64, "
+                   "s64, f16, bf16; inc and dec u32; and, or, xor 32- and 64-bit integers");
+  return f;
+}
+
+CUDASIM_INTERNAL inline void tma_reduce(const Site& s, int dims, Addr map, const int32_t* coords, Addr src, AtomOp op) {
+  SimScope scope;
+  const tma::Map m = store_map(s, dims, map, coords);
+  if (m.interleave) fail_at(s, "a tensor reduction through an interleaved tensor map is not run by the simulator");
+  const Combine combine = tensor_combine(s, op, m.dtype);
+  const unsigned char* from = resolve(s, Space::Shared, src, box_footprint(m), 128, "source");
+  const uint64_t base = window_offset(from);
+  unsigned char* g0 = reinterpret_cast<unsigned char*>(m.base);
+  const int bits = tma_swizzle_bits(m.swizzle);
+  note_read(from, box_footprint(m), s.file, s.line);
+  PendingStore st;
+  st.combine = combine;
+  box_walk(m, coords, dims, m.dims[0] * m.elem, [&](uint64_t so, long long go) {
     if (go >= 0) add_run(st, swizzle(base + so, bits), g0 + go, static_cast<uint32_t>(m.elem));
   });
   issue_store(s, std::move(st));
