@@ -2267,6 +2267,20 @@ struct LaunchLock {
   LaunchLock& operator=(const LaunchLock&) = delete;
 };
 
+// Fiber stacks kept from one launch to the next: those of a block's first kPooledStacks threads. Each stack is two
+// mappings (its guard and itself), and every extension a process loads keeps a pool of its own: kept for all 384 or
+// 512 threads of a Hopper kernel's block, a test process that had loaded some eighty extensions passed Linux's limit
+// of 65530 mappings (vm.max_map_count), and the next mapping, a stack or a cudaMalloc, failed. The rest are mapped
+// again by the next launch that needs them (three system calls a thread).
+constexpr size_t kPooledStacks = 128;
+CUDASIM_RT void release_spare_stacks() {
+  for (size_t i = kPooledStacks; i < g.threads.size(); ++i) {
+    Thread& t = g.threads[i];
+    if (t.stack) munmap(t.stack, kGuardBytes + t.stack_size);
+    t.stack = nullptr;
+  }
+}
+
 // Run a whole grid now (launches are synchronous here) and record errors as CUDA does. `body(body_ctx)` runs
 // the kernel as the current thread.
 CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const Config& c, void (*body)(void*),
@@ -2370,12 +2384,14 @@ CUDASIM_RT void run_grid(const char* kernel, const char* file, int line, const C
     if (!g.error) CUDASIM_EVENT(launch_end());
   } catch (...) {
     remove_fault_guard();
+    release_spare_stacks();
     g.running = false;
     g.cur = nullptr;
     g.cluster_size = 1;
     throw;
   }
   remove_fault_guard();
+  release_spare_stacks();
   g.running = false;
   g.cur = nullptr;
   g.cluster_size = 1;
