@@ -653,9 +653,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 //
 // The structure of lesson 13's warp-specialised matmul with attention's two products inside. A block owns 128 query
 // rows of one head (192 at D 64: Fwd4): warpgroup 0 produces, its one thread loading the rows' Q (in two buffers when
-// the block walks several query tiles) and then K and V tile by tile by TMA into rings of two stages (separate full/empty barriers for K and V, so that S = Q K^T can start before
-// V has landed); the other warpgroups consume, each 64 of the rows. A consumer computes its 64 x 128 score tile with wgmma from shared
-// memory (Q and K both K-major: rows of D), runs the online softmax on the accumulator registers (the layout is
+// the block walks several query tiles) and then K and V tile by tile by TMA into rings of two stages (separate
+// full/empty barriers for K and V, so that S = Q K^T can start before V has landed); the other warpgroups consume,
+// each 64 of the rows. A consumer computes its 64 x 128 score tile with wgmma from shared memory (Q and K both
+// K-major: rows of D), runs the online softmax on the accumulator registers (the layout is
 // mma.sync's C fragment, so lesson 12's softmax code carries over), and feeds P back from registers as wgmma's A
 // operand against V, read MN-major (V's rows are keys: the transpose immediate). Two of FlashAttention 3's ideas:
 // warp specialisation, and the overlap inside a warpgroup, where the score product of tile t is issued before the

@@ -278,23 +278,23 @@ void launch_reduce(const at::Tensor& x, at::Tensor& y) {
   CHECK_LAUNCH();
 }
 
-// The operations of a type: add, with min and max if MinMax, and, or, xor if Bits (none other compiles).
-template <class T, bool MinMax, bool Bits>
-bool reduce_with(const std::string& op, const at::Tensor& x, at::Tensor& y) {
-  if (op == "add") {
-    launch_reduce<ptx::op_add_t, T>(x, y);
-    return true;
-  }
+// Calls launch(tag, T{}) with the cuda::ptx tag of the operation op names, on element type T: add, min and max if
+// MinMax, and, or, xor if Bits, inc and dec if Counters (no other pair is instantiated). False for another name.
+template <class T, bool MinMax, bool Bits, bool Counters, class Launch>
+bool with_op(const std::string& op, Launch launch) {
+  if (op == "add") return launch(ptx::op_add, T{}), true;
   if constexpr (MinMax) {
-    if (op == "min") launch_reduce<ptx::op_min_t, T>(x, y);
-    if (op == "max") launch_reduce<ptx::op_max_t, T>(x, y);
-    if (op == "min" || op == "max") return true;
+    if (op == "min") return launch(ptx::op_min, T{}), true;
+    if (op == "max") return launch(ptx::op_max, T{}), true;
   }
   if constexpr (Bits) {
-    if (op == "and") launch_reduce<ptx::op_and_op_t, T>(x, y);
-    if (op == "or") launch_reduce<ptx::op_or_op_t, T>(x, y);
-    if (op == "xor") launch_reduce<ptx::op_xor_op_t, T>(x, y);
-    if (op == "and" || op == "or" || op == "xor") return true;
+    if (op == "and") return launch(ptx::op_and_op, T{}), true;
+    if (op == "or") return launch(ptx::op_or_op, T{}), true;
+    if (op == "xor") return launch(ptx::op_xor_op, T{}), true;
+  }
+  if constexpr (Counters) {
+    if (op == "inc") return launch(ptx::op_inc, T{}), true;
+    if (op == "dec") return launch(ptx::op_dec, T{}), true;
   }
   return false;
 }
@@ -302,23 +302,18 @@ bool reduce_with(const std::string& op, const at::Tensor& x, at::Tensor& y) {
 at::Tensor cccl_reduce(const at::Tensor& x, const at::Tensor& y0, const std::string& op) {
   CHECK_INPUT(x);
   CHECK_INPUT(y0);
-  TORCH_CHECK(x.dim() == 2 && y0.dim() == 1 && x.size(1) == y0.size(0) && x.scalar_type() == y0.scalar_type(),
-              "x must be [blocks, n] and y0 [n] of its dtype");
-  const int64_t bytes = y0.numel() * y0.element_size();
-  TORCH_CHECK(bytes > 0 && bytes % 16 == 0 && bytes <= 4096 && x.size(0) > 0, "a row must be 16..4096 bytes, a multiple of 16");
+  reduction_row_bytes(x, y0, 4096);
   at::Tensor y = y0.clone();
   const at::ScalarType t = x.scalar_type();
+  auto launch = [&](auto tag, auto elem) { launch_reduce<decltype(tag), decltype(elem)>(x, y); };
   bool ran = false;
-  if (t == at::kInt && (op == "inc" || op == "dec")) {
-    if (op == "inc") launch_reduce<ptx::op_inc_t, uint32_t>(x, y);
-    else launch_reduce<ptx::op_dec_t, uint32_t>(x, y);
-    ran = true;
-  } else if (t == at::kFloat) ran = reduce_with<float, false, false>(op, x, y);
-  else if (t == at::kDouble) ran = reduce_with<double, false, false>(op, x, y);
-  else if (t == at::kInt) ran = reduce_with<int32_t, true, true>(op, x, y);
-  else if (t == at::kLong) ran = reduce_with<int64_t, true, true>(op, x, y);
-  else if (t == at::kHalf) ran = reduce_with<__half, true, false>(op, x, y);
-  else if (t == at::kBFloat16) ran = reduce_with<__nv_bfloat16, true, false>(op, x, y);
+  if (t == at::kInt && (op == "inc" || op == "dec")) ran = with_op<uint32_t, false, false, true>(op, launch);
+  else if (t == at::kFloat) ran = with_op<float, false, false, false>(op, launch);
+  else if (t == at::kDouble) ran = with_op<double, false, false, false>(op, launch);
+  else if (t == at::kInt) ran = with_op<int32_t, true, true, false>(op, launch);
+  else if (t == at::kLong) ran = with_op<int64_t, true, true, false>(op, launch);
+  else if (t == at::kHalf) ran = with_op<__half, true, false, false>(op, launch);
+  else if (t == at::kBFloat16) ran = with_op<__nv_bfloat16, true, false, false>(op, launch);
   TORCH_CHECK(ran, "no cp_reduce_async_bulk form here for ", op, " on ", t);
   return y;
 }
@@ -387,29 +382,6 @@ void launch_tensor_reduce(const at::Tensor& x, at::Tensor& y, CUtensorMapDataTyp
   CHECK_LAUNCH();
 }
 
-// The operations of an element type: add, with min and max if MinMax, and, or, xor if Bits.
-template <class T, bool MinMax, bool Bits>
-bool tensor_reduce_with(const std::string& op, const at::Tensor& x, at::Tensor& y, CUtensorMapDataType type, int row0,
-                        int col0, bool use_asm) {
-  using ptx::dot_op;
-  if (op == "add") {
-    launch_tensor_reduce<dot_op::add, T>(x, y, type, row0, col0, use_asm);
-    return true;
-  }
-  if constexpr (MinMax) {
-    if (op == "min") launch_tensor_reduce<dot_op::min, T>(x, y, type, row0, col0, use_asm);
-    if (op == "max") launch_tensor_reduce<dot_op::max, T>(x, y, type, row0, col0, use_asm);
-    if (op == "min" || op == "max") return true;
-  }
-  if constexpr (Bits) {
-    if (op == "and") launch_tensor_reduce<dot_op::and_op, T>(x, y, type, row0, col0, use_asm);
-    if (op == "or") launch_tensor_reduce<dot_op::or_op, T>(x, y, type, row0, col0, use_asm);
-    if (op == "xor") launch_tensor_reduce<dot_op::xor_op, T>(x, y, type, row0, col0, use_asm);
-    if (op == "and" || op == "or" || op == "xor") return true;
-  }
-  return false;
-}
-
 at::Tensor cccl_tensor_reduce(const at::Tensor& x, const at::Tensor& y0, int64_t row0, int64_t col0, const std::string& op,
                               bool use_asm) {
   CHECK_INPUT(x);
@@ -421,21 +393,20 @@ at::Tensor cccl_tensor_reduce(const at::Tensor& x, const at::Tensor& y0, int64_t
   at::Tensor y = y0.clone();
   const int r0 = static_cast<int>(row0), c0 = static_cast<int>(col0);
   const at::ScalarType t = x.scalar_type();
+  const bool counter = t == at::kInt && (op == "inc" || op == "dec");  // an int32 tensor read as uint32
+  const CUtensorMapDataType type = counter ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : t == at::kFloat ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : t == at::kHalf ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                   : t == at::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_INT32;
+  auto launch = [&](auto tag, auto elem) {
+    launch_tensor_reduce<decltype(tag)::value, decltype(elem)>(x, y, type, r0, c0, use_asm);
+  };
   bool ran = false;
-  if (t == at::kInt && (op == "inc" || op == "dec")) {
-    if (op == "inc") launch_tensor_reduce<ptx::dot_op::inc, uint32_t>(x, y, CU_TENSOR_MAP_DATA_TYPE_UINT32, r0, c0, use_asm);
-    else launch_tensor_reduce<ptx::dot_op::dec, uint32_t>(x, y, CU_TENSOR_MAP_DATA_TYPE_UINT32, r0, c0, use_asm);
-    ran = true;
-  } else if (t == at::kFloat) {
-    // (min and max of float32 are no form the GPU has: the tests ask only the simulator, which refuses them)
-    ran = tensor_reduce_with<float, true, false>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, r0, c0, use_asm);
-  } else if (t == at::kHalf) {
-    ran = tensor_reduce_with<__half, true, false>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, r0, c0, use_asm);
-  } else if (t == at::kBFloat16) {
-    ran = tensor_reduce_with<__nv_bfloat16, true, false>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, r0, c0, use_asm);
-  } else if (t == at::kInt) {
-    ran = tensor_reduce_with<int32_t, true, true>(op, x, y, CU_TENSOR_MAP_DATA_TYPE_INT32, r0, c0, use_asm);
-  }
+  if (counter) ran = with_op<uint32_t, false, false, true>(op, launch);
+  // (min and max of float32 are no form the GPU has: the tests ask only the simulator, which refuses them)
+  else if (t == at::kFloat) ran = with_op<float, true, false, false>(op, launch);
+  else if (t == at::kHalf) ran = with_op<__half, true, false, false>(op, launch);
+  else if (t == at::kBFloat16) ran = with_op<__nv_bfloat16, true, false, false>(op, launch);
+  else if (t == at::kInt) ran = with_op<int32_t, true, true, false>(op, launch);
   TORCH_CHECK(ran, "no tensor reduction here for ", op, " on ", t);
   return y;
 }

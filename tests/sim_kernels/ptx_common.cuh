@@ -51,3 +51,14 @@ inline EncodeTiled tensor_map_encoder() {
   TORCH_CHECK(found == cudaDriverEntryPointSuccess && fn, "cuTensorMapEncodeTiled is not available");
   return reinterpret_cast<EncodeTiled>(fn);
 }
+
+// The inputs of the bulk-reduction test ops: x [blocks, n] and y0 [n] of one dtype, a row of 16 to max_bytes bytes and
+// a multiple of 16. Returns a row's bytes.
+inline int64_t reduction_row_bytes(const at::Tensor& x, const at::Tensor& y0, int64_t max_bytes) {
+  TORCH_CHECK(x.dim() == 2 && y0.dim() == 1 && x.size(1) == y0.size(0) && x.scalar_type() == y0.scalar_type(),
+              "x must be [blocks, n] and y0 [n] of its dtype");
+  const int64_t bytes = y0.numel() * y0.element_size();
+  TORCH_CHECK(bytes > 0 && bytes % 16 == 0 && bytes <= max_bytes && x.size(0) > 0, "a row must be 16..",
+              std::to_string(max_bytes), " bytes, a multiple of 16");
+  return bytes;
+}

@@ -836,10 +836,7 @@ at::Tensor bulk_reduce(const at::Tensor& x, const at::Tensor& y0, const std::str
                        bool wait_writes) {
   CHECK_INPUT(x);
   CHECK_INPUT(y0);
-  TORCH_CHECK(x.dim() == 2 && y0.dim() == 1 && x.size(1) == y0.size(0) && x.scalar_type() == y0.scalar_type(),
-              "x must be [blocks, n] and y0 [n] of its dtype");
-  const int64_t bytes = y0.numel() * y0.element_size();
-  TORCH_CHECK(bytes > 0 && bytes % 16 == 0 && bytes <= 8192 && x.size(0) > 0, "a row must be 16..8192 bytes, a multiple of 16");
+  const int64_t bytes = reduction_row_bytes(x, y0, 8192);
   const at::ScalarType t = x.scalar_type();
   const bool f32 = t == at::kFloat, f64 = t == at::kDouble, i32 = t == at::kInt, i64 = t == at::kLong;
   const bool f16 = t == at::kHalf, bf16 = t == at::kBFloat16;
