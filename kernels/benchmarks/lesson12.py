@@ -17,8 +17,11 @@ products against the forward's two), as FlashAttention's papers count them. The 
 
 Then grouped-query attention at T = 4096, D 128, causal (16 query heads, 4 kv heads; enable_gqa=True for SDPA and
 FlexAttention, k and v repeated for eager), forward and backward. Then lesson 10's model (width 768, 12 heads of 64,
-6 blocks), a training step at T = 1024 and 4096 (8192 tokens), with SDPA's attention (eager, compiled, and eager held to its flash backend: by itself SDPA takes cuDNN's Hopper
-kernels on an H100) and with this lesson's op (eager and compiled).
+6 blocks), a training step at T = 1024 and 4096 (8192 tokens), with SDPA's attention (eager, compiled, and eager held
+to its flash backend: by itself SDPA takes cuDNN's Hopper kernels on an H100) and with this lesson's op (eager and
+compiled); then the two compiled steps' kernel times alone ("kernels only") and the two compiled with
+mode="reduce-overhead" ("CUDA graphs", where the model's bar is): without graphs these steps wait on the host that
+launches their kernels.
 
 The backward rows time the backward alone (the forward's graph kept): autograd of eager and of the compiled
 forward (eager up to T = 2048: its graph at 8192 does not fit beside the others), each SDPA backend's, and the
@@ -30,6 +33,7 @@ causal and not) and prints PASS or MISS for each; it writes no CSV.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import sys
 from pathlib import Path
 from typing import Callable
@@ -37,7 +41,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table, write_csv
+from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table, time_ms, write_csv
 from ..build import load
 from ..gates import runnable
 from ..lessons import lesson12, op_gates
@@ -252,10 +256,12 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
     ours = gpt.twin(sdpa, model_kernels(ext))
     x, y = next(gpt.batches(gpt.text_bytes("cuda"), MODEL_TOKENS // t, t, 1))
 
-    def step(model, forward):
+    def step(model, forward, graphs: bool = False):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
         def run():
+            if graphs:  # a new step: the graphs may reuse the last step's outputs' memory
+                torch.compiler.cudagraph_mark_step_begin()
             gpt.loss_of(forward, x, y).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -278,8 +284,10 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
     files = {} if out_dir is None else {"csv_path": out_dir / "lesson12.csv"}
     rows = bench(_model_name(t), variants, torch_fn=step(sdpa, sdpa), args=(), compile=False, copy_gbps=copy,
                  check=lambda: same, show=False, **files)
-    return rows + _kernels_only(t, {k: variants[k] for k in ("torch.compile", "attention op + compile")}, copy,
-                                out_dir)
+    rows += _kernels_only(t, {k: variants[k] for k in ("torch.compile", "attention op + compile")}, copy, out_dir)
+    graphed = {"torch.compile": step(sdpa, compile_static(sdpa, mode="reduce-overhead"), graphs=True),
+               "attention op + compile": step(ours, compile_static(ours, mode="reduce-overhead"), graphs=True)}
+    return rows + _graphed(t, graphed, copy, out_dir)
 
 
 def _kernels_name(t: int) -> str:
@@ -305,6 +313,37 @@ def _kernels_only(t: int, variants: dict, copy: float, out_dir: Path | None, ste
         ms[label] = sum(e.self_device_time_total for e in kernels) / steps / 1e3
     base = ms["torch.compile"]
     rows = [Row(_kernels_name(t), label, v, None, None, None, None, base / v if v else None) for label, v in ms.items()]
+    if out_dir is not None:
+        write_csv(rows, out_dir / "lesson12.csv", copy)
+    return rows
+
+
+def _graphed_name(t: int) -> str:
+    return f"lesson 10's model, train step, T={t} bf16, CUDA graphs"
+
+
+def _graphed(t: int, variants: dict, copy: float, out_dir: Path | None, rounds: int = 4) -> list[Row]:
+    """The two compiled steps with torch.compile's mode="reduce-overhead": its forward and backward replayed as CUDA
+    graphs, so that the host, which launches some 300 kernels a step one by one otherwise, no longer sets the pace
+    (on an H200 the compiled steps' host work took 10-13 ms against 6-8 ms of kernels, and which of the two models it
+    slowed moved from run to run). Timed in turns, A B B A ..., the median of each: what the GPU's work takes, gaps
+    included; the optimizer's fused step stays eager (a few launches). A row's note says when Inductor did not use
+    its graphs (a step's graph it could not capture)."""
+    from torch._dynamo.utils import counters
+
+    skipped = counters["inductor"]["cudagraph_skips"]
+    for fn in variants.values():
+        for _ in range(3):  # compile, then record the graphs
+            fn()
+    torch.cuda.synchronize()
+    note = "" if counters["inductor"]["cudagraph_skips"] == skipped else "Inductor skipped its CUDA graphs"
+    times: dict[str, list[float]] = {label: [] for label in variants}
+    for r in range(rounds):
+        for label in list(variants)[::1 if r % 2 == 0 else -1]:
+            times[label].append(time_ms(variants[label]))
+    ms = {label: statistics.median(v) for label, v in times.items()}
+    base = ms["torch.compile"]
+    rows = [Row(_graphed_name(t), label, v, None, None, None, None, base / v, note) for label, v in ms.items()]
     if out_dir is not None:
         write_csv(rows, out_dir / "lesson12.csv", copy)
     return rows
@@ -359,7 +398,9 @@ BARS = [
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
     *(Bar(_name(t, d, c, "bwd"), BACKWARD_OP if _HOPPER else "attention_backward3", "vs:torch sdpa flash", 0.6)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
-    *(Bar(_model_name(t), "attention op + compile", "vs_compile", 1.0) for t in MODEL_SEQUENCES),
+    # the model's bar on its steps under CUDA graphs: launched one kernel at a time, the compiled steps are bound by
+    # the host, and their ratio moved by 0.3 between runs of the same code (_graphed says more)
+    *(Bar(_graphed_name(t), "attention op + compile", "vs_compile", 1.0) for t in MODEL_SEQUENCES),
 ]
 
 
