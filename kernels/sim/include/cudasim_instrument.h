@@ -30,6 +30,10 @@ CUDASIM_INTERNAL inline Space space_of(uintptr_t x, const Thread* t) {
   if (x - reinterpret_cast<uintptr_t>(&g) < sizeof g) return Space::Skip;  // threadIdx, blockIdx, ...
   if (x - check::S.threads_lo < check::S.threads_bytes) return Space::Skip;  // the threads' own records (cg's)
   if (x - check::S.host_stack_lo < check::S.host_stack_bytes) return Space::Skip;  // the launching code's locals
+  // the check's own state: an instrumented standard-library call on one of its fields (not inlined into the
+  // uninstrumented simulator) would otherwise be checked as the kernel thread's access
+  if (x - reinterpret_cast<uintptr_t>(&check::S) < sizeof check::S) return Space::Skip;
+  if (x - reinterpret_cast<uintptr_t>(&check::peer::L) < sizeof check::peer::L) return Space::Skip;
   return Space::Global;
 }
 
@@ -207,7 +211,8 @@ CUDASIM_RT void atomic_load_next() { check::peer::L.load = true; }
 CUDASIM_RT void atomic_access(const void* p, size_t bytes, void* pc) {
   // set by atomic_load_next just before this atomic. Plain accesses, not std::exchange: a standard-library template
   // is instrumented code that is never inlined here, so its read and write of L.load went through the hooks as the
-  // kernel thread's own accesses, and two blocks' atomics became a race on this simulator state
+  // kernel thread's own accesses, and two blocks' atomics became a race on this simulator state (space_of now skips
+  // check::S and peer::L too)
   const bool load = check::peer::L.load;
   check::peer::L.load = false;
   if (prof::P.on) {
