@@ -107,6 +107,8 @@ def compile_static(fn: Callable, **options) -> Callable:
 
 # The note of a row that times another route beside the lesson's kernels (bench's `routes`).
 OTHER_ROUTE = "another route than the lesson's kernels"
+# How a row's note begins when its variant gave a wrong answer (no bar passes on such a row).
+FAILED_CHECK = "FAILED the check"
 
 
 def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | None = None,
@@ -146,7 +148,7 @@ def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | 
         if gbps and gbps > 1.10 * copy:
             note = (note + "; " if note else "") + "10% ABOVE COPY BANDWIDTH: the byte count or the timing is wrong"
         if not ok:
-            note = (note + "; " if note else "") + "FAILED the check after timing"
+            note = (note + "; " if note else "") + FAILED_CHECK + " after timing"
         rows.append(Row(name, label, ms, gbps, tflops, gbps / copy if gbps else None,
                         timed["eager"] / ms if "eager" in timed else None,
                         timed["torch.compile"] / ms if "torch.compile" in timed else None, note))

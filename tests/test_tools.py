@@ -165,6 +165,22 @@ def test_a_bar_against_another_row_of_the_same_benchmark_is_their_speed_ratio():
     assert lines[2].endswith("NOT MEASURED")
 
 
+def test_a_bar_on_a_row_that_failed_its_check_is_a_miss_however_fast():
+    from kernels.bench import FAILED_CHECK, Row
+    from kernels.benchmarks import Bar, bar_report
+
+    rows = [Row("step", "op", 1.0, None, None, None, None, 1.5, FAILED_CHECK + ": its loss is not the eager model's"),
+            Row("fwd", "attention3", 1.0, None, None, None, None, None),
+            Row("fwd", "torch sdpa flash", 2.0, None, None, None, None, None, FAILED_CHECK + " after timing"),
+            Row("fwd", "attention4", 1.0, None, None, None, None, 1.2)]
+    lines = bar_report(rows, [Bar("step", "op", "vs_compile", 1.0),
+                              Bar("fwd", "attention3", "vs:torch sdpa flash", 0.8),
+                              Bar("fwd", "attention4", "vs_compile", 1.0)]).splitlines()
+    assert lines[1].endswith("1.500  1.00  MISS (failed its check)"), lines[1]
+    assert lines[2].endswith("MISS (failed its check)"), lines[2]
+    assert lines[3].split()[-1] == "PASS"
+
+
 def test_a_table_keeps_a_long_variant_name_apart_from_its_time():
     from kernels.bench import Row, table
 

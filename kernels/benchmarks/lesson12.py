@@ -41,7 +41,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ..bench import Row, bench, compile_static, copy_bandwidth, plot, table, time_ms, write_csv
+from ..bench import FAILED_CHECK, Row, bench, compile_static, copy_bandwidth, plot, table, time_ms, write_csv
 from ..build import load
 from ..gates import runnable
 from ..lessons import lesson12, op_gates
@@ -262,9 +262,11 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
         def run():
             if graphs:  # a new step: the graphs may reuse the last step's outputs' memory
                 torch.compiler.cudagraph_mark_step_begin()
-            gpt.loss_of(forward, x, y).backward()
+            loss = gpt.loss_of(forward, x, y)
+            loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+            return loss.detach()
         return run
 
     with torch.no_grad():
@@ -287,7 +289,11 @@ def _model(ext, t: int, copy: float, out_dir: Path | None) -> list[Row]:
     rows += _kernels_only(t, {k: variants[k] for k in ("torch.compile", "attention op + compile")}, copy, out_dir)
     graphed = {"torch.compile": step(sdpa, compile_static(sdpa, mode="reduce-overhead"), graphs=True),
                "attention op + compile": step(ours, compile_static(ours, mode="reduce-overhead"), graphs=True)}
-    return rows + _graphed(t, graphed, copy, out_dir)
+
+    def eager_loss(label: str) -> float:  # the model's loss now, run eagerly: what its graphed step must compute
+        with torch.no_grad():
+            return gpt.loss_of(sdpa if label == "torch.compile" else ours, x, y).item()
+    return rows + _graphed(t, graphed, eager_loss, copy, out_dir)
 
 
 def _kernels_name(t: int) -> str:
@@ -322,28 +328,36 @@ def _graphed_name(t: int) -> str:
     return f"lesson 10's model, train step, T={t} bf16, CUDA graphs"
 
 
-def _graphed(t: int, variants: dict, copy: float, out_dir: Path | None, rounds: int = 4) -> list[Row]:
+def _graphed(t: int, variants: dict, eager_loss: Callable[[str], float], copy: float, out_dir: Path | None,
+             rounds: int = 4) -> list[Row]:
     """The two compiled steps with torch.compile's mode="reduce-overhead": its forward and backward replayed as CUDA
     graphs, so that the host, which launches some 300 kernels a step one by one otherwise, no longer sets the pace
     (on an H200 the compiled steps' host work took 10-13 ms against 6-8 ms of kernels, and which of the two models it
     slowed moved from run to run). Timed in turns, A B B A ..., the median of each: what the GPU's work takes, gaps
-    included; the optimizer's fused step stays eager (a few launches). A row's note says when Inductor did not use
-    its graphs (a step's graph it could not capture)."""
+    included; the optimizer's fused step stays eager (a few launches). Checked: the first three steps (compiled,
+    recorded, replayed) give the loss the model gives eagerly with the same weights. A row's note says when that
+    failed, or when Inductor did not use its graphs (a step's graph it could not capture)."""
     from torch._dynamo.utils import counters
 
-    skipped = counters["inductor"]["cudagraph_skips"]
-    for fn in variants.values():
-        for _ in range(3):  # compile, then record the graphs
-            fn()
-    torch.cuda.synchronize()
-    note = "" if counters["inductor"]["cudagraph_skips"] == skipped else "Inductor skipped its CUDA graphs"
+    notes: dict[str, list[str]] = {label: [] for label in variants}
+    for label, fn in variants.items():
+        skipped = counters["inductor"]["cudagraph_skips"]
+        wrong = False
+        for _ in range(3):  # compile, record the graphs, replay them
+            want = eager_loss(label)
+            wrong |= abs(fn().item() - want) >= 2e-2  # bf16, as _model's check of the two models
+        if counters["inductor"]["cudagraph_skips"] != skipped:
+            notes[label].append("Inductor skipped its CUDA graphs")
+        if wrong:
+            notes[label].append(FAILED_CHECK + ": its loss is not the eager model's")
     times: dict[str, list[float]] = {label: [] for label in variants}
     for r in range(rounds):
         for label in list(variants)[::1 if r % 2 == 0 else -1]:
             times[label].append(time_ms(variants[label]))
     ms = {label: statistics.median(v) for label, v in times.items()}
     base = ms["torch.compile"]
-    rows = [Row(_graphed_name(t), label, v, None, None, None, None, base / v, note) for label, v in ms.items()]
+    rows = [Row(_graphed_name(t), label, v, None, None, None, None, base / v, "; ".join(notes[label]))
+            for label, v in ms.items()]
     if out_dir is not None:
         write_csv(rows, out_dir / "lesson12.csv", copy)
     return rows
