@@ -107,8 +107,10 @@ def compile_static(fn: Callable, **options) -> Callable:
 
 # The note of a row that times another route beside the lesson's kernels (bench's `routes`).
 OTHER_ROUTE = "another route than the lesson's kernels"
-# How a row's note begins when its variant gave a wrong answer (no bar passes on such a row).
+# How a row's note says that its variant gave a wrong answer, or that it was not timed as the bar's comparison
+# assumes (no bar passes on such a row, nor against one: benchmarks.bar_report).
 FAILED_CHECK = "FAILED the check"
+NOT_COMPARABLE = "NOT COMPARABLE"
 
 
 def bench(name: str, variants: dict[str, Callable[[], object]], *, bytes: int | None = None,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from ..backend import gpu_available
-from ..bench import FAILED_CHECK, OTHER_ROUTE
+from ..bench import FAILED_CHECK, NOT_COMPARABLE, OTHER_ROUTE
 from ..paths import BUILD, RECORDED, ROOT
 from ..tables import markdown_table, text_table
 
@@ -203,19 +203,23 @@ class Bar(NamedTuple):
 
 
 def bar_report(rows: list, bars: list[Bar]) -> str:
-    """One line per bar: the measured value, the bar, and PASS or MISS (or NOT MEASURED when no row matches); a bar
-    on a row (or against a row) whose note says it failed its check is a MISS, however fast."""
+    """One line per bar: the measured value, the bar, and PASS or MISS (or NOT MEASURED when no row matches). A bar
+    on a row, or against a row (the "vs:" variant's, eager's for vs_eager, torch.compile's for vs_compile), whose
+    note says it failed its check is a MISS however fast, and one whose note says it is not comparable is NOT
+    COMPARABLE."""
     by = {(r.bench, r.variant): r for r in rows}
+    baseline = {"vs_eager": "eager", "vs_compile": "torch.compile"}
     body = []
     for b in bars:
         row = by.get((b.bench, b.variant))
-        other = by.get((b.bench, b.measure[len("vs:"):])) if b.measure.startswith("vs:") else None
+        other = by.get((b.bench, b.measure[len("vs:"):] if b.measure.startswith("vs:") else baseline.get(b.measure)))
         if b.measure.startswith("vs:"):
             value = other.ms / row.ms if row and other else None
         else:
             value = getattr(row, b.measure) if row else None
-        wrong = any(r is not None and FAILED_CHECK in r.note for r in (row, other))
-        verdict = ("NOT MEASURED" if value is None else "MISS (failed its check)" if wrong
+        notes = [r.note for r in (row, other) if r is not None]
+        verdict = ("NOT MEASURED" if value is None else "MISS (failed its check)" if any(FAILED_CHECK in n for n in notes)
+                   else "NOT COMPARABLE" if any(NOT_COMPARABLE in n for n in notes)
                    else "PASS" if value >= b.at_least else "MISS")
         body.append((b.bench, b.variant, b.measure, "" if value is None else f"{value:.3f}", f"{b.at_least:.2f}", verdict))
     return text_table(("benchmark", "variant", "measure", "value", "bar", "result"), body, align="lllrrl")

@@ -30,8 +30,9 @@ CUDASIM_INTERNAL inline Space space_of(uintptr_t x, const Thread* t) {
   if (x - reinterpret_cast<uintptr_t>(&g) < sizeof g) return Space::Skip;  // threadIdx, blockIdx, ...
   if (x - check::S.threads_lo < check::S.threads_bytes) return Space::Skip;  // the threads' own records (cg's)
   if (x - check::S.host_stack_lo < check::S.host_stack_bytes) return Space::Skip;  // the launching code's locals
-  // the check's own state: an instrumented standard-library call on one of its fields (not inlined into the
-  // uninstrumented simulator) would otherwise be checked as the kernel thread's access
+  // the fields of the check's own state objects: an instrumented standard-library call on one of them (not inlined
+  // into the uninstrumented simulator) would otherwise be checked as the kernel thread's access. Their containers'
+  // heap storage is not covered here: the check's code that touches it runs with S.busy set
   if (x - reinterpret_cast<uintptr_t>(&check::S) < sizeof check::S) return Space::Skip;
   if (x - reinterpret_cast<uintptr_t>(&check::peer::L) < sizeof check::peer::L) return Space::Skip;
   return Space::Global;
