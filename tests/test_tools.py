@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kernels.bench import FAILED_CHECK, NOT_COMPARABLE
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
@@ -165,9 +167,6 @@ def test_a_bar_against_another_row_of_the_same_benchmark_is_their_speed_ratio():
     assert lines[2].endswith("NOT MEASURED")
 
 
-FAILED_CHECK_NOTE = "FAILED the check after timing"
-
-
 def test_a_bar_on_a_row_that_failed_its_check_is_a_miss_however_fast():
     from kernels.bench import FAILED_CHECK, Row
     from kernels.benchmarks import Bar, bar_report
@@ -184,7 +183,7 @@ def test_a_bar_on_a_row_that_failed_its_check_is_a_miss_however_fast():
     assert lines[3].split()[-1] == "PASS"
 
 
-@pytest.mark.parametrize("note", [FAILED_CHECK_NOTE, "NOT COMPARABLE: timed partly kernel by kernel"])
+@pytest.mark.parametrize("note", [FAILED_CHECK + " after timing", NOT_COMPARABLE + ": timed partly kernel by kernel"])
 def test_a_bar_against_a_baseline_row_that_failed_or_is_not_comparable_does_not_pass(note):
     from kernels.bench import Row
     from kernels.benchmarks import Bar, bar_report
@@ -193,7 +192,7 @@ def test_a_bar_against_a_baseline_row_that_failed_or_is_not_comparable_does_not_
             Row("step", "op", 1.0, None, None, None, None, 2.0), Row("step", "eager", 4.0, None, None, None, 1.0, None)]
     lines = bar_report(rows, [Bar("step", "op", "vs_compile", 1.0), Bar("step", "torch.compile", "vs_eager", 1.0),
                               Bar("step", "op", "vs:eager", 1.0)]).splitlines()
-    assert lines[1].split()[-1] != "PASS" and ("failed" in lines[1]) == note.startswith("FAILED"), lines[1]
+    assert lines[1].split()[-1] != "PASS" and ("failed" in lines[1]) == note.startswith(FAILED_CHECK), lines[1]
     assert "2.000" in lines[2] and lines[2].split()[-1] != "PASS", lines[2]  # 2x eager, but its own note
     assert lines[3].split()[-1] == "PASS", lines[3]  # neither of its two rows does
 

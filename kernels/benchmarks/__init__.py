@@ -212,8 +212,9 @@ def bar_report(rows: list, bars: list[Bar]) -> str:
     body = []
     for b in bars:
         row = by.get((b.bench, b.variant))
-        other = by.get((b.bench, b.measure[len("vs:"):] if b.measure.startswith("vs:") else baseline.get(b.measure)))
-        if b.measure.startswith("vs:"):
+        versus = b.measure.startswith("vs:")
+        other = by.get((b.bench, b.measure[len("vs:"):] if versus else baseline.get(b.measure)))
+        if versus:
             value = other.ms / row.ms if row and other else None
         else:
             value = getattr(row, b.measure) if row else None
