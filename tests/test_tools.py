@@ -300,6 +300,17 @@ def test_the_results_table_does_not_count_another_route_as_the_lessons_kernel(tm
     assert "| matmul13_5 | 660.0 TFLOP/s |" in table and "Triton" not in table
 
 
+def test_the_results_table_keeps_a_benchmark_that_only_torch_compile_measured(tmp_path):
+    from kernels.benchmarks import results_table
+
+    (tmp_path / "lesson12.csv").write_text(
+        BENCH_HEADER + "step graphed,torch.compile,6.6,,,,,1.0,,3000,H100\n"
+                       "step graphed,attention op + compile,6.4,,,,,1.03,,3000,H100\n"
+                       "sweep,block 64,1.0,600,,0.2,,,,3000,H100\n")
+    table = results_table(tmp_path)
+    assert "| 12 | step graphed |  |  | attention op + compile |  |  |  | 1.03x |" in table and "sweep" not in table
+
+
 def test_the_results_table_names_every_gpu_its_csvs_come_from(tmp_path):
     from kernels.benchmarks import results_table
 

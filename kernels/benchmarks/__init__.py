@@ -57,7 +57,9 @@ def results_table(out_dir: Path = OUT) -> str:
             continue
         with f.open() as fh:
             for r in csv.DictReader(fh):
-                if r["vs_eager"]:  # sweeps and baselines without a PyTorch row stay in the CSV only
+                # sweeps and baselines without a PyTorch row stay in the CSV only; a benchmark with torch.compile's
+                # row and no eager one (eager out of memory, or a step only the compiled models can take) is kept
+                if r["vs_eager"] or r["vs_compile"]:
                     groups.setdefault((f.stem[len("lesson"):], r["bench"]), []).append(r)
     if not groups:
         return "No results yet: run `make bench` on a machine with an NVIDIA GPU."
