@@ -795,6 +795,23 @@ def test_ptx_atom_red_and_strong_loads_and_stores_give_what_the_ptx_isa_says(bac
             assert ext.handoff(0).item() == 42.5 and ext.handoff(1).item() == 42.5
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float_atomic_add_in_global_memory_flushes_subnormals_and_one_in_shared_memory_keeps_them(backend):
+    """Measured on an H200 (RED/ATOM .ADD.F32.FTZ in global memory; a compare-and-swap loop in shared memory)."""
+    ext = load(HERE / "ptx_atomics.cu", backend)
+    dev = "cuda" if backend == "cuda" else "cpu"
+    # a subnormal operand, a subnormal value in memory, a subnormal sum of two normals, a negative subnormal, a normal
+    a = torch.tensor([0.0, 1e-40, 2e-38, -1e-40, 1.0, 3e-39])
+    b = torch.tensor([1e-40, 0.0, -1.5e-38, 0.0, 1e-40, 3e-39])
+    plain, atomic, red, generic_shared, shared = ext.float_adds(a.to(dev), b.to(dev)).cpu()
+    exact = a + b  # on the CPU: subnormals kept
+    assert torch.equal(plain, exact)
+    assert torch.equal(generic_shared, exact) and torch.equal(shared, exact)
+    flushed = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
+    assert torch.equal(atomic, flushed) and torch.equal(red, flushed)
+    assert not torch.equal(exact, flushed)
+
+
 def test_host_code_may_name_its_launch_shapes_gridDim_and_blockDim(styles, dev):
     a, b = torch.randn(70, 50, device=dev), torch.randn(50, 33, device=dev)
     torch.testing.assert_close(styles.sgemm_runner(a, b), a @ b, rtol=1e-4, atol=1e-4)

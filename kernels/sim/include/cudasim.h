@@ -2630,6 +2630,23 @@ CUDASIM_RT long long clock64() { return ::cudasim::g.clock += 1; }
 namespace cudasim {
 template <class T, class... Ts>
 inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
+
+// atomicAdd's sum. On a float in global memory a GPU adds with RED/ATOM .ADD.F32.FTZ (the PTX ISA: atom.add.f32 on
+// global memory flushes subnormal inputs and results to sign-preserving zero): a subnormal operand, a subnormal value
+// in memory and a subnormal sum count as a zero of their sign (an H200 gives 0 for 0 + 1e-40 there). In shared memory
+// (a compare-and-swap loop around an ordinary add), in double and in the bulk reductions (cudasim_ptx/async.h)
+// subnormals stay, as they do on the GPU.
+CUDASIM_INTERNAL inline float flush_subnormal(float x) {
+  return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
+}
+template <class T>
+CUDASIM_INTERNAL inline T atomic_sum(const T* p, T old, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(arena) >= sizeof arena)
+      return flush_subnormal(flush_subnormal(old) + flush_subnormal(v));
+  }
+  return old + v;
+}
 }  // namespace cudasim
 // Each takes the caller's file and line (defaulted, never passed: __builtin_FILE() and __builtin_LINE() are the
 // call's), which a poll of another process's memory names when it waits too long (cudasim::peer_poll).
@@ -2655,7 +2672,7 @@ inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
     return name(p, v, f, l);                                                                   \
   }
 #define CUDASIM_INTS ::cudasim::one_of<T, int, unsigned int, unsigned long long>
-CUDASIM_ATOMIC(atomicAdd, old + v, (CUDASIM_INTS || ::cudasim::one_of<T, float, double>),
+CUDASIM_ATOMIC(atomicAdd, ::cudasim::atomic_sum(p, old, v), (CUDASIM_INTS || ::cudasim::one_of<T, float, double>),
                "int, unsigned int, unsigned long long, float or double")
 CUDASIM_ATOMIC(atomicSub, old - v, (::cudasim::one_of<T, int, unsigned int>), "int or unsigned int")
 CUDASIM_ATOMIC(atomicExch, v, (CUDASIM_INTS || ::cudasim::one_of<T, float>),
