@@ -797,19 +797,23 @@ def test_ptx_atom_red_and_strong_loads_and_stores_give_what_the_ptx_isa_says(bac
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_float_atomic_add_in_global_memory_flushes_subnormals_and_one_in_shared_memory_keeps_them(backend):
-    """Measured on an H200 (RED/ATOM .ADD.F32.FTZ in global memory; a compare-and-swap loop in shared memory)."""
+    """Measured on an H200: RED/ATOM .ADD.F32.FTZ in global memory; in shared memory a compare-and-swap loop around
+    an ordinary add; a double atomicAdd keeps its subnormals."""
     ext = load(HERE / "ptx_atomics.cu", backend)
     dev = "cuda" if backend == "cuda" else "cpu"
-    # a subnormal operand, a subnormal value in memory, a subnormal sum of two normals, a negative subnormal, a normal
-    a = torch.tensor([0.0, 1e-40, 2e-38, -1e-40, 1.0, 3e-39])
-    b = torch.tensor([1e-40, 0.0, -1.5e-38, 0.0, 1e-40, 3e-39])
-    plain, atomic, red, generic_shared, shared = ext.float_adds(a.to(dev), b.to(dev)).cpu()
+    # a subnormal operand, a subnormal value in memory, a subnormal sum of two normals, negative subnormals, a normal
+    a = torch.tensor([0.0, 1e-40, 2e-38, -1e-40, -1e-40, 1.0, 3e-39])
+    b = torch.tensor([1e-40, 0.0, -1.5e-38, 0.0, -1e-40, 1e-40, 3e-39])
+    floats, doubles = ext.float_adds(a.to(dev), b.to(dev))
+    plain, atomic, red, generic_shared, shared, explicit_shared, old = floats.cpu()
+    bits = lambda t: t.view(torch.int32).tolist()  # noqa: E731  (tells -0.0 from 0.0)
     exact = a + b  # on the CPU: subnormals kept
-    assert torch.equal(plain, exact)
-    assert torch.equal(generic_shared, exact) and torch.equal(shared, exact)
-    flushed = torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
-    assert torch.equal(atomic, flushed) and torch.equal(red, flushed)
-    assert not torch.equal(exact, flushed)
+    for kept in (plain, generic_shared, shared, explicit_shared):
+        assert bits(kept) == bits(exact)
+    flushed = torch.tensor([0.0, 0.0, 0.0, 0.0, -0.0, 1.0, 0.0])  # -0 + 0 is +0; -0 + -0 stays -0
+    assert bits(atomic) == bits(flushed) and bits(red) == bits(flushed)
+    assert bits(old) == bits(a)  # the old value comes back as memory held it
+    assert doubles.cpu().tolist() == [2e-310] * len(a)
 
 
 def test_host_code_may_name_its_launch_shapes_gridDim_and_blockDim(styles, dev):

@@ -965,6 +965,19 @@ def test_bulk_reductions_of_many_blocks_combine_with_what_global_memory_holds(ho
         assert torch.equal(got, want)
 
 
+def test_a_bulk_reduction_keeps_subnormals_where_a_float_atomic_add_in_global_memory_flushes_them(hopper_ops):
+    """Measured on an H200: cp.reduce.async.bulk .add.f32 (UBLKRED .ADD.F32.RN) keeps subnormals (atomicAdd's test
+    in tests/test_sim.py has the other side)."""
+    backend, ext = hopper_ops
+    dev = "cuda" if backend == "cuda" else "cpu"
+    x = torch.full((7, 320), 1e-40)
+    y0 = torch.zeros(320)
+    y0[::2] = -1e-40
+    got = ext.bulk_reduce(x.to(dev), y0.to(dev), "add", False, True).cpu()
+    want = y0 + x.sum(0)  # on the CPU, exact: multiples of float32's smallest subnormal
+    assert torch.equal(got, want) and bool((want != 0).all())
+
+
 @sim_only
 def test_bulk_reductions_are_atomics_to_the_race_check_and_a_plain_store_beside_them_is_a_race():
     ext = _load_hopper(HERE / "ptx_hopper.cu", "sim")

@@ -443,7 +443,7 @@ BARS = [
     *(Bar(_name(t, d, c, "bwd"), BACKWARD_OP if _HOPPER else "attention_backward3", "vs:torch sdpa flash", 0.6)
       for d in HEADS for t in QUICK_SEQUENCES for c in (False, True)),
     # the model's bar on its steps under CUDA graphs: launched one kernel at a time, the compiled steps are bound by
-    # the host, and their ratio went from 0.82x to 1.47x between runs of the same code (_graphed says more)
+    # the host, and their ratio went from 0.82x to 1.47x between runs at T = 4096 (_graphed says more)
     *(Bar(_graphed_name(t), "attention op + compile", "vs_compile", 1.0) for t in MODEL_SEQUENCES),
 ]
 

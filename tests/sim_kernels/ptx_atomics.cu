@@ -8,9 +8,10 @@
 //             shared one; out holds the words at the end
 //   handoff   warp 1 writes a value, then sets a flag with st.release.gpu; warp 0 polls the flag with
 //             ld.acquire.gpu (or ld.relaxed.gpu and a fence) and then reads the value: out[0] is the value read
-//   float_adds  a[i] + b[i] five ways, a row each: plain, atomicAdd in global memory, red.global.add.f32,
-//             atom.add.f32 through a generic address of shared memory, atomicAdd in shared memory (the
-//             global ones flush subnormals to zero on a GPU, the others keep them)
+//   float_adds  a[i] + b[i] six ways, a row each: plain, atomicAdd in global memory, red.global.add.f32,
+//             atom.add.f32 through a generic address of shared memory, atomicAdd in shared memory,
+//             atom.shared.add.f32 (the global ones flush subnormals to zero on a GPU, the others keep
+//             them); a seventh row the old value atomicAdd returned; and 1e-310 + 1e-310 by a double atomicAdd
 #include "helpers.cuh"
 
 #include <ATen/ops/zeros.h>
@@ -75,34 +76,41 @@ __global__ void handoff_kernel(unsigned* flag, float* data, float* out, int rela
   }
 }
 
-__global__ void float_adds_kernel(const float* a, const float* b, float* out, int n) {
-  __shared__ float sh[2][64];
+__global__ void float_adds_kernel(const float* a, const float* b, float* out, double* d, int n) {
+  __shared__ float sh[3][64];
   const int i = threadIdx.x;
   if (i >= n) return;
   out[i] = a[i] + b[i];
   out[n + i] = a[i];
-  const float old = atomicAdd(&out[n + i], b[i]);  // its value used: ATOM, not RED
-  if (old == 12345.0f) out[0] = 0.0f;
+  out[6 * n + i] = atomicAdd(&out[n + i], b[i]);  // its value used: ATOM, not RED; the old value kept
   out[2 * n + i] = a[i];
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(&out[2 * n + i]), "f"(b[i]) : "memory");
   sh[0][i] = a[i];
   sh[1][i] = a[i];
+  sh[2][i] = a[i];
   float sink;
   asm volatile("atom.add.f32 %0, [%1], %2;" : "=f"(sink) : "l"(&sh[0][i]), "f"(b[i]) : "memory");
   atomicAdd(&sh[1][i], b[i]);
+  const unsigned s2 = static_cast<unsigned>(__cvta_generic_to_shared(&sh[2][i]));
+  asm volatile("atom.shared.add.f32 %0, [%1], %2;" : "=f"(sink) : "r"(s2), "f"(b[i]) : "memory");
   out[3 * n + i] = sh[0][i];
   out[4 * n + i] = sh[1][i];
+  out[5 * n + i] = sh[2][i];
+  d[i] = 1e-310;  // a subnormal double
+  atomicAdd(&d[i], 1e-310);
 }
 
-at::Tensor float_adds(const at::Tensor& a, const at::Tensor& b) {
+std::vector<at::Tensor> float_adds(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.is_cuda() && a.dtype() == at::kFloat && a.is_contiguous() && a.sizes() == b.sizes() &&
               b.dtype() == at::kFloat && b.is_contiguous() && a.dim() == 1 && a.numel() <= 64,
               "float_adds takes two contiguous float32 vectors of one length, at most 64");
   const int n = static_cast<int>(a.numel());
-  auto out = at::zeros({5, n}, a.options());
-  float_adds_kernel<<<1, 64>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+  auto out = at::zeros({7, n}, a.options());
+  auto d = at::zeros({n}, a.options().dtype(at::kDouble));
+  float_adds_kernel<<<1, 64>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(),
+                               d.data_ptr<double>(), n);
   CHECK_LAUNCH();
-  return out;
+  return {out, d};
 }
 
 at::Tensor atomics() {
@@ -129,7 +137,7 @@ at::Tensor handoff(int64_t relaxed) {
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, m) {
   m.def("atomics() -> Tensor");
   m.def("handoff(int relaxed) -> Tensor");
-  m.def("float_adds(Tensor a, Tensor b) -> Tensor");
+  m.def("float_adds(Tensor a, Tensor b) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL_EXPAND(TORCH_EXTENSION_NAME, CompositeExplicitAutograd, m) {

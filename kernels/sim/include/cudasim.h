@@ -2633,9 +2633,10 @@ inline constexpr bool one_of = (std::is_same_v<T, Ts> || ...);
 
 // atomicAdd's sum. On a float in global memory a GPU adds with RED/ATOM .ADD.F32.FTZ (the PTX ISA: atom.add.f32 on
 // global memory flushes subnormal inputs and results to sign-preserving zero): a subnormal operand, a subnormal value
-// in memory and a subnormal sum count as a zero of their sign (an H200 gives 0 for 0 + 1e-40 there). In shared memory
-// (a compare-and-swap loop around an ordinary add), in double and in the bulk reductions (cudasim_ptx/async.h)
-// subnormals stay, as they do on the GPU.
+// in memory and a subnormal sum count as a zero of their sign (an H200 gives 0 for 0 + 1e-40 there, float2's
+// REDG .ADD.F32x2.FTZ likewise); the old value returned is memory's, unflushed. In shared memory (a compare-and-swap
+// loop around an ordinary add), in double and in the 1-D bulk reductions (cudasim_ptx/async.h) subnormals stay, as
+// they do on the GPU.
 CUDASIM_INTERNAL inline float flush_subnormal(float x) {
   return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
 }
