@@ -325,8 +325,16 @@ def _kernels_only(t: int, variants: dict, copy: float, out_dir: Path | None, ste
             torch.cuda.synchronize()
         kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and not e.is_user_annotation]
         ms[label] = sum(e.self_device_time_total for e in kernels) / steps / 1e3
+    return _compiled_rows(_kernels_name(t), ms, {}, copy, out_dir)
+
+
+def _compiled_rows(name: str, ms: dict[str, float], notes: dict[str, list[str]], copy: float,
+                   out_dir: Path | None) -> list[Row]:
+    """The rows of a measure only the compiled steps have (no eager row): each against torch.compile's, written to the
+    lesson's CSV."""
     base = ms["torch.compile"]
-    rows = [Row(_kernels_name(t), label, v, None, None, None, None, base / v if v else None) for label, v in ms.items()]
+    rows = [Row(name, label, v, None, None, None, None, base / v if v else None, "; ".join(notes.get(label, [])))
+            for label, v in ms.items()]
     if out_dir is not None:
         write_csv(rows, out_dir / "lesson12.csv", copy)
     return rows
@@ -371,12 +379,7 @@ def _graphed(t: int, variants: dict, eager: Callable[[str], tuple[float, list[to
         for label in variants:
             notes[label].append(NOT_COMPARABLE + ": Inductor ran part of a step outside its CUDA graphs")
     ms = {label: statistics.median(v) for label, v in times.items()}
-    base = ms["torch.compile"]
-    rows = [Row(_graphed_name(t), label, v, None, None, None, None, base / v, "; ".join(notes[label]))
-            for label, v in ms.items()]
-    if out_dir is not None:
-        write_csv(rows, out_dir / "lesson12.csv", copy)
-    return rows
+    return _compiled_rows(_graphed_name(t), ms, notes, copy, out_dir)
 
 
 def _same_step(loss: float, grads: list[torch.Tensor], want_loss: float, want: list[torch.Tensor]) -> bool:

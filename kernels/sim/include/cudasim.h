@@ -492,6 +492,10 @@ constexpr size_t kCtaStride = size_t(1) << 20;
 static_assert(kCtaRegion <= kCtaStride, "a block's shared-memory window must fit its stride");
 alignas(1024) inline unsigned char arena[kCtaStride * kMaxCluster];
 constexpr size_t kFileBase = kDynRegion + kOptinSharedLimit + 128;
+// Whether p is shared memory: in the arena, any block's window of it.
+CUDASIM_INTERNAL inline bool in_arena(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(arena) < sizeof arena;
+}
 // The same byte of shared memory in the cluster's block of rank `rank`, for a window offset in any block's memory.
 CUDASIM_INTERNAL inline uint64_t at_rank(uint64_t off, unsigned rank) { return rank * kCtaStride + off % kCtaStride; }
 
@@ -2643,8 +2647,7 @@ CUDASIM_INTERNAL inline float flush_subnormal(float x) {
 template <class T>
 CUDASIM_INTERNAL inline T atomic_sum(const T* p, T old, T v) {
   if constexpr (std::is_same_v<T, float>) {
-    if (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(arena) >= sizeof arena)
-      return flush_subnormal(flush_subnormal(old) + flush_subnormal(v));
+    if (!in_arena(p)) return flush_subnormal(flush_subnormal(old) + flush_subnormal(v));
   }
   return old + v;
 }

@@ -63,7 +63,7 @@ template <Space Sp, int Size, class... V>
 CUDASIM_INTERNAL inline void st(const Site& s, Addr a, const V&... vals) {
   constexpr int n = sizeof...(V);
   unsigned char* p = resolve(s, Sp, a, Size * n, Size * n);
-  if (in_window(p)) check_async_readers(s, p, Size * n, "this store");
+  if (in_arena(p)) check_async_readers(s, p, Size * n, "this store");
   note_write(p, Size * n, s.file, s.line);
   int k = 0;
   ((store_one<Size>(p + Size * k++, vals)), ...);
@@ -186,7 +186,7 @@ CUDASIM_INTERNAL inline void stamp(MBarrier& b) {
 CUDASIM_INTERNAL inline MBarrier& find_barrier(const Site& s, Space sp, Addr a) {
   unsigned char* p = resolve(s, sp == Space::SharedCluster || sp == Space::Generic ? sp : Space::Shared, a, 8, 8,
                              "mbarrier address");
-  if (!in_window(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
+  if (!in_arena(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
   uint64_t off = window_offset(p);
   for (MBarrier& b : barriers_now()) {
     if (b.off != off || !b.valid) continue;
@@ -288,7 +288,7 @@ CUDASIM_INTERNAL inline void settle(const Site& s, MBarrier& b) {
 CUDASIM_INTERNAL inline void mbar_init(const Site& s, Space sp, Addr a, uint32_t count) {
   SimScope scope;
   unsigned char* p = resolve(s, sp == Space::Generic ? Space::Generic : Space::Shared, a, 8, 8, "mbarrier address");
-  if (!in_window(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
+  if (!in_arena(p)) fail_at(s, "an mbarrier lives in shared memory; " + hex(a.v) + " is not shared memory");
   if (count == 0 || count > (1u << 20) - 1)
     fail_at(s, "the expected arrival count must be 1 to 2^20 - 1, got " + std::to_string(count));
   uint64_t off = window_offset(p);
@@ -720,7 +720,7 @@ CUDASIM_INTERNAL inline const char* reuse_advice() {
 
 // A write on a thread's behalf (check_async_readers, wgmma.h): not into bytes a bulk store still reads.
 CUDASIM_INTERNAL inline void check_bulk_readers(const Site& s, const unsigned char* p, uint64_t n, const char* what) {
-  if (!in_window(p)) return;
+  if (!in_arena(p)) return;
   uint64_t lo = window_offset(p), at = 0;
   if (const PendingStore* st = reader_of(lo, lo + n, &at))
     fail_at(s, std::string(what) + " writes shared memory [" + hex(lo) + ", " + hex(lo + n) + ") that " +
@@ -731,7 +731,7 @@ CUDASIM_INTERNAL inline void check_bulk_readers(const Site& s, const unsigned ch
 // The race and bounds check's question for a store of the learner's code into shared memory.
 CUDASIM_INTERNAL inline std::string bulk_write_watch(const void* p, size_t n, std::string (*line)(const void*),
                                                      const void* where) {
-  if (!in_window(p)) return {};
+  if (!in_arena(p)) return {};
   uint64_t lo = window_offset(p), at = 0;
   const PendingStore* st = reader_of(lo, lo + n, &at);
   if (!st) return {};
@@ -919,7 +919,7 @@ CUDASIM_INTERNAL inline int tma_swizzle_bits(int mode) { return mode; }  // NONE
 
 CUDASIM_INTERNAL inline const tma::Map tensor_map(const Site& s, Addr a) {
   const void* p = reinterpret_cast<const void*>(a.v);
-  if (in_window(p)) fail_at(s, "the tensor map operand points into shared memory; pass the address of the CUtensorMap "
+  if (in_arena(p)) fail_at(s, "the tensor map operand points into shared memory; pass the address of the CUtensorMap "
                                "(a __grid_constant__ kernel parameter, or global or constant memory)");
   if (!p || a.v % 64) fail_at(s, "the tensor map address " + hex(a.v) + " is not 64-byte aligned");
   tma::Map m;

@@ -239,9 +239,6 @@ constexpr uint64_t kWindow = sizeof(arena);
 CUDASIM_INTERNAL inline uint64_t window_offset(const void* p) {
   return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(arena));
 }
-CUDASIM_INTERNAL inline bool in_window(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) >= reinterpret_cast<uintptr_t>(arena) && window_offset(p) < kWindow;
-}
 
 // The parts of the window a block may use: its dynamic shared memory, the static __shared__
 // variables declared so far, the file-scope ones; in a cluster, those of each block of the cluster, each block's
@@ -277,7 +274,7 @@ CUDASIM_INTERNAL inline std::string shared_layout() {
 // A shared-window address of n bytes: checked and turned into a pointer.
 CUDASIM_INTERNAL inline unsigned char* shared_at(const Site& s, uint64_t a, uint64_t n, uint64_t align,
                                                  const char* what) {
-  if (in_window(reinterpret_cast<const void*>(a)))
+  if (in_arena(reinterpret_cast<const void*>(a)))
     fail_at(s, std::string("the ") + what + " " + hex(a) + " is a generic address of shared memory, where this "
             "instruction takes a shared-memory (.shared) address: convert it with __cvta_generic_to_shared(p) or "
             "cvta.to.shared, or drop .shared from the instruction");
@@ -324,7 +321,7 @@ CUDASIM_INTERNAL inline unsigned char* resolve(const Site& s, Space sp, Addr a, 
     case Space::SharedCluster:
       return shared_at(s, a.v, n, align, what);
     case Space::Global:
-      if (in_window(p))
+      if (in_arena(p))
         fail_at(s, std::string("the ") + what + " " + hex(a.v) + " is shared memory, where this instruction takes a "
                 "global address");
       if (in_own_stack(p))
@@ -332,7 +329,7 @@ CUDASIM_INTERNAL inline unsigned char* resolve(const Site& s, Space sp, Addr a, 
                 "where this instruction takes a global address");
       break;
     default:  // generic: shared memory through its generic address, or anything else
-      if (in_window(p)) return shared_at(s, window_offset(p), n, align, what);
+      if (in_arena(p)) return shared_at(s, window_offset(p), n, align, what);
       break;
   }
   if (a.v == 0) fail_at(s, std::string("the ") + what + " is a null pointer");
@@ -345,7 +342,7 @@ CUDASIM_INTERNAL inline unsigned char* resolve(const Site& s, Space sp, Addr a, 
 template <class T, class X>
 CUDASIM_INTERNAL inline T cvta_to_shared(const Site& s, const X& x) {
   uint64_t v = as<std::conditional_t<sizeof(X) == 4, uint32_t, uint64_t>>(x);
-  if (!in_window(reinterpret_cast<const void*>(v)))
+  if (!in_arena(reinterpret_cast<const void*>(v)))
     fail_at(s, "the generic address " + hex(v) + " is not shared memory");
   return static_cast<T>(window_offset(reinterpret_cast<const void*>(v)));
 }
@@ -367,9 +364,9 @@ CUDASIM_INTERNAL inline T mapa(const Site& s, bool generic, const X& x, const R&
             std::to_string(g.cluster_size) + " block(s)" + (g.cluster_size == 1 ? " (the launch has no cluster: "
             "__cluster_dims__ or cudaLaunchKernelEx's cluster attribute makes one)" : ""));
   if (generic) {
-    if (!in_window(reinterpret_cast<const void*>(v))) fail_at(s, "the generic address " + hex(v) + " is not shared memory");
+    if (!in_arena(reinterpret_cast<const void*>(v))) fail_at(s, "the generic address " + hex(v) + " is not shared memory");
     v = window_offset(reinterpret_cast<const void*>(v));
-  } else if (v >= kWindow || in_window(reinterpret_cast<const void*>(v))) {
+  } else if (v >= kWindow || in_arena(reinterpret_cast<const void*>(v))) {
     fail_at(s, "the operand " + hex(v) + " is not a shared-memory address (mapa.shared::cluster takes one; plain "
             "mapa takes a generic address)");
   }
@@ -498,7 +495,7 @@ inline uint32_t sr_globaltimer_hi() { return static_cast<uint32_t>(sr_globaltime
 // is not shared memory is an error naming the line, where a GPU would give a meaningless value.
 CUDASIM_INTERNAL inline size_t __cvta_generic_to_shared(const void* p, const char* file = __builtin_FILE(),
                                                         int line = __builtin_LINE()) {
-  if (!::cudasim::ptx::in_window(p))
+  if (!::cudasim::in_arena(p))
     ::cudasim::ptx::fail_at(::cudasim::ptx::Site{file, line, "__cvta_generic_to_shared"},
                             "the pointer " + ::cudasim::ptx::hex(reinterpret_cast<uintptr_t>(p)) +
                                 " is not shared memory (a __shared__ variable or extern __shared__ array)");
@@ -507,8 +504,8 @@ CUDASIM_INTERNAL inline size_t __cvta_generic_to_shared(const void* p, const cha
 CUDASIM_INTERNAL inline void* __cvta_shared_to_generic(size_t a) { return ::cudasim::arena + a; }
 CUDASIM_INTERNAL inline size_t __cvta_generic_to_global(const void* p) { return reinterpret_cast<size_t>(p); }
 CUDASIM_INTERNAL inline void* __cvta_global_to_generic(size_t a) { return reinterpret_cast<void*>(a); }
-CUDASIM_INTERNAL inline unsigned __isShared(const void* p) { return ::cudasim::ptx::in_window(p); }
-CUDASIM_INTERNAL inline unsigned __isGlobal(const void* p) { return !::cudasim::ptx::in_window(p); }
+CUDASIM_INTERNAL inline unsigned __isShared(const void* p) { return ::cudasim::in_arena(p); }
+CUDASIM_INTERNAL inline unsigned __isGlobal(const void* p) { return !::cudasim::in_arena(p); }
 
 namespace cudasim {
 namespace ptx {

@@ -142,7 +142,7 @@ inline const bool wgmma_block_end_registered = (block_end_checks.push_back(&wgmm
 
 CUDASIM_INTERNAL inline void check_async_readers(const Site& s, const unsigned char* p, uint64_t n, const char* what) {
   check_bulk_readers(s, p, n, what);  // a bulk store's source (async.h)
-  if (wg_state.gen != g.block_gen || !in_window(p)) return;
+  if (wg_state.gen != g.block_gen || !in_arena(p)) return;
   uint64_t lo = window_offset(p), hi = lo + n;
   for (auto& w : wg_state.warps)
     for (auto& op : w.ops)
